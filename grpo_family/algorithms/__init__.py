@@ -1,0 +1,1 @@
+"""Pure tensor maths of every method: imports torch only, never trl or transformers."""

@@ -1,0 +1,1 @@
+"""Trainers: one thin GRPOTrainer subclass per method."""
