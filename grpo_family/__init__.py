@@ -1,0 +1,22 @@
+"""grpo_family: GRPO-family RL trainers (MS-GRPO, CW-GRPO, D3S, SGPO, GPG) on TRL's GRPOTrainer.
+
+``METHODS`` maps a method name to its ``(Config, Trainer)`` pair; ``examples/train.py --method NAME`` uses it.
+"""
+
+from trl import GRPOConfig
+
+from .trainers.base import GRPOFamilyTrainer, RewardFunctionError
+
+METHODS: dict[str, tuple[type, type]] = {
+    "grpo": (GRPOConfig, GRPOFamilyTrainer),
+}
+
+
+def get_method(name: str) -> tuple[type, type]:
+    """``(Config, Trainer)`` for ``name``; a ValueError lists the valid names otherwise."""
+    if name not in METHODS:
+        raise ValueError(f"Unknown method {name!r}. Valid methods: {', '.join(sorted(METHODS))}.")
+    return METHODS[name]
+
+
+__all__ = ["METHODS", "GRPOConfig", "GRPOFamilyTrainer", "RewardFunctionError", "get_method"]

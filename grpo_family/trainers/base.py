@@ -1,0 +1,257 @@
+"""``GRPOFamilyTrainer``: TRL's ``GRPOTrainer`` plus the extension points every method builds on.
+
+TRL 1.16 computes advantages inline in ``_generate_and_score_completions``. Rather than copy that method, the
+base class lets it run, keeps the globally gathered rewards it computed (``_calculate_rewards`` is the one place
+they pass through), and then replaces the advantages in the returned batch with ``_compute_advantages``. The
+default hook is TRL's own maths (``algorithms.grpo``), so ``grpo`` here trains bit-for-bit like stock TRL.
+
+The base class also contains trouble instead of letting it corrupt a run:
+
+* reward functions are guarded: an exception or a non-finite value on some completions turns them into
+  "unscorable" (NaN reward, zero advantage) with a warning and a ``reward_errors/<name>`` metric; a function
+  that fails on *every* completion of the first batch is a set-up bug and stops the run before any update,
+  with its name in the message;
+* a step whose gradients are not finite is skipped (no parameter changes) and counted in ``skipped_steps``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from accelerate.utils import gather, pad_across_processes
+from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
+
+from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
+
+logger = logging.getLogger(__name__)
+
+# Keyword arguments TRL passes to every reward function that do not come from dataset columns.
+_TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
+
+
+class GuardedReward:
+    """Wraps a synchronous TRL reward function so one bad completion cannot stop a run.
+
+    If the function raises on the batch, it is called again one completion at a time and only the completions
+    that still fail become ``None`` ("cannot score"). Non-finite values also become ``None``. If every completion
+    fails while ``strict`` is set (the first generation batch), a :class:`RewardFunctionError` names the function.
+    """
+
+    def __init__(self, func: Callable, name: str, on_error: Callable[[str, int, str], None]):
+        self.func = func
+        self.__name__ = name
+        self.on_error = on_error
+        self.strict = True
+
+    def _call_rows(self, completions: list, kwargs: dict[str, Any]) -> list:
+        n = len(completions)
+        out = []
+        for i in range(n):
+            row = {k: (v[i : i + 1] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
+            try:
+                value = self.func(completions=completions[i : i + 1], **row)
+                out.append(value[0] if value is not None and len(value) == 1 else None)
+            except Exception:  # noqa: BLE001 - a reward function may raise anything
+                out.append(None)
+        return out
+
+    def __call__(self, completions: list, **kwargs: Any) -> list:
+        n = len(completions)
+        try:
+            values = self.func(completions=completions, **kwargs)
+            values = list(values) if values is not None else None
+            if values is None or len(values) != n:
+                got = "None" if values is None else len(values)
+                raise RewardFunctionError(
+                    f"Reward function '{self.__name__}' returned {got} values for {n} completions; it must return "
+                    "one value (a float, or None for 'cannot score') per completion."
+                )
+        except Exception as error:  # noqa: BLE001 - contained below
+            if isinstance(error, RewardFunctionError) and self.strict:
+                raise
+            values = self._call_rows(completions, kwargs)
+            failures = sum(v is None for v in values)
+            if self.strict and failures == n:
+                raise RewardFunctionError(
+                    f"Reward function '{self.__name__}' failed on every completion of the first batch "
+                    f"({type(error).__name__}: {error}). Fix the function (or the dataset columns it reads) before "
+                    "training."
+                ) from error
+            self.on_error(self.__name__, failures, f"{type(error).__name__}: {error}")
+        cleaned = []
+        bad = 0
+        for value in values:
+            if value is not None and not math.isfinite(float(value)):
+                value, bad = None, bad + 1
+            cleaned.append(value)
+        if bad:
+            self.on_error(self.__name__, bad, "non-finite reward")
+        self.strict = False
+        return cleaned
+
+
+class GRPOFamilyTrainer(GRPOTrainer):
+    """GRPO (Shao et al., 2024) through the grpo_family extension points; the base of every method.
+
+    Subclasses override :meth:`_compute_advantages` (what the policy is trained on) and, where the loss itself
+    changes, :meth:`compute_loss` (preferably by editing ``inputs`` and delegating to ``super()``).
+    """
+
+    method_name = "grpo"
+    _tag_names = ["trl", "grpo", "grpo_family"]
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._check_reward_columns()
+        for i, func in enumerate(self.reward_funcs):
+            if not isinstance(func, torch.nn.Module) and not inspect.iscoroutinefunction(func):
+                self.reward_funcs[i] = GuardedReward(func, self.reward_func_names[i], self._on_reward_error)
+        self._reward_context: dict[str, Any] | None = None
+        self._skip_nonfinite_steps = self.is_deepspeed_enabled is False
+
+    # ------------------------------------------------------------------ validation before training
+    def _check_reward_columns(self) -> None:
+        """Fail at start if a reward function needs a column the training set does not have."""
+        dataset = self.train_dataset
+        columns = getattr(dataset, "column_names", None)
+        if columns is None:
+            return
+        for func, name in zip(self.reward_funcs, self.reward_func_names):
+            if isinstance(func, torch.nn.Module):
+                continue
+            try:
+                params = inspect.signature(func).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            for param in params:
+                required = param.default is inspect.Parameter.empty and param.kind in (
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    inspect.Parameter.KEYWORD_ONLY,
+                )
+                if required and param.name not in _TRL_REWARD_KWARGS and param.name not in columns:
+                    raise ValueError(
+                        f"Reward function '{name}' needs the dataset column '{param.name}', but the training set "
+                        f"has only {sorted(columns)}. Rename or map a column to '{param.name}' (for example "
+                        f"`dataset.rename_column('<your column>', '{param.name}')`, or the collator's "
+                        "answer_column=/question_column= options)."
+                    )
+
+    # ------------------------------------------------------------------ metrics
+    @property
+    def _mode(self) -> str:
+        return "train" if self.model.training else "eval"
+
+    def log_method_metric(self, name: str, value: float) -> None:
+        """Record a method metric; it reaches ``report_to`` backends as ``<method>/<name>``."""
+        self._metrics[self._mode][f"{self.method_name}/{name}"].append(float(value))
+
+    def _on_reward_error(self, name: str, count: int, reason: str) -> None:
+        logger.warning("Reward function '%s' could not score %d completion(s): %s", name, count, reason)
+        self._metrics[self._mode][f"reward_errors/{name}"].append(float(count))
+
+    # ------------------------------------------------------------------ advantage hook
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._reward_context = {
+            "inputs": inputs,
+            "prompts": prompts,
+            "completions": completions,
+            "completion_ids_list": completion_ids_list,
+            "rewards_per_func": rewards_per_func,
+        }
+        return rewards_per_func
+
+    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """Advantages for the globally gathered ``rewards`` ``(num_prompts, num_generations)``.
+
+        NaN marks an unscorable completion. ``batch`` holds this process's slice of the generation batch
+        (``completion_mask``, ``old_per_token_logps``, ...), the local ``inputs``/``prompts``/``completions``,
+        the gathered ``rewards_per_func`` and ``num_generations``. A method that changes the rewards themselves
+        stores the new ``(num_prompts, num_generations)`` tensor in ``batch["rewards"]`` so the logged reward
+        metrics describe what was trained on. Return ``(num_prompts, num_generations)`` or, for per-token
+        advantages, ``(num_prompts, num_generations, T)`` zero-padded on the right.
+        """
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            per_func = batch["rewards_per_func"].view(*rewards.shape, -1)
+            return normalize_then_sum_advantages(per_func, self.reward_weights).view_as(rewards)
+        return group_advantages(rewards, scale=self.scale_rewards)
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        context, self._reward_context = self._reward_context, None
+        mode = self._mode
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards_per_func = context["rewards_per_func"]
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        rewards = rewards.view(-1, num_generations)
+
+        batch = {**output, **context, "num_generations": num_generations, "mode": mode}
+        advantages = torch.nan_to_num(self._compute_advantages(rewards, batch), nan=0.0)
+        trained_rewards = batch.get("rewards", rewards)
+
+        num_local = len(context["prompts"])
+        start = self.accelerator.process_index * num_local
+        flat = advantages.reshape(rewards.numel(), *advantages.shape[2:])
+        local = flat[start : start + num_local]
+        if local.dim() == 2:  # per-token: match this process's completion length
+            width = output["completion_ids"].size(1)
+            local = torch.nn.functional.pad(local[:, :width], (0, max(0, width - local.size(1))))
+        output["advantages"] = local.to(output["completion_ids"].device)
+        self._fix_logged_batch(flat, trained_rewards, output, mode)
+        return output
+
+    def _fix_logged_batch(self, advantages: torch.Tensor, rewards: torch.Tensor, output: dict, mode: str) -> None:
+        """Make TRL's logged advantages and reward statistics describe what was trained on."""
+        if advantages.dim() == 2:  # per-token: log each completion's mean over its valid tokens
+            mask = gather(pad_across_processes(output["completion_mask"], dim=1)).to(advantages.dtype)
+            width = min(mask.size(1), advantages.size(1))
+            mask, tokens = mask[:, :width], advantages[:, :width]
+            advantages = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1)
+        logged = self._logs["advantages"]
+        for _ in range(min(len(logged), advantages.numel())):
+            logged.pop()
+        logged.extend(advantages.tolist())
+        metrics = self._metrics[mode]
+        flat = rewards.reshape(-1)
+        is_std_zero = zero_std_mask(rewards, scale=self.scale_rewards)
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            is_std_zero = torch.isclose(nanstd(flat), torch.zeros(())).expand_as(flat)
+        metrics["reward"][-1] = torch.nanmean(flat).item()
+        metrics["reward_std"][-1] = nanstd(flat).item()
+        metrics["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
+
+    # ------------------------------------------------------------------ containment of non-finite updates
+    def create_optimizer(self, *args: Any, **kwargs: Any):
+        optimizer = super().create_optimizer(*args, **kwargs)
+        if self._skip_nonfinite_steps and not getattr(optimizer, "_grpo_family_guard", False):
+            optimizer.register_step_pre_hook(self._drop_nonfinite_gradients)
+            optimizer._grpo_family_guard = True
+        return optimizer
+
+    def _drop_nonfinite_gradients(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        # Gradients are already all-reduced here, so every process takes the same decision. Setting them to None
+        # makes torch optimizers skip the parameters: a NaN/inf step leaves the weights (and Adam's moments) as
+        # they were. DeepSpeed has its own overflow handling and is left alone.
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return
+        norms = torch._foreach_norm(grads)
+        if bool(torch.isfinite(torch.stack([n.float() for n in norms])).all()):
+            return
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = None
+        logger.warning("Skipped an optimizer step: non-finite gradients (weights unchanged).")
+        self._metrics["train"]["skipped_steps"].append(1.0)
