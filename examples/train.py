@@ -1,0 +1,224 @@
+"""Train a language model with any grpo_family method.
+
+    accelerate launch examples/train.py --method ms_grpo                        # embedded default, offline
+    accelerate launch examples/train.py --method grpo --config examples/recipes/ms_grpo_small.yaml
+    accelerate launch examples/train.py --method cw_grpo \\
+        --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name openai/gsm8k --dataset_config main \\
+        --reward_funcs math_accuracy --use_peft --lora_r 16
+
+Arguments are parsed with TRL's ``TrlParser``: every ``GRPOConfig`` / ``TrainingArguments`` / ``ModelConfig``
+flag works, plus the method's own config fields and the script arguments below. With no model and no dataset
+it trains the bundled tiny model on the bundled arithmetic task (nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, set_seed
+from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
+
+from grpo_family import METHODS, get_method
+
+logger = logging.getLogger("grpo_family.train")
+
+
+@dataclass
+class TrainScriptArguments(ScriptArguments):
+    """Script arguments on top of TRL's ``ScriptArguments`` (dataset_name, dataset_config, splits, ...)."""
+
+    method: str = field(default="grpo", metadata={"help": f"Training method, one of: {', '.join(METHODS)}."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["math_accuracy"],
+        metadata={"help": "Reward functions by name (see grpo_family.rewards.REWARD_FUNCS); real datasets only."},
+    )
+    preset: str = field(default="auto", metadata={"help": "Dataset preset for the collator (auto-detected)."})
+    question_column: str | None = field(default=None, metadata={"help": "Column holding the question."})
+    answer_column: str | None = field(default=None, metadata={"help": "Column holding the gold answer."})
+    solution_column: str | None = field(default=None, metadata={"help": "Column holding a reference solution."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System prompt (collator default if unset)."})
+    num_eval_examples: int = field(default=200, metadata={"help": "Held-out examples scored before and after."})
+    eval_max_new_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Generation length for the held-out accuracy (max_completion_length if unset)."},
+    )
+    task_difficulty: str = field(default="default", metadata={"help": "Bundled task difficulty (embedded default)."})
+
+
+def _method_from_argv(argv: list[str]) -> str:
+    """The ``--method`` value, from the command line or the ``--config`` YAML, before the full parse."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--method", default=None)
+    pre.add_argument("--config", default=None)
+    known, _ = pre.parse_known_args(argv)
+    method = known.method
+    if method is None and known.config:
+        import yaml
+
+        with open(known.config) as f:
+            method = (yaml.safe_load(f) or {}).get("method")
+    method = method or "grpo"
+    get_method(method)  # unknown method -> ValueError listing the valid ones
+    return method
+
+
+def parse_args(argv: list[str] | None = None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    config_cls, trainer_cls = get_method(_method_from_argv(argv))
+    parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    if model_args.model_name_or_path is None and script_args.dataset_name is None:
+        # Embedded default: the bundled task's tuned settings, unless the user set them (CLI or YAML win).
+        from grpo_family.tasks import DEFAULT_GRPO_ARGS
+
+        explicit = {a.lstrip("-").split("=")[0] for a in argv if a.startswith("--")}
+        if "--config" in argv:
+            import yaml
+
+            with open(argv[argv.index("--config") + 1]) as f:
+                explicit |= set((yaml.safe_load(f) or {}).keys())
+        defaults = {k: v for k, v in DEFAULT_GRPO_ARGS.items() if k not in explicit}
+        if "output_dir" not in explicit:
+            defaults["output_dir"] = f"outputs/{script_args.method}"
+        parser.set_defaults(**defaults)
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    return script_args, training_args, model_args, trainer_cls
+
+
+def load_embedded_default(script_args, training_args):
+    """The bundled tiny model (warm-started, cached on disk) and the bundled arithmetic task."""
+    from grpo_family.tasks import DEFAULT_TRAIN_EXAMPLES, arithmetic_reward, load_warm_start, make_arithmetic_dataset
+
+    model, tokenizer = load_warm_start(seed=0)
+    difficulty = script_args.task_difficulty
+    train = make_arithmetic_dataset("train", DEFAULT_TRAIN_EXAMPLES, seed=training_args.seed, difficulty=difficulty)
+    evaluation = make_arithmetic_dataset(
+        "eval", script_args.num_eval_examples, seed=0, difficulty=script_args.task_difficulty
+    )
+    return model, tokenizer, train, evaluation, [arithmetic_reward]
+
+
+def load_real(script_args, training_args, model_args):
+    """A Hub (or local) model and dataset, formatted by the collator, scored by named reward functions."""
+    from datasets import load_dataset
+
+    from grpo_family.collator import prepare_dataset
+    from grpo_family.rewards import get_reward_funcs
+
+    dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": model_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": dtype,
+    }
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path,
+        revision=model_args.model_revision,
+        trust_remote_code=model_args.trust_remote_code,
+    )
+    raw = load_dataset(script_args.dataset_name, name=script_args.dataset_config)
+    columns = dict(
+        preset=script_args.preset,
+        system_prompt=script_args.system_prompt,
+        question_column=script_args.question_column,
+        answer_column=script_args.answer_column,
+        solution_column=script_args.solution_column,
+    )
+    train = prepare_dataset(raw[script_args.dataset_train_split], **columns)
+    evaluation = None
+    if script_args.dataset_test_split in raw:
+        test = raw[script_args.dataset_test_split]
+        evaluation = prepare_dataset(test.select(range(min(len(test), script_args.num_eval_examples))), **columns)
+    return model_args.model_name_or_path, tokenizer, train, evaluation, get_reward_funcs(script_args.reward_funcs)
+
+
+def held_out_accuracy(model, tokenizer, dataset, reward_func, max_new_tokens: int) -> float:
+    """Mean reward of greedy completions on the held-out set (unscorable rows excluded)."""
+    from grpo_family.tasks import generate_completions
+
+    completions = generate_completions(model, tokenizer, list(dataset["prompt"]), max_new_tokens=max_new_tokens)
+    columns = {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
+    scores = [
+        s for s in reward_func(completions=completions, prompts=list(dataset["prompt"]), **columns) if s is not None
+    ]
+    return sum(scores) / max(1, len(scores))
+
+
+def plot_rewards(log_history: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(h["step"], h["reward"]) for h in log_history if "reward" in h]
+    if not points:
+        return
+    steps, rewards = zip(*points)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, rewards, marker=".")
+    ax.set(xlabel="step", ylabel="mean reward", title=title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    script_args, training_args, model_args, trainer_cls = parse_args(argv)
+    set_seed(training_args.seed)
+    embedded = model_args.model_name_or_path is None and script_args.dataset_name is None
+    if embedded:
+        model, tokenizer, train, evaluation, reward_funcs = load_embedded_default(script_args, training_args)
+    elif model_args.model_name_or_path is None or script_args.dataset_name is None:
+        raise ValueError("Give both --model_name_or_path and --dataset_name, or neither (embedded default).")
+    else:
+        model, tokenizer, train, evaluation, reward_funcs = load_real(script_args, training_args, model_args)
+
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
+    accelerator = trainer.accelerator
+    results = {"method": script_args.method}
+
+    def score() -> float | None:
+        if evaluation is None or not accelerator.is_main_process:
+            return None
+        model = accelerator.unwrap_model(trainer.model)
+        return held_out_accuracy(model, tokenizer, evaluation, reward_funcs[0], max_new_tokens)
+
+    results["accuracy_before"] = score()
+    if results["accuracy_before"] is not None:
+        print(f"[{script_args.method}] held-out accuracy before training: {results['accuracy_before']:.3f}")
+    trainer.train()
+    results["accuracy_after"] = score()
+    if results["accuracy_after"] is not None:
+        print(f"[{script_args.method}] held-out accuracy after training:  {results['accuracy_after']:.3f}")
+
+    trainer.save_model(training_args.output_dir)
+    if accelerator.is_main_process:
+        out = Path(training_args.output_dir)
+        plot_rewards(trainer.state.log_history, out / "reward_curve.png", f"{script_args.method}: reward")
+        (out / "results.json").write_text(json.dumps(results, indent=2))
+        print(f"[{script_args.method}] saved model, reward_curve.png and results.json to {out}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    return results
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"))
+    main()

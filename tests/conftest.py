@@ -1,0 +1,70 @@
+"""Shared fixtures: a tiny random Qwen2 model saved to disk, its tokenizer, and the bundled task."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A small random-initialised Qwen2 model + tokenizer saved to disk (TRL builds the reference model from it)."""
+    from grpo_family.tasks import build_tiny_model, build_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def arithmetic_train():
+    from grpo_family.tasks import make_arithmetic_dataset
+
+    return make_arithmetic_dataset("train", 64, seed=0)
+
+
+def digit_share_reward(completions, **kwargs):
+    """A dense test reward (share of digit characters) so that a random model's groups are not degenerate."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(1, len(t)) for t in texts]
+
+
+def tiny_config_kwargs(output_dir, **overrides) -> dict:
+    """GRPOConfig keyword arguments for a few fast CPU steps of the tiny model."""
+    kwargs = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        save_strategy="no",
+        beta=0.0,
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+@pytest.fixture
+def config_kwargs(tmp_path):
+    """Factory: ``config_kwargs(**overrides)`` -> GRPOConfig kwargs writing under this test's tmp dir."""
+    return lambda **overrides: tiny_config_kwargs(tmp_path / "out", **overrides)
