@@ -1,0 +1,543 @@
+"""The one data-collator module: rows of common datasets -> TRL's conversational prompt format.
+
+:func:`prepare_dataset` turns a ``datasets.Dataset`` into rows ::
+
+    {"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+     "answer": gold,                 # what the reward functions in grpo_family.rewards compare against
+     "solution": reference}          # only when the data has a reference solution (SGPO's judge uses it)
+
+and drops every other column. TRL applies the model's chat template itself, and batching is TRL's too, so nothing
+else is needed here. Presets (``preset=`` name, or ``"auto"`` to detect from the columns):
+
+============  ==========================================  ======================================================
+preset        columns (first present wins)                gold
+============  ==========================================  ======================================================
+``gsm8k``     ``question``, ``answer``                    the number after ``####`` in ``answer`` (commas
+                                                          dropped); the worked answer, without ``<<...>>``
+                                                          calculator notes, becomes ``solution``
+``math``      ``problem`` (or ``question``),              ``answer`` when present, else the last ``\\boxed{}``
+              ``answer``/``final_answer``, ``solution``   of ``solution``. MATH, MATH-500, DeepScaleR
+                                                          (problem/answer/solution), Open-RS / open-s1,
+                                                          NuminaMath-style data
+``dapo``      ``prompt`` (text or messages), ``solution``  ``solution`` (open-r1/DAPO-Math-17k-Processed) or
+              or ``reward_model``                         ``reward_model["ground_truth"]`` (the original DAPO
+                                                          data); DAPO's own "Answer:" instruction around the
+                                                          problem is removed so the system prompt governs
+``choice``    ``question``, ``options``/``choices``,      a letter: ``answer_idx`` (MedQA), ``answerKey``
+              gold column                                 (RiddleSense, ARC, CommonsenseQA), ``answer`` (a
+                                                          letter, a 0-based index as in MMLU, or an option's
+                                                          text), ``label`` (0-based index). Options may be a
+                                                          list, a ``{"A": text}`` dict, a
+                                                          ``{"label": [...], "text": [...]}`` dict or a list of
+                                                          ``{"key", "value"}``; they are rendered
+                                                          ``"A. ...\\nB. ..."`` after the question, re-lettered
+                                                          A, B, ... in their order
+``qa``        ``question``, ``answer``/``answers``        the answer as is: a string or a list of aliases (a
+                                                          SQuAD ``{"text": [...]}`` dict becomes its list).
+                                                          HotpotQA, NQ, SQuAD, and any question/answer data
+``prompt``    ``prompt``, ``answer``                      passed through unchanged (the bundled tasks); a system
+                                                          message is added only when ``system_prompt`` is given
+============  ==========================================  ======================================================
+
+Auto-detection, in order: ``prompt`` + ``answer`` -> ``prompt``; an ``options``/``choices`` column -> ``choice``;
+``prompt`` + ``solution``/``reward_model`` -> ``dapo``; ``problem`` -> ``math``; ``question`` + ``answer`` whose
+first rows contain ``####`` -> ``gsm8k``; ``question`` + ``answer``/``answers`` -> ``qa``. Column overrides
+(``question_column=`` ...) take part in the detection; with only overrides to go on, ``qa`` (gold as is) is used.
+
+A needed column that is missing raises :class:`DatasetFormatError` before any row is processed; its message names
+the column, lists the columns found and says how to map them. Rows whose gold cannot be found (e.g. a MATH
+solution without ``\\boxed{}``) keep ``answer=None`` (the rewards return None, "cannot score", for them) and are
+counted in a warning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .rewards.extract import last_boxed
+
+__all__ = [
+    "BOXED_SYSTEM_PROMPT",
+    "CHOICE_SYSTEM_PROMPT",
+    "DatasetFormatError",
+    "MATH_SYSTEM_PROMPT",
+    "PRESETS",
+    "REASONING_SYSTEM_PROMPT",
+    "SYSTEM_PROMPTS",
+    "detect_preset",
+    "format_options",
+    "gsm8k_gold",
+    "prepare_dataset",
+]
+
+logger = logging.getLogger(__name__)
+
+REASONING_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The User asks a question, and the Assistant answers it. The "
+    "Assistant first thinks about the reasoning process and then gives the answer. The reasoning process and the "
+    "answer are enclosed within <think> </think> and <answer> </answer> tags, respectively, i.e., "
+    "<think> reasoning process here </think><answer> answer here </answer>."
+)
+MATH_SYSTEM_PROMPT = (
+    REASONING_SYSTEM_PROMPT + " Inside the <answer> tags, put the final result within \\boxed{}. Reply in English."
+)
+BOXED_SYSTEM_PROMPT = (
+    "Think through the problem step by step inside <think> </think> tags, then write the solution and put your "
+    "final answer within \\boxed{}."
+)
+CHOICE_SYSTEM_PROMPT = (
+    REASONING_SYSTEM_PROMPT + " The question is multiple choice: inside the <answer> tags write only the letter of "
+    "the correct option."
+)
+
+# ``system_prompt=`` also accepts these names. "none" (or "") means no system message.
+SYSTEM_PROMPTS: dict[str, str] = {
+    "reasoning": REASONING_SYSTEM_PROMPT,
+    "math": MATH_SYSTEM_PROMPT,
+    "boxed": BOXED_SYSTEM_PROMPT,
+    "choice": CHOICE_SYSTEM_PROMPT,
+    "none": "",
+}
+
+PRESETS = ("gsm8k", "math", "dapo", "choice", "qa", "prompt")
+_ALIASES = {
+    "math500": "math",
+    "math-500": "math",
+    "deepscaler": "math",
+    "open-rs": "math",
+    "open_rs": "math",
+    "open-s1": "math",
+    "dapo-math": "dapo",
+    "mcq": "choice",
+    "multiple_choice": "choice",
+    "medqa": "choice",
+    "riddlesense": "choice",
+    "mmlu": "choice",
+    "arc": "choice",
+    "hotpotqa": "qa",
+    "nq": "qa",
+    "squad": "qa",
+    "bundled": "prompt",
+    "passthrough": "prompt",
+}
+_DEFAULT_SYSTEM = {
+    "gsm8k": MATH_SYSTEM_PROMPT,
+    "math": MATH_SYSTEM_PROMPT,
+    "dapo": MATH_SYSTEM_PROMPT,
+    "choice": CHOICE_SYSTEM_PROMPT,
+    "qa": REASONING_SYSTEM_PROMPT,
+    "prompt": "",
+}
+
+# Candidate columns per role, first present wins.
+_QUESTION = {
+    "gsm8k": ("question",),
+    "math": ("problem", "question"),
+    "dapo": ("prompt",),
+    "choice": ("question", "problem", "stem"),
+    "qa": ("question", "query", "problem"),
+    "prompt": ("prompt",),
+}
+_GOLD = {
+    "gsm8k": ("answer",),
+    "math": ("answer", "final_answer", "gold"),
+    "dapo": ("solution", "reward_model", "answer", "ground_truth"),
+    "choice": ("answer_idx", "answerKey", "answer_key", "answer", "label"),
+    "qa": ("answer", "answers", "gold"),
+    "prompt": ("answer",),
+}
+_OPTIONS = ("options", "choices")
+
+_DAPO_PREFIX = re.compile(
+    r"^\s*Solve the following math problem step by step\. The last line of your response should be of the form "
+    r"Answer: \$Answer \(without quotes\) where \$Answer is the answer to the problem\.\s*",
+)
+_DAPO_SUFFIX = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
+_GSM8K_CALC = re.compile(r"<<[^<>]*>>")
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class DatasetFormatError(ValueError):
+    """The dataset lacks a column the chosen preset needs (raised before any row is processed)."""
+
+
+def gsm8k_gold(answer: str) -> str | None:
+    """The final answer of a GSM8K ``answer`` field: the text after the last ``####``, commas dropped."""
+    if not isinstance(answer, str):
+        return None
+    tail = answer.rsplit("####", 1)[-1].strip().replace(",", "")
+    return tail or None
+
+
+def format_options(options: Any) -> list[tuple[str, str]]:
+    """``[(letter, text), ...]`` from a list, ``{"A": text}``, ``{"label": [...], "text": [...]}`` or a list of
+    ``{"key", "value"}`` dicts. Letters are A, B, ... in the options' order (original labels are dropped)."""
+    if isinstance(options, dict):
+        if "text" in options and isinstance(options["text"], list):
+            texts = list(options["text"])
+        else:
+            texts = [options[k] for k in sorted(options) if options[k] is not None]
+    elif isinstance(options, list):
+        texts = [o.get("value", o.get("text")) if isinstance(o, dict) else o for o in options]
+    else:
+        raise DatasetFormatError(f"cannot read multiple-choice options of type {type(options).__name__}: {options!r}")
+    return [(_LETTERS[i], str(t)) for i, t in enumerate(texts)]
+
+
+def _option_labels(options: Any) -> list[str]:
+    """The dataset's own labels of the options, in order (to map a labelled gold onto A, B, ...)."""
+    if isinstance(options, dict):
+        if "label" in options and isinstance(options["label"], list):
+            return [str(x) for x in options["label"]]
+        if "text" in options and isinstance(options["text"], list):
+            return []
+        return [str(k) for k in sorted(options) if options[k] is not None]
+    if isinstance(options, list):
+        return [str(o["key"]) if isinstance(o, dict) and "key" in o else "" for o in options]
+    return []
+
+
+def _choice_gold(gold: Any, options: Any) -> str | None:
+    """The gold option as a letter A, B, ... (None when it cannot be matched to an option)."""
+    rendered = format_options(options)
+    n = len(rendered)
+    if gold is None or isinstance(gold, bool):
+        return None
+    if isinstance(gold, int):
+        return _LETTERS[gold] if 0 <= gold < n else None
+    gold = str(gold).strip()
+    labels = _option_labels(options)
+    for i, label in enumerate(labels):  # the dataset's own label ("C", or "3" in some ARC rows)
+        if label and gold.upper() == label.upper():
+            return _LETTERS[i] if i < n else None
+    if len(gold) == 1 and gold.upper() in _LETTERS[:n]:
+        return gold.upper()
+    if gold.isdigit():
+        idx = int(gold)
+        return _LETTERS[idx] if 0 <= idx < n else None
+    for letter, text in rendered:  # gold given as the option's text (MedQA's "answer")
+        if text.strip() == gold:
+            return letter
+    return None
+
+
+def _columns(dataset) -> list[str]:
+    cols = getattr(dataset, "column_names", None)
+    if cols is None:
+        raise DatasetFormatError(
+            "the dataset does not expose its column names (an IterableDataset without features?); "
+            "load it as a datasets.Dataset or cast its features first"
+        )
+    return list(cols)
+
+
+def _peek(dataset, n: int = 20) -> list[dict]:
+    return list(itertools.islice(iter(dataset), n))
+
+
+def _how_to_map(preset: str) -> str:
+    return (
+        f"Map your columns with prepare_dataset(..., preset={preset!r}, question_column=..., answer_column=..., "
+        "solution_column=...) or, on the command line, --question_column / --answer_column / --solution_column "
+        f"(and --dataset_preset to pick a preset: {', '.join(PRESETS)})."
+    )
+
+
+def detect_preset(dataset, *, question_column=None, answer_column=None, options_column=None) -> str:
+    """The preset ``"auto"`` picks for ``dataset`` (see the module docstring); DatasetFormatError if none fits."""
+    cols = set(_columns(dataset))
+    has_gold = "answer" in cols or answer_column is not None
+    if "prompt" in cols and has_gold and question_column is None:
+        return "prompt"
+    if options_column is not None or cols & set(_OPTIONS):
+        return "choice"
+    if "prompt" in cols and ({"solution", "reward_model"} & cols) and question_column is None:
+        return "dapo"
+    if "problem" in cols or (question_column == "problem"):
+        return "math"
+    if "question" in cols or question_column is not None:
+        gold_col = answer_column or ("answer" if "answer" in cols else "answers" if "answers" in cols else None)
+        if gold_col == "answer" and answer_column is None:
+            rows = _peek(dataset)
+            golds = [r.get("answer") for r in rows]
+            if golds and all(isinstance(g, str) and "####" in g for g in golds):
+                return "gsm8k"
+        if gold_col is not None:
+            return "qa"
+    raise DatasetFormatError(
+        f"Could not tell which dataset preset fits the columns {sorted(cols)}. Known presets: "
+        f"{', '.join(PRESETS)} (see grpo_family.collator). " + _how_to_map("math")
+    )
+
+
+def _pick(preset: str, role: str, candidates: tuple[str, ...], override: str | None, cols: list[str]) -> str | None:
+    if override is not None:
+        if override not in cols:
+            raise DatasetFormatError(
+                f"The {role} column {override!r} given for preset {preset!r} is not in the dataset; "
+                f"columns found: {cols}. " + _how_to_map(preset)
+            )
+        return override
+    return next((c for c in candidates if c in cols), None)
+
+
+def _missing(preset: str, role: str, candidates: tuple[str, ...], cols: list[str], flag: str) -> DatasetFormatError:
+    wanted = " or ".join(repr(c) for c in candidates)
+    return DatasetFormatError(
+        f"Preset {preset!r} needs a {role} column ({wanted}), but the dataset has none. Columns found: {cols}. "
+        f"Say which column holds the {role} with prepare_dataset(..., {flag}=<column>) (--{flag} on the command "
+        f"line), or choose another preset with preset= (--dataset_preset): {', '.join(PRESETS)}."
+    )
+
+
+def _system_text(system_prompt: str | None, preset: str) -> str:
+    if system_prompt is None:
+        return _DEFAULT_SYSTEM[preset]
+    return SYSTEM_PROMPTS.get(system_prompt, system_prompt)
+
+
+def _messages(system: str, user: str) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": system}] if system else []
+    return msgs + [{"role": "user", "content": user}]
+
+
+def _user_text(prompt: Any) -> str:
+    """The question of a DAPO-style prompt given as text or as a message list (its last user message)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if users:
+            return str(users[-1].get("content") or "")
+    raise DatasetFormatError(f"cannot read a question from a prompt of type {type(prompt).__name__}")
+
+
+def _qa_gold(gold: Any) -> Any:
+    if isinstance(gold, dict):  # SQuAD {"text": [...], "answer_start": [...]}, TriviaQA {"value", "aliases"}
+        if isinstance(gold.get("text"), list):
+            return [str(g) for g in gold["text"]]
+        if isinstance(gold.get("aliases"), list):
+            value = [str(gold["value"])] if gold.get("value") else []
+            return value + [str(a) for a in gold["aliases"]]
+    if isinstance(gold, tuple):
+        return list(gold)
+    return gold
+
+
+def _plan(dataset, preset, question_column, answer_column, solution_column, options_column, system_prompt):
+    """Resolve columns and return the per-row function; raises DatasetFormatError before touching rows."""
+    cols = _columns(dataset)
+    q = _pick(preset, "question", _QUESTION[preset], question_column, cols)
+    if q is None:
+        raise _missing(preset, "question", _QUESTION[preset], cols, "question_column")
+    gold_candidates = _GOLD[preset]
+    a = _pick(preset, "answer", gold_candidates, answer_column, cols)
+    # The reference solution: auto-picked for math and qa; any preset carries one named by solution_column.
+    s = _pick(preset, "solution", ("solution",) if preset in ("math", "qa") else (), solution_column, cols)
+    if a is None and not (preset == "math" and s is not None):
+        if preset == "math":
+            raise _missing(preset, "gold answer", gold_candidates + ("solution",), cols, "answer_column")
+        raise _missing(preset, "gold answer", gold_candidates, cols, "answer_column")
+    system = _system_text(system_prompt, preset)
+
+    if preset == "gsm8k":
+
+        def row_fn(row):
+            ans = row[a]
+            out = {"prompt": _messages(system, row[q]), "answer": gsm8k_gold(ans)}
+            if s is not None:
+                out["solution"] = row[s]
+            elif isinstance(ans, str) and "####" in ans:
+                out["solution"] = _GSM8K_CALC.sub("", ans).strip()
+            return out
+
+        return row_fn
+
+    if preset == "math":
+
+        def row_fn(row):
+            sol = row[s] if s is not None else None
+            gold = row[a] if a is not None else None
+            if gold is None or (isinstance(gold, str) and not gold.strip()):
+                gold = last_boxed(sol) if isinstance(sol, str) else None
+            out = {"prompt": _messages(system, row[q]), "answer": None if gold is None else str(gold)}
+            if s is not None:
+                out["solution"] = sol
+            return out
+
+        return row_fn
+
+    if preset == "dapo":
+
+        def row_fn(row):
+            text = _DAPO_SUFFIX.sub("", _DAPO_PREFIX.sub("", _user_text(row[q])))
+            gold = row[a]
+            if isinstance(gold, dict):
+                gold = gold.get("ground_truth")
+            out = {"prompt": _messages(system, text.strip()), "answer": None if gold is None else str(gold)}
+            if s is not None:
+                out["solution"] = row[s]
+            return out
+
+        return row_fn
+
+    if preset == "choice":
+        o = _pick(preset, "options", _OPTIONS, options_column, cols)
+        if o is None:
+            raise _missing(preset, "options", _OPTIONS, cols, "options_column")
+
+        def row_fn(row):
+            rendered = format_options(row[o])
+            body = "\n".join(f"{letter}. {text}" for letter, text in rendered)
+            out = {"prompt": _messages(system, f"{row[q]}\n\n{body}"), "answer": _choice_gold(row[a], row[o])}
+            if s is not None:
+                out["solution"] = row[s]
+            return out
+
+        return row_fn
+
+    if preset == "qa":
+
+        def row_fn(row):
+            out = {"prompt": _messages(system, row[q]), "answer": _qa_gold(row[a])}
+            if s is not None:
+                out["solution"] = row[s]
+            return out
+
+        return row_fn
+
+    # "prompt": already in TRL format.
+    return None
+
+
+def _resolve_preset(preset: str) -> str:
+    name = preset.lower()
+    name = _ALIASES.get(name, name)
+    if name not in PRESETS:
+        raise ValueError(
+            f"Unknown dataset preset {preset!r}. Valid presets: auto, {', '.join(PRESETS)} "
+            f"(aliases: {', '.join(sorted(_ALIASES))})."
+        )
+    return name
+
+
+def prepare_dataset(
+    dataset,
+    *,
+    preset: str = "auto",
+    system_prompt: str | None = None,
+    question_column: str | None = None,
+    answer_column: str | None = None,
+    solution_column: str | None = None,
+    options_column: str | None = None,
+):
+    """Turn ``dataset`` into TRL conversational prompts plus ``answer`` (and ``solution``) columns.
+
+    Args:
+        dataset: a ``datasets.Dataset`` (a ``DatasetDict`` is prepared split by split).
+        preset: ``"auto"`` (detect from the columns) or one of :data:`PRESETS` / their aliases (``"math500"``,
+            ``"deepscaler"``, ``"medqa"``, ``"riddlesense"``, ``"hotpotqa"``, ``"bundled"``, ...).
+        system_prompt: None for the preset's default (math presets: :data:`MATH_SYSTEM_PROMPT`, choice:
+            :data:`CHOICE_SYSTEM_PROMPT`, qa: :data:`REASONING_SYSTEM_PROMPT`, prompt: none); a key of
+            :data:`SYSTEM_PROMPTS` (``"reasoning"``, ``"math"``, ``"boxed"``, ``"choice"``, ``"none"``); ``""`` for
+            no system message; any other string is used verbatim.
+        question_column, answer_column, solution_column, options_column: override the preset's column choice.
+
+    Returns the mapped dataset with columns ``prompt``, ``answer`` and, where present, ``solution`` (the
+    ``prompt`` preset keeps the dataset's columns). Raises :class:`DatasetFormatError` when a needed column is
+    missing, naming it and listing the columns found.
+    """
+    if _is_dataset_dict(dataset):
+        return type(dataset)(
+            {
+                split: prepare_dataset(
+                    ds,
+                    preset=preset,
+                    system_prompt=system_prompt,
+                    question_column=question_column,
+                    answer_column=answer_column,
+                    solution_column=solution_column,
+                    options_column=options_column,
+                )
+                for split, ds in dataset.items()
+            }
+        )
+    name = (
+        detect_preset(
+            dataset, question_column=question_column, answer_column=answer_column, options_column=options_column
+        )
+        if preset == "auto"
+        else _resolve_preset(preset)
+    )
+    if name == "prompt":
+        return _pass_through(dataset, system_prompt, question_column, answer_column, solution_column)
+    row_fn = _plan(dataset, name, question_column, answer_column, solution_column, options_column, system_prompt)
+    mapped = _map(dataset, row_fn, remove=_columns(dataset), desc=f"grpo_family: preparing {name} prompts")
+    order = [c for c in ("prompt", "answer", "solution") if c in (mapped.column_names or ())]
+    if order and list(mapped.column_names) != order:
+        mapped = mapped.select_columns(order)
+    _warn_missing_gold(mapped, name)
+    return mapped
+
+
+def _is_dataset_dict(dataset) -> bool:
+    try:
+        from datasets import DatasetDict, IterableDatasetDict
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        return False
+    return isinstance(dataset, DatasetDict | IterableDatasetDict)
+
+
+def _map(dataset, fn: Callable, *, remove: list[str], desc: str):
+    kwargs: dict[str, Any] = {"remove_columns": remove}
+    if hasattr(dataset, "_fingerprint"):  # a map-style Dataset (IterableDataset.map takes no desc)
+        kwargs["desc"] = desc
+    return dataset.map(fn, **kwargs)
+
+
+def _pass_through(dataset, system_prompt, question_column, answer_column, solution_column):
+    cols = _columns(dataset)
+    gold = _pick("prompt", "answer", ("answer",), answer_column, cols)
+    if gold is None:
+        raise _missing("prompt", "gold answer", ("answer",), cols, "answer_column")
+    if "prompt" not in cols:
+        raise _missing("prompt", "prompt", ("prompt",), cols, "question_column")
+    renames = {}
+    if gold != "answer":
+        renames[gold] = "answer"
+    if solution_column is not None and solution_column != "solution":
+        _pick("prompt", "solution", (), solution_column, cols)
+        renames[solution_column] = "solution"
+    if renames:
+        dataset = dataset.rename_columns(renames)
+    if system_prompt is None:
+        return dataset
+    system = _system_text(system_prompt, "prompt")
+
+    def add_system(row):
+        prompt = row["prompt"]
+        if isinstance(prompt, str):
+            return {"prompt": _messages(system, prompt)}
+        messages = [m for m in prompt if m.get("role") != "system"]
+        return {"prompt": ([{"role": "system", "content": system}] if system else []) + messages}
+
+    return _map(dataset, add_system, remove=[], desc="grpo_family: adding the system prompt")
+
+
+def _warn_missing_gold(mapped, preset: str) -> None:
+    if not hasattr(mapped, "_fingerprint"):
+        return  # an IterableDataset: counting would consume it
+    golds = mapped["answer"]
+    missing = sum(1 for g in golds if g is None or (isinstance(g, list | str) and len(g) == 0))
+    if missing:
+        logger.warning(
+            "%d of %d rows (preset %r) have no gold answer; the rewards return None (cannot score) for them. "
+            "Drop them with dataset.filter(lambda r: r['answer'] is not None) if you prefer.",
+            missing,
+            len(golds),
+            preset,
+        )

@@ -1,0 +1,137 @@
+"""The one reward-function package: TRL reward functions and a registry of them by name.
+
+Every function follows TRL's signature ``reward(completions, **kwargs) -> list[float | None]``: ``completions``
+are strings or conversational message lists, dataset columns arrive as keyword lists (the gold in ``answer``, a
+reference solution in ``solution``; see :mod:`grpo_family.collator`), and ``None`` means "cannot score" (missing
+or unparseable gold, a scoring timeout), never a disguised 0. A model answer that cannot be read scores 0.0.
+Each function's ``__name__`` is its registry name, which is also the name TRL logs it under.
+
+=========================  =================================================================================
+``math_accuracy``          math-verify equivalence of the boxed / ``<answer>`` answer with the gold (1/0/None)
+``think_answer_format``    ``<think>...</think><answer>...</answer>`` layout (1/0)
+``boxed_format``           ``<think>...</think>`` then a ``\\boxed{}`` answer (1/0)
+``choice_accuracy``        multiple-choice letter (A-E) equals the gold letter (1/0/None)
+``qa_exact_match``         SQuAD-normalised exact match, best over gold aliases (1/0/None)
+``qa_f1``                  SQuAD-normalised token F1, best over gold aliases ([0, 1]/None)
+``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
+=========================  =================================================================================
+
+This package imports only the standard library, math-verify and its own modules (never TRL, torch or the
+trainers), so the scoring worker subprocesses of :mod:`grpo_family.rewards.timeout` start quickly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+
+from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
+from .extract import answer_region, completion_text, last_boxed, last_tag_content
+from .format import (
+    FormatReward,
+    boxed_format_reward,
+    has_boxed_format,
+    has_think_answer_format,
+    make_format_reward,
+    think_answer_format_reward,
+)
+from .math import MathAccuracyReward, math_accuracy_reward, parse_answer, parse_gold, score_math
+from .qa import (
+    QAReward,
+    exact_match_score,
+    extract_qa_answer,
+    f1_score,
+    normalize_answer,
+    qa_exact_match_reward,
+    qa_f1_reward,
+)
+
+RewardFunc = Callable[..., list]
+
+REWARD_FUNCS: dict[str, RewardFunc] = {
+    fn.__name__: fn
+    for fn in (
+        math_accuracy_reward,
+        think_answer_format_reward,
+        boxed_format_reward,
+        choice_accuracy_reward,
+        qa_exact_match_reward,
+        qa_f1_reward,
+    )
+}
+
+# Rewards defined elsewhere in the library, imported on first use so that this package stays light and does not
+# depend on them: name -> (module, attribute).
+_OPTIONAL_REWARDS: dict[str, tuple[str, str]] = {
+    "arithmetic": ("grpo_family.tasks.arithmetic", "arithmetic_reward"),
+}
+
+
+def _load_optional(name: str) -> RewardFunc | None:
+    module_name, attr = _OPTIONAL_REWARDS[name]
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError):
+        return None
+    REWARD_FUNCS[name] = fn
+    return fn
+
+
+def reward_names() -> list[str]:
+    """Every name :func:`get_reward_funcs` accepts (optional rewards included when they import)."""
+    for name in _OPTIONAL_REWARDS:
+        if name not in REWARD_FUNCS:
+            _load_optional(name)
+    return sorted(REWARD_FUNCS)
+
+
+def get_reward_funcs(names: str | Iterable[str | RewardFunc]) -> list[RewardFunc]:
+    """Reward functions by name, in order. ``names`` may be a list or a comma-separated string; callables are
+    passed through. An unknown name raises a ValueError that lists the valid names."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    funcs = []
+    for name in names:
+        if callable(name):
+            funcs.append(name)
+            continue
+        fn = REWARD_FUNCS.get(name)
+        if fn is None and name in _OPTIONAL_REWARDS:
+            fn = _load_optional(name)
+        if fn is None:
+            raise ValueError(f"Unknown reward function {name!r}. Valid names: {', '.join(reward_names())}.")
+        funcs.append(fn)
+    return funcs
+
+
+__all__ = [
+    "REWARD_FUNCS",
+    "ChoiceAccuracyReward",
+    "FormatReward",
+    "MathAccuracyReward",
+    "QAReward",
+    "answer_region",
+    "boxed_format_reward",
+    "choice_accuracy_reward",
+    "completion_text",
+    "exact_match_score",
+    "extract_choice",
+    "extract_qa_answer",
+    "f1_score",
+    "get_reward_funcs",
+    "gold_letter",
+    "has_boxed_format",
+    "has_think_answer_format",
+    "last_boxed",
+    "last_tag_content",
+    "make_format_reward",
+    "math_accuracy_reward",
+    "normalize_answer",
+    "parse_answer",
+    "parse_gold",
+    "qa_exact_match_reward",
+    "qa_f1_reward",
+    "reward_names",
+    "score_math",
+    "think_answer_format_reward",
+]
