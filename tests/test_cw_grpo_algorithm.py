@@ -1,0 +1,557 @@
+"""CW-GRPO maths (grpo_family/algorithms/cw_grpo.py) against specs/cw_grpo.md: the §12 worked examples, an
+independent loop-based reference, and the §10 properties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_family.algorithms.cw_grpo import covariance_stats, covariance_weights
+
+SETTINGS = settings(max_examples=60, deadline=None)
+F64 = torch.float64
+
+
+def t64(x):
+    return torch.tensor(x, dtype=F64)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Independent reference: plain Python loops over the valid tokens of each scope (spec §2.4, steps 1-7).
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def reference_weights(
+    logps, advantages, mask, g, *, scope="group", adv_center="token", std_ddof=0, bandwidth_scale=1.0, normalize=True
+):
+    lp, m = logps.tolist(), mask.tolist()
+    n_rows, t_len = len(lp), len(lp[0]) if lp else 0
+    adv = advantages.tolist()
+
+    def a(i, t):
+        return adv[i] if advantages.dim() == 1 else adv[i][t]
+
+    scopes = [list(range(s, s + g)) for s in range(0, n_rows, g)] if scope == "group" else [list(range(n_rows))]
+    out = [[0.0] * t_len for _ in range(n_rows)]
+    for rows in scopes:
+        toks = [(i, t) for i in rows for t in range(t_len) if m[i][t]]
+        n = len(toks)
+        if n == 0:
+            continue
+        l_bar = math.fsum(lp[i][t] for i, t in toks) / n
+        if adv_center == "token":
+            a_bar = math.fsum(a(i, t) for i, t in toks) / n
+        else:
+            per_row = []
+            for i in rows:
+                ts = [t for t in range(t_len) if m[i][t]]
+                if ts:
+                    per_row.append(math.fsum(a(i, t) for t in ts) / len(ts))
+            a_bar = math.fsum(per_row) / len(per_row)
+        c = {(i, t): (lp[i][t] - l_bar) * (a(i, t) - a_bar) for i, t in toks}
+        c_bar = math.fsum(c.values()) / n
+        sigma = math.sqrt(math.fsum((x - c_bar) ** 2 for x in c.values()) / max(n - std_ddof, 1)) * bandwidth_scale
+        constant = len({lp[i][t] for i, t in toks}) == 1 or len({a(i, t) for i, t in toks}) == 1
+        if sigma <= 1e-8 or constant:
+            for i, t in toks:
+                out[i][t] = 1.0
+            continue
+        logw = {k: -(x * x) / (2 * sigma * sigma) for k, x in c.items()}
+        top = max(logw.values())
+        e = {k: math.exp(x - top) if normalize else math.exp(x) for k, x in logw.items()}
+        total = math.fsum(e.values())
+        for (i, t), x in e.items():
+            out[i][t] = n * x / total if normalize else x
+    return t64(out) if out else torch.zeros(0, t_len, dtype=F64)
+
+
+@st.composite
+def batches(draw, max_b=3, max_g=4, max_t=6):
+    """Padded group-contiguous batches: random shapes, masks (some rows or groups empty), advantage kinds."""
+    b, g, t = draw(st.integers(1, max_b)), draw(st.integers(1, max_g)), draw(st.integers(1, max_t))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    n = b * g
+    logp_kind = draw(st.sampled_from(["grid", "tied", "continuous"]))
+    if logp_kind == "grid":
+        logps = -(torch.rand(n, t, generator=gen, dtype=F64) * 500).round() / 100
+    elif logp_kind == "tied":
+        logps = t64([-0.05, -0.5, -2.0])[torch.randint(0, 3, (n, t), generator=gen)]
+    else:
+        logps = -torch.rand(n, t, generator=gen, dtype=F64) * 6
+    adv_kind = draw(st.sampled_from(["binary", "normal", "zero", "mixed"]))
+    if adv_kind == "normal":
+        adv = torch.randn(n, generator=gen, dtype=F64)
+    elif adv_kind == "zero":
+        adv = torch.zeros(n, dtype=F64)
+    else:  # TRL group advantages of binary rewards; "mixed" also zeroes whole groups
+        r = torch.randint(0, 2, (b, g), generator=gen).to(F64)
+        if adv_kind == "mixed":
+            r[torch.rand(b, generator=gen) < 0.5] = 1.0
+        std = r.std(1, keepdim=True) if g > 1 else torch.zeros(b, 1, dtype=F64)
+        adv = ((r - r.mean(1, keepdim=True)) / (std + 1e-4)).reshape(-1)
+    mask_kind = draw(st.sampled_from(["prefix", "random", "full"]))
+    if mask_kind == "full":
+        mask = torch.ones(n, t, dtype=torch.bool)
+    elif mask_kind == "prefix":
+        lengths = torch.randint(0, t + 1, (n,), generator=gen)
+        mask = torch.arange(t)[None] < lengths[:, None]
+    else:
+        mask = torch.rand(n, t, generator=gen) < 0.7
+    return logps, adv, mask, g
+
+
+def scope_view(x, g, scope):
+    n, t = x.shape
+    return x.reshape(n // g, g * t) if scope == "group" else x.reshape(1, n * t)
+
+
+OPTIONS = st.fixed_dictionaries(
+    {
+        "scope": st.sampled_from(["group", "batch"]),
+        "adv_center": st.sampled_from(["token", "sequence"]),
+        "std_ddof": st.sampled_from([0, 1]),
+        "bandwidth_scale": st.sampled_from([1.0, 0.5, 3.0]),
+        "normalize": st.booleans(),
+    }
+)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Worked examples (spec §12)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+EX1 = (t64([[-0.20, -1.50, -0.05], [-2.00, -0.30, 0.00]]), t64([1.0, -1.0]), t64([[1, 1, 1], [1, 1, 0]]))
+
+
+def test_example1_padding():
+    logps, adv, mask = EX1
+    w = covariance_weights(logps, adv, mask, 2)
+    torch.testing.assert_close(w, t64([[1.266106, 1.196810, 1.132839], [0.276071, 1.128174, 0.0]]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        w * adv[:, None], t64([[1.266106, 1.196810, 1.132839], [-0.276071, -1.128174, 0.0]]), atol=1e-6, rtol=0
+    )
+    stats = covariance_stats(logps, adv, mask, 2)
+    torch.testing.assert_close(stats.terms, t64([[0.488, -0.552, 0.608], [1.428, -0.612, 0.0]]), atol=1e-12, rtol=0)
+    assert stats.covariance.item() == pytest.approx(0.272, abs=1e-12)
+    assert stats.sigma.item() == pytest.approx(0.768937, abs=1e-6)
+    assert stats.num_tokens.tolist() == [5.0] and stats.degenerate.tolist() == [False]
+    raw = covariance_weights(logps, adv, mask, 2, normalize=False)
+    torch.testing.assert_close(
+        raw, t64([[0.817597, 0.772849, 0.731539], [0.178275, 0.728526, 0.0]]), atol=1e-6, rtol=0
+    )
+
+
+EX2_LOGPS = t64(
+    [
+        [-0.10, -0.30, -4.50, -0.20, -0.05],
+        [-0.60, -1.20, -0.40, 0.00, 0.00],
+        [-0.30, -0.90, -0.70, -1.10, 0.00],
+        [-0.15, -0.25, -0.35, 0.00, 0.00],
+    ]
+)
+EX2_MASK = t64([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+
+
+def ex2_advantages():
+    r = t64([1.0, 0.0, 0.0, 1.0])
+    adv = (r - r.mean()) / (r.std() + 1e-4)  # TRL: unbiased std + 1e-4
+    torch.testing.assert_close(adv, t64([0.865875, -0.865875, -0.865875, 0.865875]), atol=1e-6, rtol=0)
+    return adv
+
+
+@pytest.mark.parametrize(
+    "options, expected, sigma",
+    [
+        (
+            {},
+            [
+                [0.982528, 1.079808, 0.002435, 1.034532, 0.954381],
+                [1.162081, 1.041439, 1.100107, 0, 0],
+                [1.052196, 1.158107, 1.174084, 1.091350, 0],
+                [1.009297, 1.058083, 1.099573, 0, 0],
+            ],
+            0.864363,
+        ),
+        (
+            {"adv_center": "sequence"},
+            [
+                [0.974799, 1.072588, 0.002240, 1.027061, 0.946527],
+                [1.158452, 1.064077, 1.110262, 0, 0],
+                [1.072588, 1.155379, 1.167717, 1.103404, 0],
+                [1.001696, 1.050739, 1.092471, 0, 0],
+            ],
+            0.920326,
+        ),
+        (
+            {"std_ddof": 1},
+            [
+                [0.988236, 1.079266, 0.003654, 1.036970, 0.961787],
+                [1.155826, 1.043430, 1.098191, 0, 0],
+                [1.053486, 1.152137, 1.166965, 1.090030, 0],
+                [1.013343, 1.058986, 1.097693, 0, 0],
+            ],
+            0.894701,
+        ),
+    ],
+)
+def test_example2_one_extreme_token_and_variants(options, expected, sigma):
+    adv = ex2_advantages()
+    w = covariance_weights(EX2_LOGPS, adv, EX2_MASK, 4, **options)
+    torch.testing.assert_close(w, t64(expected), atol=1e-6, rtol=0)
+    assert covariance_stats(EX2_LOGPS, adv, EX2_MASK, 4, **options).sigma.item() == pytest.approx(sigma, abs=1e-6)
+
+
+def test_example2_statistics_and_weighted_advantages():
+    adv = t64([0.865875, -0.865875, -0.865875, 0.865875])  # the spec's rounded values, as printed
+    stats = covariance_stats(EX2_LOGPS, adv, EX2_MASK, 4)
+    torch.testing.assert_close(
+        stats.terms[0], t64([0.517216, 0.355586, -3.038644, 0.436401, 0.557623]), atol=1e-6, rtol=0
+    )
+    assert stats.covariance.item() == pytest.approx(0.002309, abs=1e-6)
+    raw = covariance_weights(EX2_LOGPS, adv, EX2_MASK, 4, normalize=False)
+    assert raw.sum().item() == pytest.approx(12.764253, abs=1e-6)
+    w = covariance_weights(EX2_LOGPS, adv, EX2_MASK, 4)
+    torch.testing.assert_close(
+        (w * adv[:, None])[:2],
+        t64([[0.850746, 0.934978, 0.002108, 0.895775, 0.826375], [-1.006217, -0.901756, -0.952556, 0, 0]]),
+        atol=1e-6,
+        rtol=0,
+    )
+
+
+EX3 = (
+    t64([[-0.40, -0.90, -0.10], [-1.30, -0.20, 0.00], [-0.05, -2.20, -0.60], [-0.80, -0.35, -0.50]]),
+    t64([0.0, 0.0, 0.707007, -0.707007]),
+    t64([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1]]),
+)
+
+
+def test_example3_group_scope():
+    logps, adv, mask = EX3
+    w = covariance_weights(logps, adv, mask, 2)
+    expected = [[1, 1, 1], [1, 1, 0], [0.776526, 0.120814, 1.331755], [1.362845, 1.136375, 1.271686]]
+    torch.testing.assert_close(w, t64(expected), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        (w * adv[:, None])[2:],
+        t64([[0.549009, 0.085416, 0.941560], [-0.963541, -0.803425, -0.899091]]),
+        atol=1e-6,
+        rtol=0,
+    )
+    stats = covariance_stats(logps, adv, mask, 2)
+    assert stats.degenerate.tolist() == [True, False]
+    assert stats.sigma[1].item() == pytest.approx(0.465409, abs=1e-6)
+    torch.testing.assert_close(
+        stats.terms[2:], t64([[0.494905, -1.025160, 0.106051], [0.035350, -0.282803, -0.176752]]), atol=1e-6, rtol=0
+    )
+
+
+def test_example3_batch_scope():
+    logps, adv, mask = EX3
+    w = covariance_weights(logps, adv, mask, 2, scope="batch")
+    b = 1.198224
+    expected = [[b, b, b], [b, b, 0], [0.550915, 0.011188, 1.185592], [1.159958, 0.972533, 1.128693]]
+    torch.testing.assert_close(w, t64(expected), atol=1e-6, rtol=0)
+    stats = covariance_stats(logps, adv, mask, 2, scope="batch")
+    assert stats.sigma.item() == pytest.approx(0.353177, abs=1e-6)
+    assert stats.num_tokens.tolist() == [11.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_example4_clustered_terms_stay_finite(dtype):
+    logps = torch.tensor([[-0.50, -0.5002], [-1.50, -1.4999]], dtype=dtype)
+    adv, mask = torch.tensor([1.0, -1.0], dtype=dtype), torch.ones(2, 2)
+    stats = covariance_stats(logps.double(), adv.double(), mask, 2)
+    assert stats.sigma.item() == pytest.approx(0.0000790569, rel=1e-4)
+    # The literal w * N / sum(w) is 0/0 here: every raw weight underflows.
+    assert covariance_weights(logps, adv, mask, 2, normalize=False).sum().item() == 0.0
+    w = covariance_weights(logps, adv, mask, 2)
+    assert w.dtype == dtype
+    torch.testing.assert_close(w, torch.tensor([[0.0, 4.0], [0.0, 0.0]], dtype=dtype), atol=1e-6, rtol=0)
+
+
+def test_example5_equal_abs_terms_is_grpo():
+    logps, adv = t64([[-0.5, -1.5], [-1.5, -0.5]]), t64([1.0, -1.0])
+    assert covariance_stats(logps, adv, torch.ones(2, 2), 2).sigma.item() == pytest.approx(0.5)
+    torch.testing.assert_close(covariance_weights(logps, adv, torch.ones(2, 2), 2), torch.ones(2, 2, dtype=F64))
+
+
+def test_example6_single_valid_token():
+    x = float("nan")  # garbage under the mask
+    w = covariance_weights(t64([[-0.7, x], [x, x]]), t64([0.5, -0.5]), t64([[1, 0], [0, 0]]), 2)
+    assert w.tolist() == [[1.0, 0.0], [0.0, 0.0]]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reference implementation and the §10 properties
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(batches(), OPTIONS, st.booleans())
+def test_matches_loop_reference(batch, options, per_token_adv):
+    logps, adv, mask, g = batch
+    if per_token_adv:  # (N, T) advantages, constant along each row, garbage at padding
+        adv = torch.where(mask, adv[:, None].expand_as(logps), torch.full_like(logps, 1e30))
+    w = covariance_weights(logps, adv, mask, g, **options)
+    torch.testing.assert_close(w, reference_weights(logps, adv, mask, g, **options), atol=1e-9, rtol=1e-9)
+
+
+@SETTINGS
+@given(batches(), st.sampled_from(["group", "batch"]))
+def test_finite_zero_on_padding_and_mean_one(batch, scope):
+    logps, adv, mask, g = batch
+    w = covariance_weights(logps, adv, mask, g, scope=scope)
+    assert torch.isfinite(w).all() and not w.requires_grad
+    assert (w[~mask] == 0).all() and (w[mask] >= 0).all()
+    w_s, m_s = scope_view(w, g, scope), scope_view(mask, g, scope)
+    n = m_s.sum(1).to(F64)
+    torch.testing.assert_close(w_s.sum(1), n, atol=1e-9 * max(n.max().item(), 1.0), rtol=0)
+
+
+@SETTINGS
+@given(batches(), st.sampled_from(["group", "batch"]))
+def test_range_and_monotone_in_abs_covariance(batch, scope):
+    logps, adv, mask, g = batch
+    w = covariance_weights(logps, adv, mask, g, scope=scope)
+    raw = covariance_weights(logps, adv, mask, g, scope=scope, normalize=False)
+    c = covariance_stats(logps, adv, mask, g, scope=scope).terms
+    assert (raw[mask] <= 1).all() and (raw[mask] >= 0).all()
+    for ws, cs, ms in zip(scope_view(w, g, scope), scope_view(c, g, scope), scope_view(mask, g, scope)):
+        if not ms.any():
+            continue
+        wv, cv = ws[ms], cs[ms].abs()
+        assert wv.max() >= 1 - 1e-12 and wv.min() <= 1 + 1e-12  # max w~ >= 1 >= min w~ (property 4)
+        smaller = cv[:, None] < cv[None, :] - 1e-12  # |c_a| < |c_b|  =>  w~_a >= w~_b (property 3)
+        assert (wv[:, None] >= wv[None, :] - 1e-12)[smaller].all()
+
+
+@SETTINGS
+@given(batches())
+def test_stable_form_equals_literal_form(batch):
+    logps, adv, mask, g = batch
+    w = covariance_weights(logps, adv, mask, g)
+    raw = covariance_weights(logps, adv, mask, g, normalize=False)
+    raw_s, m_s = scope_view(raw, g, "group"), scope_view(mask, g, "group")
+    total = raw_s.sum(1, keepdim=True)
+    if (total[m_s.any(1)] < 1e-200).any():
+        return  # underflow: the literal form is 0/0 (Example 4); covered there
+    literal = torch.where(m_s, m_s.sum(1, keepdim=True) * raw_s / total.clamp_min(1e-300), 0.0)
+    torch.testing.assert_close(w, literal.reshape(w.shape), atol=1e-9, rtol=1e-9)
+
+
+@SETTINGS
+@given(batches(), st.sampled_from(["group", "batch"]), st.sampled_from(["token", "sequence"]))
+def test_padding_values_are_ignored(batch, scope, adv_center):
+    logps, adv, mask, g = batch
+    adv_tok = adv[:, None].expand_as(logps).clone()
+    garbage = t64([float("nan"), float("inf"), -float("inf"), 1e300, -7.0])
+    pad = garbage[torch.arange(logps.numel()).reshape(logps.shape) % 5]
+    w = covariance_weights(logps, adv_tok, mask, g, scope=scope, adv_center=adv_center)
+    w_pad = covariance_weights(
+        torch.where(mask, logps, pad),
+        torch.where(mask, adv_tok, pad.flip(0)),
+        mask,
+        g,
+        scope=scope,
+        adv_center=adv_center,
+    )
+    assert torch.equal(w, w_pad)
+    assert torch.equal(w, covariance_weights(logps, adv, mask, g, scope=scope, adv_center=adv_center))
+
+
+@SETTINGS
+@given(
+    batches(),
+    st.sampled_from(["group", "batch"]),
+    st.sampled_from([-2.0, -0.5, 0.5, 3.0]),
+    st.sampled_from([-1.0, 0.0, 4.0]),
+    st.sampled_from([-1.0, 0.25, 2.0]),
+    st.sampled_from([0.0, 1.5, -10.0]),
+)
+def test_affine_invariance(batch, scope, a, b, k, d):
+    logps, adv, mask, g = batch
+    w = covariance_weights(logps, adv, mask, g, scope=scope)
+    w2 = covariance_weights(a * logps + b, k * adv + d, mask, g, scope=scope)
+    torch.testing.assert_close(w2, w, atol=1e-7, rtol=1e-7)
+
+
+@SETTINGS
+@given(batches(max_b=3), st.integers(0, 2**31 - 1))
+def test_group_independence(batch, seed):
+    logps, adv, mask, g = batch
+    n_groups = logps.shape[0] // g
+    gen = torch.Generator().manual_seed(seed)
+    logps2, adv2, mask2 = logps.clone(), adv.clone(), mask.clone()
+    logps2[g:] = -torch.rand(logps2[g:].shape, generator=gen, dtype=F64) * 3
+    adv2[g:] = torch.randn(adv2[g:].shape, generator=gen, dtype=F64)
+    mask2[g:] = torch.rand(mask2[g:].shape, generator=gen) < 0.5
+    w, w2 = covariance_weights(logps, adv, mask, g), covariance_weights(logps2, adv2, mask2, g)
+    assert torch.equal(w[:g], w2[:g])
+    if n_groups > 1:  # and batch scope really does couple the groups
+        assert covariance_weights(logps, adv, mask, g, scope="batch").shape == w.shape
+
+
+@SETTINGS
+@given(batches(), st.sampled_from(["group", "batch"]), st.integers(0, 2**31 - 1))
+def test_permutation_equivariance_within_groups(batch, scope, seed):
+    logps, adv, mask, g = batch
+    gen = torch.Generator().manual_seed(seed)
+    n = logps.shape[0]
+    perm = torch.cat([torch.randperm(g, generator=gen) + s for s in range(0, n, g)])
+    tok_perm = torch.randperm(logps.shape[1], generator=gen)  # token order inside a row is irrelevant too
+    w = covariance_weights(logps, adv, mask, g, scope=scope)
+    w2 = covariance_weights(logps[perm][:, tok_perm], adv[perm], mask[perm][:, tok_perm], g, scope=scope)
+    torch.testing.assert_close(w2, w[perm][:, tok_perm], atol=1e-9, rtol=1e-9)
+
+
+@SETTINGS
+@given(batches())
+def test_huge_bandwidth_recovers_grpo(batch):
+    logps, adv, mask, g = batch
+    w = covariance_weights(logps, adv, mask, g, bandwidth_scale=1e4)
+    assert ((w[mask] - 1).abs() < 1e-6).all()
+
+
+@SETTINGS
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.floats(-5, -0.5),
+    st.floats(0.01, 0.4),
+    st.floats(0.1, 3),
+    st.integers(0, 2**31 - 1),
+)
+def test_equal_abs_terms_give_all_ones(b, half_g, half_t, centre, delta, alpha, seed):
+    """All |c| equal (property 9a): half the rows +alpha, half -alpha; each row half centre+delta, half centre-delta."""
+    gen = torch.Generator().manual_seed(seed)
+    g, t = 2 * half_g, 2 * half_t
+    signs = torch.tensor([1.0] * half_t + [-1.0] * half_t, dtype=F64)
+    logps = torch.stack([centre + delta * signs[torch.randperm(t, generator=gen)] for _ in range(b * g)])
+    adv = (alpha * torch.tensor([1.0] * half_g + [-1.0] * half_g, dtype=F64)).repeat(b)
+    w = covariance_weights(logps, adv, torch.ones(b * g, t), g)
+    torch.testing.assert_close(w, torch.ones_like(w), atol=1e-9, rtol=0)
+    assert not covariance_stats(logps, adv, torch.ones(b * g, t), g).degenerate.any()
+
+
+@pytest.mark.parametrize("value", [0.0, 0.37, -2.5, 1e9])
+def test_equal_advantages_give_all_ones(value):
+    gen = torch.Generator().manual_seed(0)
+    logps = -torch.rand(6, 5, generator=gen, dtype=F64) * 4
+    mask = torch.rand(6, 5, generator=gen) < 0.8
+    w = covariance_weights(logps, torch.full((6,), value, dtype=F64), mask, 3)
+    assert torch.equal(w, mask.to(F64))
+
+
+def test_identical_terms_give_all_ones():
+    # two perfectly correlated tokens: c = 0.5 for both, sigma = 0 (property 9d)
+    logps, adv = t64([[-0.5], [-1.5]]), t64([1.0, -1.0])
+    assert covariance_stats(logps, adv, torch.ones(2, 1), 2).terms.tolist() == [[0.5], [0.5]]
+    assert covariance_weights(logps, adv, torch.ones(2, 1), 2).tolist() == [[1.0], [1.0]]
+
+
+@SETTINGS
+@given(batches(max_t=1), st.sampled_from(["group", "batch"]))
+def test_single_token_completions(batch, scope):
+    logps, adv, mask, g = batch
+    w = covariance_weights(logps, adv, mask, g, scope=scope)
+    assert torch.isfinite(w).all()
+    torch.testing.assert_close(
+        scope_view(w, g, scope).sum(1), scope_view(mask, g, scope).sum(1).to(F64), atol=1e-9, rtol=0
+    )
+
+
+@pytest.mark.parametrize("scope", ["group", "batch"])
+def test_all_padding(scope):
+    nan = torch.full((4, 3), float("nan"), dtype=F64)
+    w = covariance_weights(nan, torch.zeros(4, dtype=F64), torch.zeros(4, 3), 2, scope=scope)
+    assert torch.equal(w, torch.zeros(4, 3, dtype=F64))
+    stats = covariance_stats(nan, torch.zeros(4, dtype=F64), torch.zeros(4, 3), 2, scope=scope)
+    assert torch.isfinite(stats.sigma).all() and (stats.num_tokens == 0).all()
+
+
+def test_group_of_only_padding_next_to_a_normal_group():
+    logps, adv, mask = EX3
+    mask = mask.clone()
+    mask[:2] = 0
+    w = covariance_weights(logps, adv, mask, 2)
+    assert (w[:2] == 0).all()
+    torch.testing.assert_close(w[2:], covariance_weights(logps[2:], adv[2:], mask[2:], 2), atol=0, rtol=0)
+    for adv_center in ("token", "sequence"):
+        wb = covariance_weights(logps, adv, mask, 2, scope="batch", adv_center=adv_center)
+        assert torch.isfinite(wb).all() and wb.sum().item() == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("scope", ["group", "batch"])
+def test_empty_batch(scope):
+    w = covariance_weights(torch.zeros(0, 4), torch.zeros(0), torch.zeros(0, 4), 2, scope=scope)
+    assert w.shape == (0, 4)
+
+
+def test_covariance_identity():
+    """mean over the scope of c = population Cov(logp, A) over the group's valid tokens (property 13)."""
+    gen = torch.Generator().manual_seed(3)
+    logps = -torch.rand(8, 6, generator=gen, dtype=F64) * 3
+    adv, mask = torch.randn(8, generator=gen, dtype=F64), torch.rand(8, 6, generator=gen) < 0.7
+    stats = covariance_stats(logps, adv, mask, 4)
+    for g in range(2):
+        rows = slice(4 * g, 4 * g + 4)
+        m = mask[rows]
+        x, y = logps[rows][m], adv[rows][:, None].expand(4, 6)[m]
+        expected = torch.cov(torch.stack([x, y]), correction=0)[0, 1]
+        assert stats.covariance[g].item() == pytest.approx(expected.item(), abs=1e-12)
+
+
+def test_weights_are_detached_and_gradient_is_rescaled():
+    """Property 11: with detached weights, dL_CW/dlogp = w~ * dL_GRPO/dlogp for the policy term."""
+    logps, adv, mask = (x.clone() for x in EX1)
+    logps.requires_grad_(True)
+    w = covariance_weights(logps, adv, mask, 2)
+    assert not w.requires_grad
+    old = logps.detach()
+    (grad_grpo,) = torch.autograd.grad(-(torch.exp(logps - old) * adv[:, None] * mask).sum(), logps)
+    (grad_cw,) = torch.autograd.grad(-(torch.exp(logps - old) * (w * adv[:, None]) * mask).sum(), logps)
+    torch.testing.assert_close(grad_cw, w * grad_grpo)
+
+
+def test_dtypes():
+    logps, adv, mask = EX1
+    assert covariance_weights(logps.float(), adv.float(), mask, 2).dtype == torch.float32
+    assert covariance_weights(logps.bfloat16(), adv.float(), mask.bool(), 2).dtype == torch.float32
+    assert covariance_weights(logps.float(), adv, mask, 2).dtype == torch.float64
+    torch.testing.assert_close(
+        covariance_weights(logps.float(), adv.float(), mask, 2), covariance_weights(logps, adv, mask, 2).float()
+    )
+
+
+def test_invalid_arguments():
+    logps, adv, mask = EX1
+    with pytest.raises(ValueError):
+        covariance_weights(logps, adv, mask, 3)  # N not a multiple of G
+    with pytest.raises(ValueError):
+        covariance_weights(logps, adv, mask, 2, scope="micro")
+    with pytest.raises(ValueError):
+        covariance_weights(logps, adv, mask, 2, adv_center="median")
+    with pytest.raises(ValueError):
+        covariance_weights(logps, adv, mask, 2, std_ddof=2)
+    with pytest.raises(ValueError):
+        covariance_weights(logps, adv, mask, 2, bandwidth_scale=0.0)
+    with pytest.raises(ValueError):
+        covariance_weights(logps, adv[:1], mask, 2)
+    assert covariance_weights(logps, adv, mask, 3, scope="batch").shape == logps.shape  # G unused for batch
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_matches_cpu():
+    for logps, adv, mask in (EX1, EX3):
+        for scope in ("group", "batch"):
+            cpu = covariance_weights(logps, adv, mask, 2, scope=scope)
+            gpu = covariance_weights(logps.cuda().float(), adv.cuda().float(), mask.cuda(), 2, scope=scope)
+            assert gpu.device.type == "cuda"
+            torch.testing.assert_close(gpu.cpu(), cpu.float(), atol=1e-6, rtol=1e-6)
