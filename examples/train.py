@@ -39,10 +39,16 @@ class TrainScriptArguments(ScriptArguments):
         default_factory=lambda: ["math_accuracy"],
         metadata={"help": "Reward functions by name (see grpo_family.rewards.REWARD_FUNCS); real datasets only."},
     )
-    preset: str = field(default="auto", metadata={"help": "Dataset preset for the collator (auto-detected)."})
+    dataset_preset: str = field(
+        default="auto",
+        metadata={
+            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa or prompt (see grpo_family.collator)."
+        },
+    )
     question_column: str | None = field(default=None, metadata={"help": "Column holding the question."})
     answer_column: str | None = field(default=None, metadata={"help": "Column holding the gold answer."})
     solution_column: str | None = field(default=None, metadata={"help": "Column holding a reference solution."})
+    options_column: str | None = field(default=None, metadata={"help": "Column holding multiple-choice options."})
     system_prompt: str | None = field(default=None, metadata={"help": "System prompt (collator default if unset)."})
     num_eval_examples: int = field(default=200, metadata={"help": "Held-out examples scored before and after."})
     eval_max_new_tokens: int | None = field(
@@ -73,6 +79,8 @@ def parse_args(argv: list[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     config_cls, trainer_cls = get_method(_method_from_argv(argv))
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig))
+    if not torch.cuda.is_available():  # TRL defaults to bf16, which a CPU-only machine rejects
+        parser.set_defaults(bf16=False)
     script_args, training_args, model_args = parser.parse_args_and_config(argv)
     if model_args.model_name_or_path is None and script_args.dataset_name is None:
         # Embedded default: the bundled task's tuned settings, unless the user set them (CLI or YAML win).
@@ -112,25 +120,22 @@ def load_real(script_args, training_args, model_args):
     from grpo_family.collator import prepare_dataset
     from grpo_family.rewards import get_reward_funcs
 
-    dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
+    # trust_remote_code stays off: only architectures that transformers itself ships are loaded.
     training_args.model_init_kwargs = {
+        **(training_args.model_init_kwargs or {}),
         "revision": model_args.model_revision,
-        "trust_remote_code": model_args.trust_remote_code,
         "attn_implementation": model_args.attn_implementation,
-        "dtype": dtype,
+        "dtype": model_args.dtype,
     }
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path,
-        revision=model_args.model_revision,
-        trust_remote_code=model_args.trust_remote_code,
-    )
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     raw = load_dataset(script_args.dataset_name, name=script_args.dataset_config)
     columns = dict(
-        preset=script_args.preset,
+        preset=script_args.dataset_preset,
         system_prompt=script_args.system_prompt,
         question_column=script_args.question_column,
         answer_column=script_args.answer_column,
         solution_column=script_args.solution_column,
+        options_column=script_args.options_column,
     )
     train = prepare_dataset(raw[script_args.dataset_train_split], **columns)
     evaluation = None
