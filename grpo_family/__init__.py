@@ -6,9 +6,11 @@
 from trl import GRPOConfig
 
 from .trainers.base import GRPOFamilyTrainer, RewardFunctionError
+from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
 
 METHODS: dict[str, tuple[type, type]] = {
     "grpo": (GRPOConfig, GRPOFamilyTrainer),
+    "ms_grpo": (MSGRPOConfig, MSGRPOTrainer),
 }
 
 
@@ -19,4 +21,12 @@ def get_method(name: str) -> tuple[type, type]:
     return METHODS[name]
 
 
-__all__ = ["METHODS", "GRPOConfig", "GRPOFamilyTrainer", "RewardFunctionError", "get_method"]
+__all__ = [
+    "METHODS",
+    "GRPOConfig",
+    "GRPOFamilyTrainer",
+    "MSGRPOConfig",
+    "MSGRPOTrainer",
+    "RewardFunctionError",
+    "get_method",
+]

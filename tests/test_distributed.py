@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,10 +31,15 @@ def launch(script: str, *args: str, timeout: int = 300) -> None:
         pytest.fail(f"2-process run failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
 
 
+def record_advantages(method: str, model_dir: str, out_dir: Path, **overrides) -> tuple[list, list]:
+    """2-process run of ``tests/dist/record_advantages.py``: per-rank records of rewards and advantages."""
+    launch("record_advantages.py", method, model_dir, str(out_dir), str(TESTS), json.dumps(overrides))
+    return tuple(torch.load(out_dir / f"rank{r}.pt") for r in (0, 1))
+
+
 @pytest.mark.multiprocess
 def test_base_trainer_advantages_are_global(tiny_model_dir, tmp_path):
-    launch("base_advantages.py", tiny_model_dir, str(tmp_path), str(TESTS))
-    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    rank0, rank1 = record_advantages("grpo", tiny_model_dir, tmp_path)
     assert len(rank0) == len(rank1) == 2
     for r0, r1 in zip(rank0, rank1):
         assert r0["rewards"].shape == (3, 4)  # 12 completions, 3 groups, the middle one split 2 + 2

@@ -1,0 +1,55 @@
+"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`:
+
+    record_advantages.py METHOD MODEL_DIR OUT_DIR TESTS_DIR [JSON_CONFIG_OVERRIDES]
+
+Trains METHOD for 2 steps and saves, on every rank, the gathered rewards, the global advantages of the hook and
+this rank's slice, for the test to compare with a single-process computation.
+"""
+
+import json
+import sys
+
+import torch
+
+from grpo_family import METHODS
+from grpo_family.tasks import make_arithmetic_dataset
+
+sys.path.insert(0, sys.argv[4])  # tests/ (for conftest helpers)
+from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+
+
+def recording(trainer_cls):
+    class Recording(trainer_cls):
+        records = []
+
+        def _compute_advantages(self, rewards, batch):
+            advantages = super()._compute_advantages(rewards, batch)
+            self.records.append({"rewards": rewards.clone(), "advantages": advantages.clone()})
+            return advantages
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            self.records[-1]["local"] = out["advantages"].clone()  # before TRL shuffles the rows
+            return out
+
+    return Recording
+
+
+def main():
+    method, model_dir, out_dir = sys.argv[1:4]
+    overrides = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    config_cls, trainer_cls = METHODS[method]
+    # 6 completions per process, groups of 4: the middle group straddles the two processes.
+    kwargs = tiny_config_kwargs(out_dir, per_device_train_batch_size=6, num_generations=4, max_steps=2)
+    trainer = recording(trainer_cls)(
+        model=model_dir,
+        reward_funcs=[digit_share_reward],
+        args=config_cls(**{**kwargs, **overrides}),
+        train_dataset=make_arithmetic_dataset("train", 32, seed=0),
+    )
+    trainer.train()
+    torch.save(trainer.records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
+
+
+if __name__ == "__main__":
+    main()
