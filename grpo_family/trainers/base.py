@@ -16,15 +16,17 @@ The base class also contains trouble instead of letting it corrupt a run:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from accelerate.utils import gather, pad_across_processes
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
@@ -231,6 +233,37 @@ class GRPOFamilyTrainer(GRPOTrainer):
         metrics["reward"][-1] = torch.nanmean(flat).item()
         metrics["reward_std"][-1] = nanstd(flat).item()
         metrics["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
+
+    # ------------------------------------------------------------------ model card
+    # The GRPO knobs a reader needs to reproduce a run; the method's own config fields are added to these.
+    _CARD_HYPERPARAMETERS = (
+        "learning_rate", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+        "max_completion_length", "temperature", "beta", "epsilon", "loss_type", "scale_rewards", "max_steps",
+        "num_train_epochs", "seed",
+    )  # fmt: skip
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card (method name, tags, paper title, id and citation) plus hyperparameters and final metrics."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        path = os.path.join(self.args.output_dir, "README.md")
+        if not self.is_world_process_zero() or not os.path.exists(path):
+            return
+        base_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        method_fields = [f.name for f in dataclasses.fields(self.args) if f.name not in base_fields]
+        rows = [(name, getattr(self.args, name)) for name in (*method_fields, *self._CARD_HYPERPARAMETERS)]
+        final = {}
+        for entry in self.state.log_history:  # the last value of each metric (secrets never reach the logs)
+            final.update({k: v for k, v in entry.items() if isinstance(v, int | float)})
+        section = [
+            f"\n## {self._name} training details (grpo_family)\n",
+            f"Method: `{self.method_name}` ({self._name}); paper: {self._paper.get('title', 'n/a')}.\n",
+            "| hyperparameter | value |\n|---|---|",
+            *(f"| {name} | {value} |" for name, value in rows),
+            "\nFinal training metrics:\n\n| metric | value |\n|---|---|",
+            *(f"| {k} | {v:.6g} |" for k, v in sorted(final.items())),
+        ]
+        with open(path, "a") as f:
+            f.write("\n".join(section) + "\n")
 
     # ------------------------------------------------------------------ containment of non-finite updates
     def create_optimizer(self, *args: Any, **kwargs: Any):
