@@ -1,0 +1,696 @@
+"""MS-GRPO: multi-scale group-relative advantages (spec: ``specs/ms_grpo.md``).
+
+Every completion is standardised against every subgroup of its group with at least ``tau_min`` members
+(spec §2.4), the z-scores are averaged within each subgroup size ("scale", §2.5) and the per-scale
+averages are mixed with scale weights (§2.6). Three exact engines compute the same numbers:
+
+* **value-class tables** (few distinct rewards, e.g. binary correctness or sums of binary checks): a
+  subgroup's statistics depend only on how many copies of each value it holds, so a per-scale average is a
+  multivariate-hypergeometric sum over count vectors (§3.2) — polynomial in G, tabulated per reward
+  pattern and cached, which makes exact MS-GRPO practical at G = 64;
+* **enumeration**: every subgroup as a row of a cached 0/1 membership matrix, statistics for all prompts
+  by matrix products (§3.1); refused above ``MAX_ENUMERATED_SUBGROUPS`` subgroups per prompt;
+* the **accelerated** scheme (§2.8): dilated scale sampling (``num_scales`` = M) and greedy
+  Jaccard-diverse subgroups (``subgroups_per_scale`` = K), both reward-independent and shared by every
+  process given the same ``torch.Generator``.
+
+Conventions (spec §11): per-sequence scalar rewards; ``A_i(S) = (r_i - mu_S) / (sigma_S + eps)``;
+degenerate subgroups (all rewards equal, detected exactly) contribute 0 and still count; population std
+by default. Non-finite rewards (NaN = unscorable) are removed from every subgroup and get advantage 0:
+the prompt is treated as the group of its scorable completions (spec §6, optional policy).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import numbers
+
+import torch
+
+__all__ = [
+    "diverse_subgroups",
+    "draw_scales",
+    "dss_intervals",
+    "multiscale_advantages",
+    "num_subgroups",
+    "scale_weights",
+    "validate_multiscale_options",
+]
+
+WEIGHT_SCHEMES = ("uniform", "global", "local", "flat")
+STD_CONVENTIONS = ("population", "sample")
+PARTITIONS = ("bottom", "paper")
+SELECTIONS = ("greedy", "random")
+DRAWS = ("per_group", "per_batch")
+METHODS = ("auto", "enumerate", "counts")
+
+# Exact enumeration is refused (method="auto") above this many subgroups per prompt: 2**16 admits
+# G <= 16 at tau_min = 2 (65 519 subgroups; seconds per 1024 prompts on one CPU core, G = 12 about 0.2 s);
+# G = 17 would need 131 054, and the cost doubles with every further completion.
+MAX_ENUMERATED_SUBGROUPS = 2**16
+# method="auto" uses value-class tables for a prompt whose rewards have counts n_d per distinct value when
+# its count vectors prod(n_d + 1) are at most MAX_COUNT_VECTORS and 8x fewer than its subgroups, and it
+# has more than MIN_COUNTS_SUBGROUPS subgroups (below that batched enumeration is cheaper than a table per
+# reward pattern). Binary rewards at G = 64 need at most 33**2 = 1089 count vectors instead of 2**64.
+MAX_COUNT_VECTORS = 2**16
+MIN_COUNTS_SUBGROUPS = 2**10
+# Greedy diverse selection runs on all C(G, tau) candidates up to this many, else on a fixed-seed random
+# pool of this size (spec §11.9).
+GREEDY_POOL_LIMIT = 20_000
+_TIE_TOL = 1e-9  # greedy ties (spec §2.8b)
+
+
+# ----------------------------------------------------------------------------------------------- options
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _weights_key(weights) -> str | tuple[float, ...]:
+    if isinstance(weights, str):
+        return weights
+    if isinstance(weights, torch.Tensor):
+        weights = weights.flatten().tolist()
+    try:
+        return tuple(float(w) for w in weights)
+    except (TypeError, ValueError):
+        raise ValueError(f"weights must be one of {WEIGHT_SCHEMES} or a sequence of floats, got {weights!r}") from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _scale_weights(num_generations: int, tau_min: int, key: str | tuple[float, ...]) -> tuple[float, ...]:
+    G, R = num_generations, num_generations - tau_min + 1
+    taus = range(tau_min, G + 1)
+    if key == "uniform":
+        w = [1.0] * R
+    elif key == "global":
+        w = [float(t - tau_min + 1) for t in taus]
+    elif key == "local":
+        w = [float(G - t + 1) for t in taus]
+    elif key == "flat":
+        w = [float(math.comb(G - 1, t - 1)) for t in taus]
+    elif isinstance(key, str):
+        raise ValueError(f"weights must be one of {WEIGHT_SCHEMES} or a sequence of floats, got {key!r}")
+    else:
+        w = list(key)
+        if len(w) != R:
+            raise ValueError(
+                f"explicit weights need one entry per scale tau = {tau_min}..{G} ({R} entries), got {len(w)}"
+            )
+        if not all(math.isfinite(v) and v >= 0 for v in w) or sum(w) <= 0:
+            raise ValueError(f"explicit weights must be finite, >= 0 and not all zero, got {w}")
+    total = sum(w)
+    return tuple(v / total for v in w)
+
+
+def scale_weights(num_generations: int, tau_min: int = 2, weights="uniform") -> torch.Tensor:
+    """Scale weights ``w_tau`` for ``tau = tau_min..num_generations`` normalised to sum 1 (spec §2.6), float64.
+
+    "uniform": 1; "global": ``tau - tau_min + 1``; "local": ``G - tau + 1``; "flat": ``C(G-1, tau-1)`` (the
+    no-hierarchy ablation); or an explicit sequence of ``G - tau_min + 1`` non-negative floats.
+    """
+    _check_int("num_generations", num_generations, 1)
+    _check_int("tau_min", tau_min, 2)
+    if tau_min > num_generations:
+        raise ValueError(f"tau_min={tau_min} exceeds num_generations={num_generations}")
+    return torch.tensor(_scale_weights(num_generations, tau_min, _weights_key(weights)), dtype=torch.float64)
+
+
+def validate_multiscale_options(
+    num_generations: int,
+    *,
+    tau_min: int = 2,
+    weights="uniform",
+    std: str = "population",
+    eps: float = 1e-6,
+    num_scales: int | None = None,
+    subgroups_per_scale: int | None = None,
+    partition: str = "bottom",
+    selection: str = "greedy",
+    draw: str = "per_group",
+    method: str = "auto",
+) -> None:
+    """Raise ``ValueError`` naming what is allowed if the options are invalid for groups of ``num_generations``.
+
+    Needs no rewards, so a trainer config can call it at init. Allowed: ``2 <= tau_min <= num_generations``;
+    weights in ``WEIGHT_SCHEMES`` or ``num_generations - tau_min + 1`` finite non-negative floats, not all 0;
+    std in ``STD_CONVENTIONS``; finite ``eps >= 0``; ``num_scales`` and ``subgroups_per_scale`` None or
+    integers >= 1; partition in ``PARTITIONS``; selection in ``SELECTIONS``; draw in ``DRAWS``; method in
+    ``METHODS``.
+    """
+    _check_int("num_generations", num_generations, 1)
+    _check_int("tau_min", tau_min, 2)
+    if tau_min > num_generations:
+        raise ValueError(
+            f"tau_min={tau_min} exceeds num_generations={num_generations}; need 2 <= tau_min <= num_generations"
+        )
+    _check_choice("std", std, STD_CONVENTIONS)
+    _check_choice("partition", partition, PARTITIONS)
+    _check_choice("selection", selection, SELECTIONS)
+    _check_choice("draw", draw, DRAWS)
+    _check_choice("method", method, METHODS)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite real >= 0, got {eps!r}")
+    if num_scales is not None:
+        _check_int("num_scales", num_scales, 1)
+    if subgroups_per_scale is not None:
+        _check_int("subgroups_per_scale", subgroups_per_scale, 1)
+    _scale_weights(num_generations, tau_min, _weights_key(weights))
+
+
+# ------------------------------------------------------------------------- acceleration (spec §2.8 a, b)
+
+
+def dss_intervals(num_generations: int, tau_min: int, num_scales: int, partition: str = "bottom") -> list[tuple]:
+    """Non-empty scale intervals ``[s, e]`` of dilated scale sampling (spec §2.8a); ``L = ceil(R / M)``.
+
+    "bottom" (default, reproduces the paper's reported subgroup counts): ``s_j = tau_min + (j-1)L``,
+    ``e_j = min(tau_min + jL - 1, G)``. "paper" (printed formula): ``e_j = G - (M-j)L``,
+    ``s_j = max(tau_min, e_{j-1} + 1)``. Empty intervals are dropped, so there may be fewer than M.
+    """
+    G, M = num_generations, num_scales
+    L = -(-(G - tau_min + 1) // M)
+    if partition == "bottom":
+        spans = [(tau_min + j * L, min(tau_min + (j + 1) * L - 1, G)) for j in range(M)]
+    else:
+        ends = [G - (M - j) * L for j in range(1, M + 1)]
+        spans = [(tau_min if j == 0 else max(tau_min, ends[j - 1] + 1), ends[j]) for j in range(M)]
+    return [(s, e) for s, e in spans if s <= e]
+
+
+def draw_scales(
+    num_prompts: int,
+    num_generations: int,
+    *,
+    tau_min: int = 2,
+    num_scales: int | None = None,
+    partition: str = "bottom",
+    draw: str = "per_group",
+    generator: torch.Generator | None = None,
+    device=None,
+) -> torch.Tensor:
+    """Boolean ``(num_prompts, G - tau_min + 1)``: column k is True where scale ``tau_min + k`` is used.
+
+    One scale uniformly from each non-empty DSS interval, independently per prompt ("per_group") or once
+    for the batch ("per_batch"); every scale when ``num_scales`` is None. Draws come from ``generator``
+    (its device), so every process seeded alike draws the same scales.
+    """
+    R = num_generations - tau_min + 1
+    if num_scales is None:
+        return torch.ones(num_prompts, R, dtype=torch.bool, device=device)
+    mask = torch.zeros(num_prompts, R, dtype=torch.bool, device=device)
+    rows = torch.arange(num_prompts, device=device)
+    n = num_prompts if draw == "per_group" else 1
+    gen_device = generator.device if generator is not None else device
+    for s, e in dss_intervals(num_generations, tau_min, num_scales, partition):
+        t = torch.randint(s, e + 1, (n,), generator=generator, device=gen_device).to(device)
+        mask[rows, (t - tau_min).expand(num_prompts)] = True
+    return mask
+
+
+@functools.lru_cache(maxsize=256)
+def _candidate_pool(G: int, tau: int) -> torch.Tensor:
+    """Bool ``[N, G]`` size-``tau`` subsets in lexicographic order: all of them, or a fixed-seed sample (§11.9)."""
+    if math.comb(G, tau) <= GREEDY_POOL_LIMIT:
+        idx = torch.tensor(list(itertools.combinations(range(G), tau)), dtype=torch.long).reshape(-1, tau)
+        return torch.zeros(len(idx), G, dtype=torch.bool).scatter_(1, idx, True)
+    gen = torch.Generator().manual_seed(1_000_003 * G + tau)  # reward-independent, identical on every process
+    idx = torch.rand(GREEDY_POOL_LIMIT, G, generator=gen).argsort(1)[:, :tau]
+    pool = torch.zeros(GREEDY_POOL_LIMIT + 1, G, dtype=torch.bool)
+    pool[0, :tau] = True  # keep the lexicographically first subset, the tie rule's first pick
+    pool[1:].scatter_(1, idx, True)
+    # descending 0/1 rows (index 0 most significant) == lexicographic order of the index tuples
+    return torch.unique(1 - pool.to(torch.uint8), dim=0) == 0
+
+
+@functools.lru_cache(maxsize=256)
+def _greedy_rows(G: int, tau: int, K: int) -> torch.Tensor:
+    pool = _candidate_pool(G, tau)
+    if len(pool) <= K:
+        return pool
+    members = pool.double()
+    score = torch.zeros(len(pool), dtype=torch.float64)
+    chosen = torch.zeros(len(pool), dtype=torch.bool)
+    picks = []
+    for _ in range(K):
+        masked = score.masked_fill(chosen, -math.inf)
+        pick = int(torch.nonzero(masked >= masked.max() - _TIE_TOL)[0])  # ties -> earliest candidate
+        chosen[pick] = True
+        picks.append(pick)
+        inter = members @ members[pick]
+        score += 1.0 - inter / (2 * tau - inter)  # Jaccard distance between equal-size sets
+    return pool[picks]
+
+
+def diverse_subgroups(num_generations: int, tau: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """Greedy Jaccard-diverse selection of ``k`` size-``tau`` subgroups (spec §2.8b, Eq. 7-9), cached.
+
+    Each step adds the candidate with the largest summed Jaccard distance to those already chosen; ties
+    (within 1e-9) go to the lexicographically earliest, so the first pick is ``(0, ..., tau-1)``. All
+    subgroups when ``C(G, tau) <= k``. Depends only on ``(G, tau, k)``, never on rewards.
+    """
+    rows = _greedy_rows(num_generations, tau, k)
+    return tuple(tuple(torch.nonzero(r).flatten().tolist()) for r in rows)
+
+
+def num_subgroups(
+    num_generations: int,
+    *,
+    tau_min: int = 2,
+    num_scales: int | None = None,
+    subgroups_per_scale: int | None = None,
+    partition: str = "bottom",
+) -> float:
+    """Expected number of subgroups used per prompt (over the scale draw), for logging (spec §2.8d).
+
+    ``sum_tau P(tau drawn) * min(K, C(G, tau))``; exact count when nothing is random (e.g. 247 for G=8
+    exhaustive, 25 for G=8, M=4, K=8 bottom partition, 49 for DGS only).
+    """
+    G, K = num_generations, subgroups_per_scale
+    if num_scales is None:
+        probs = [(tau, 1.0) for tau in range(tau_min, G + 1)]
+    else:
+        spans = dss_intervals(G, tau_min, num_scales, partition)
+        probs = [(tau, 1.0 / (e - s + 1)) for s, e in spans for tau in range(s, e + 1)]
+    n = (math.comb(G, tau) if K is None else min(K, math.comb(G, tau)) for tau, _ in probs)
+    return float(sum(p * c for (_, p), c in zip(probs, n)))
+
+
+# ----------------------------------------------------------------------------------------- shared helpers
+
+
+@functools.lru_cache(maxsize=8)
+def _binomials(n_max: int) -> torch.Tensor:
+    """float64 ``[n_max+1, n_max+1]``, ``C(n, k)`` (exact ints rounded once; 0 for k > n)."""
+    rows = [[float(math.comb(n, k)) for k in range(n_max + 1)] for n in range(n_max + 1)]
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+@functools.lru_cache(maxsize=256)
+def _all_subsets(G: int, tau: int, device: str = "cpu") -> torch.Tensor:
+    idx = torch.tensor(list(itertools.combinations(range(G), tau)), dtype=torch.long).reshape(-1, tau)
+    return torch.zeros(len(idx), G, dtype=torch.float64).scatter_(1, idx, 1.0).to(device)
+
+
+def _value_classes(x: torch.Tensor, finite: torch.Tensor):
+    """Per prompt: class of each completion (rank of its distinct value), class counts and class values."""
+    B, G = x.shape
+    xs, order = torch.where(finite, x, math.inf).sort(dim=1)
+    fin = finite.gather(1, order)
+    new = fin.clone()
+    new[:, 1:] &= xs[:, 1:] != xs[:, :-1]
+    cls_sorted = (new.long().cumsum(1) - 1).clamp_min(0)
+    slot = torch.where(fin, cls_sorted, G)  # column G collects the unscorable
+    counts = torch.zeros(B, G + 1, dtype=torch.long, device=x.device).scatter_add_(1, slot, torch.ones_like(slot))
+    values = torch.zeros(B, G + 1, dtype=torch.float64, device=x.device).scatter_(1, slot, torch.where(fin, xs, 0.0))
+    cls = torch.empty_like(order).scatter_(1, order, cls_sorted)
+    return cls, counts[:, :G], values[:, :G], new.sum(1)
+
+
+def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Tensor:
+    """``[B, R]`` base weights per prompt, resolved for its number of scorable completions ``g_eff``."""
+    R = G - tau_min + 1
+    key = _weights_key(weights)
+    out = torch.zeros(len(g_eff), R, dtype=torch.float64, device=g_eff.device)
+    for g in torch.unique(g_eff).tolist():
+        if g < tau_min:
+            continue  # no admissible subgroup: advantages 0
+        # a named scheme is resolved for the g scorable completions; explicit weights lose the scales > g
+        w = (
+            _scale_weights(g, tau_min, key)
+            if isinstance(key, str)
+            else _scale_weights(G, tau_min, key)[: g - tau_min + 1]
+        )
+        out[g_eff == g, : len(w)] = torch.tensor(w, dtype=torch.float64, device=g_eff.device)
+    return out
+
+
+def _grpo_scorable(x, finite, n_cls, std, eps):
+    """GRPO advantage over the scorable completions (the fallback of spec §2.8c), 0 for degenerate groups."""
+    f = finite.double()
+    g = f.sum(1, keepdim=True)
+    mu = (x * f).sum(1, keepdim=True) / g.clamp_min(1)
+    ss = (((x - mu) * f) ** 2).sum(1, keepdim=True)
+    sd = (ss / (g if std == "population" else g - 1).clamp_min(1)).sqrt()
+    ok = (n_cls > 1)[:, None] & finite
+    return torch.where(ok, (x - mu) / (sd + eps), 0.0)
+
+
+# ----------------------------------------------------------------------------------- value-class engine
+
+
+@functools.lru_cache(maxsize=2**14)
+def _pattern_scales(counts: tuple, values: tuple, tau_min: int, std: str, eps: float) -> torch.Tensor:
+    """Exact per-scale averages ``[G' - tau_min + 1, D]`` for a group holding ``counts[d]`` copies of
+    ``values[d]`` (spec §3.2, few distinct values): row ``tau - tau_min``, column = value class.
+
+    A subgroup is a count vector ``c`` (``0 <= c_d <= counts[d]``). A member of class d lies in
+    ``prod_e C(n_e - [e=d], c_e - [e=d])`` subgroups with counts c, out of ``C(G'-1, tau-1)`` of size tau.
+    """
+    D, g = len(counts), sum(counts)
+    n = torch.tensor(counts)
+    v = torch.tensor(values, dtype=torch.float64)
+    c = torch.cartesian_prod(*[torch.arange(k + 1) for k in counts]).reshape(-1, D)
+    tau = c.sum(1)
+    c, tau = c[tau >= tau_min], tau[tau >= tau_min]
+    cf, tf = c.double(), tau.double()
+    dev = v[None, :] - ((cf @ v) / tf)[:, None]
+    var = (cf * dev**2).sum(1) / (tf if std == "population" else tf - 1)
+    adv = dev / (var.sqrt() + eps)[:, None]
+    adv[(c > 0).sum(1) <= 1] = 0.0  # single-valued subgroup: degenerate, contributes 0
+    eye = torch.eye(D, dtype=torch.long)
+    others, focal = (n[None, :] - eye)[None], c[:, None, :] - eye[None]  # [1, d, e], [P, d, e]
+    binom = _binomials(g)
+    ways = torch.where(focal >= 0, binom[others, focal.clamp_min(0)], 0.0).prod(-1)  # [P, d]
+    contrib = ways * adv / binom[g - 1, tau - 1][:, None]
+    return torch.zeros(g - tau_min + 1, D, dtype=torch.float64).index_add_(0, tau - tau_min, contrib)
+
+
+def _pattern_key(counts, values, eps):
+    """Cache key of a value pattern: shift-invariant differences, also scale-free when eps = 0 (§10 P5)."""
+    diffs = [v - values[0] for v in values]
+    if eps == 0 and diffs[-1] > 0:
+        diffs = [d / diffs[-1] for d in diffs]
+    return tuple(int(k) for k in counts), tuple(diffs)
+
+
+def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps):
+    """Exact mix for prompts whose rewards take few distinct values: one cached table per distinct pattern."""
+    D = int(n_cls.max())
+    uniq, inv = torch.unique(torch.cat([counts[:, :D].double(), values[:, :D]], 1), dim=0, return_inverse=True)
+    tables = torch.zeros(len(uniq), W.shape[1], D, dtype=torch.float64)
+    for u, row in enumerate(uniq.tolist()):
+        d = sum(1 for k in row[:D] if k > 0)
+        t = _pattern_scales(*_pattern_key(row[:d], row[D : D + d], eps), tau_min, std, eps)
+        tables[u, : t.shape[0], :d] = t
+    per_class = torch.einsum("br,brd->bd", W, tables.to(x.device)[inv])
+    return per_class.gather(1, cls.clamp(max=D - 1)) * finite
+
+
+@functools.lru_cache(maxsize=1024)
+def _two_valued_table(G: int, delta: float, tau_min: int, std: str, eps: float, w: tuple, device: str):
+    """``[G+1, 2]``: mixed advantage of (lower, upper) value when ``P`` of G rewards take the upper one."""
+    table = torch.zeros(G + 1, 2, dtype=torch.float64)
+    wt = torch.tensor(w, dtype=torch.float64)
+    for p in range(1, G):
+        table[p] = wt @ _pattern_scales(*_pattern_key((G - p, p), (0.0, delta), eps), tau_min, std, eps)
+    return table.to(device)
+
+
+def _two_valued_fast(rewards, w: tuple, tau_min, std, eps):
+    """Exact MS advantages when every prompt has at most two distinct finite rewards (binary correctness),
+    as a table lookup by the number of upper values; None when the batch is not of that kind."""
+    B, G = rewards.shape
+    lo, hi_val = torch.aminmax(rewards, dim=1, keepdim=True)
+    hi = rewards == hi_val
+    if not bool((hi | (rewards == lo)).all()):
+        return None
+    delta = (hi_val - lo).squeeze(1).double()
+    deltas = torch.unique(delta[delta > 0])
+    if not bool(torch.isfinite(deltas).all()) or len(deltas) > 8:
+        return None
+    dtype = rewards.dtype
+    if len(deltas) == 0:
+        return torch.zeros(B, G, dtype=dtype, device=rewards.device)
+    dev = str(rewards.device)
+    tables = [_two_valued_table(G, d, tau_min, std, eps, w, dev) for d in deltas.tolist()]
+    n_hi = hi.sum(1)
+    if len(tables) == 1:  # the usual case: one reward gap in the whole batch
+        vals = tables[0][n_hi]
+    else:  # rows with delta 0 have n_hi = G, whose table row is 0 in every table
+        which = torch.searchsorted(deltas, delta).clamp(max=len(tables) - 1)
+        vals = torch.stack(tables)[which, n_hi]
+    vals = vals.to(dtype)
+    return torch.where(hi, vals[:, 1:], vals[:, :1])
+
+
+# ----------------------------------------------------------------------------------------- subset engine
+
+
+def _subset_scales(xc, ids, bad, members, tau, std, eps):
+    """Sums of ``A_i(S)`` over the given subgroups containing i, per scale, and their numbers:
+    ``([b, J, G], [b or 1, J, G])``.
+
+    ``members``: 0/1 float64 ``[J, n, G]`` (shared) or ``[b, J, n, G]`` (per prompt): n subgroups of size
+    ``tau`` (``[J]`` or ``[b, J]``) per scale, all-zero padding rows being inert. Subgroups holding an
+    unscorable completion are skipped; degeneracy is exact (integer class ids).
+    """
+    b, G = xc.shape
+    J, n = members.shape[-3], members.shape[-2]
+    if members.dim() == 3:
+        flat = members.reshape(J * n, G)
+        fwd = lambda f: (f @ flat.T).unflatten(-1, (J, n))  # noqa: E731
+        back = lambda s: torch.einsum("bjn,jng->bjg", s, members)  # noqa: E731
+    else:
+        fwd = lambda f: torch.einsum("...bg,bjng->...bjn", f, members)  # noqa: E731
+        back = lambda s: torch.einsum("bjn,bjng->bjg", s, members)  # noqa: E731
+    t = tau[..., None]  # [J, 1] or [b, J, 1], against statistics [b, J, n]
+    s1, s2, i1, i2 = fwd(torch.stack([xc, xc * xc, ids, ids * ids])).unbind(0)
+    keep = i2.mul_(t).sub_(i1.mul_(i1)) > 0.5  # spread of integer class ids, exact: False = degenerate
+    if bad is None:  # every completion scorable: every subgroup is valid
+        cnt = members.sum(-2).expand(1, J, G) if members.dim() == 3 else members.sum(-2)
+    else:
+        valid = fwd(bad) == 0
+        keep &= valid
+        cnt = back(valid.double())
+    mu = s1.div_(t)
+    meansq = s2.div_(t)
+    var = meansq - mu * mu  # one pass: loses digits when the subgroup's spread is tiny next to its offset ...
+    fragile = keep & (var <= 1e-4 * meansq)  # ... so those few subgroups are redone in two passes below
+    keep &= ~fragile
+    if std == "sample":
+        var.mul_(t / (t - 1))
+    sd = var.clamp_min_(0).sqrt_()
+    inv = torch.where(keep, sd.add_(eps).reciprocal_(), 0.0)  # where, not *: 1/0 * 0 would be NaN
+    # sum_{S containing i} (x_i - mu_S) * inv_S, as two products instead of a [b, N, G] tensor (spec §3.1)
+    out = xc[:, None, :] * back(inv) - back(mu.mul_(inv))
+    if bool(fragile.any()):
+        bi, ji, ni = fragile.nonzero(as_tuple=True)
+        m = members[ji, ni] if members.dim() == 3 else members[bi, ji, ni]  # [F, G]
+        tf = (tau[ji] if tau.dim() == 1 else tau[bi, ji])[:, None]
+        dev = (xc[bi] - (xc[bi] * m).sum(1, keepdim=True) / tf) * m
+        var_f = (dev * dev).sum(1, keepdim=True) / (tf if std == "population" else tf - 1)
+        out.index_put_((bi, ji), dev / (var_f.sqrt() + eps), accumulate=True)
+    return out, cnt
+
+
+def _stack(blocks):
+    """Pad member matrices ``[..., n_j, G]`` of several scales to one ``[..., J, n, G]`` (zero rows are inert)."""
+    n = max(m.shape[-2] for m in blocks)
+    return torch.stack([torch.nn.functional.pad(m, (0, 0, 0, n - m.shape[-2])) for m in blocks], dim=-3)
+
+
+def _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups):
+    """Mix per-scale averages over given subgroups, with coverage-aware renormalisation (spec §2.8c): a
+    scale where i lies in no subgroup is dropped for i; none left -> GRPO advantage.
+
+    ``groups`` yields ``(scale, members)``: ``scale`` a LongTensor ``[J]`` of scale indices (``tau - tau_min``)
+    shared by every prompt with ``members`` ``[J, n, G]``, or ``[B, J]`` per prompt with ``[B, J, n, G]``.
+    """
+    B, G = x.shape
+    f = finite.double()
+    xc = (x - (x * f).sum(1, keepdim=True) / f.sum(1, keepdim=True).clamp_min(1)) * f  # centring: conditioning
+    ids = cls.double() * f
+    bad = None if bool(finite.all()) else 1.0 - f
+    num = torch.zeros(B, G, dtype=torch.float64, device=x.device)
+    den = torch.zeros_like(num)
+    for scale, members in groups:
+        per_row = scale.dim() == 2
+        w = W.gather(1, scale) if per_row else W[:, scale]  # [B, J]
+        tau = (scale + tau_min).double()
+        step = max(1, 2**17 // (members.shape[-3] * members.shape[-2]))  # row chunks that stay in cache
+        for a in range(0, B, step):
+            r = slice(a, a + step)
+            m, t = (members[r], tau[r]) if per_row else (members, tau)
+            s, cnt = _subset_scales(xc[r], ids[r], None if bad is None else bad[r], m, t, std, eps)
+            wk = w[r, :, None] * (cnt > 0)
+            num[r] += (wk * s / cnt.clamp_min(1)).sum(1)
+            den[r] += wk.sum(1)
+    out = num / den.clamp_min(1e-300)
+    fallback = (den == 0) & finite & (f.sum(1, keepdim=True) >= tau_min)
+    if bool(fallback.any()):
+        out = torch.where(fallback, _grpo_scorable(x, finite, n_cls, std, eps), out)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ dispatch
+
+
+def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
+    """Per prompt, weights ``W`` mixed over the exact per-scale averages; engine chosen per prompt."""
+    B, G = x.shape
+    cls, counts, values, n_cls = _value_classes(x, finite)
+    g_eff = finite.sum(1)
+    live = (n_cls > 1) & (g_eff >= tau_min)  # others: all equal or too few scorable -> 0
+    n_enum = (_binomials(G).to(x.device)[g_eff][:, tau_min:] * (W > 0)).sum(1)  # subgroups at the used scales
+    n_vectors = torch.exp(torch.log1p(counts.double()).sum(1))  # count vectors prod(n_d + 1)
+    if method == "auto":
+        few = (n_vectors <= MAX_COUNT_VECTORS) & (8 * n_vectors <= n_enum) & (n_enum > MIN_COUNTS_SUBGROUPS)
+        use_counts = live & few
+        too_big = live & ~use_counts & (n_enum > MAX_ENUMERATED_SUBGROUPS)
+        if bool(too_big.any()):
+            raise ValueError(
+                f"exact MS-GRPO for rewards that are not few-valued would enumerate {int(n_enum[too_big].max())} "
+                f"subgroups per prompt (G={G}, tau_min={tau_min}; limit MAX_ENUMERATED_SUBGROUPS="
+                f"{MAX_ENUMERATED_SUBGROUPS}). Set num_scales (M) and subgroups_per_scale (K) for the accelerated "
+                f"scheme (paper: M=4, K=8), or raise tau_min."
+            )
+    else:
+        use_counts = live & (method == "counts")
+    out = torch.zeros(B, G, dtype=torch.float64, device=x.device)
+    r = use_counts
+    if bool(r.any()):
+        Wn = W[r] / W[r].sum(1, keepdim=True).clamp_min(1e-300)
+        out[r] = _counts_engine(x[r], finite[r], Wn, cls[r], counts[r], values[r], n_cls[r], tau_min, std, eps)
+        empty = r & (W.sum(1) == 0)  # no weight left at this prompt's scales: GRPO fallback (§2.8c)
+        out[empty] = _grpo_scorable(x[empty], finite[empty], n_cls[empty], std, eps)
+    r = live & ~use_counts
+    if bool(r.any()):
+        used = torch.nonzero((W[r] > 0).any(0)).flatten().tolist()
+        groups = _enumeration_groups(G, tau_min, used, x.device)
+        out[r] = _subset_engine(x[r], finite[r], W[r], cls[r], n_cls[r], tau_min, std, eps, groups)
+    return out
+
+
+def _enumeration_groups(G, tau_min, used, device):
+    """Every subgroup of each used scale; scales with few subgroups are padded together into one pass."""
+    batch = []
+    for k in used:
+        m = _all_subsets(G, tau_min + k, str(device))
+        if batch and (len(batch) + 1) * max(len(m), *(len(b) for _, b in batch)) > 256:
+            yield torch.tensor([j for j, _ in batch], device=device), _stack([b for _, b in batch])
+            batch = []
+        batch.append((k, m))
+    if batch:
+        yield torch.tensor([j for j, _ in batch], device=device), _stack([b for _, b in batch])
+
+
+def _diverse_advantages(x, finite, W, K, selection, generator, *, tau_min, std, eps):
+    """Per-scale averages over K greedy-diverse (or random) subgroups at each drawn scale (spec §2.8b, c).
+
+    Each prompt gathers only its own drawn scales' subgroups, so the work is ``B * M * K * G``."""
+    B, G = x.shape
+    cls, _, _, n_cls = _value_classes(x, finite)
+    live = (n_cls > 1) & (finite.sum(1) >= tau_min)
+    out = torch.zeros(B, G, dtype=torch.float64, device=x.device)
+    if not bool(live.any()):
+        return out
+    x, finite, W, cls, n_cls = x[live], finite[live], W[live], cls[live], n_cls[live]
+    n, R = len(x), W.shape[1]
+    used = (W > 0).any(0).tolist()
+    empty = torch.zeros(0, G, dtype=torch.float64, device=x.device)
+
+    def members(k):  # [n_k, G] shared, or [n, n_k, G] per prompt (random selection)
+        tau = tau_min + k
+        if not used[k]:
+            return empty
+        if selection == "greedy" or math.comb(G, tau) <= K:
+            return _greedy_rows(G, tau, K).to(device=x.device, dtype=torch.float64)
+        return _random_rows(G, tau, K, n, generator, x.device)
+
+    blocks = [members(k) for k in range(R)]
+    if any(m.dim() == 3 for m in blocks):
+        blocks = [m.expand(n, -1, -1) if m.dim() == 2 else m for m in blocks]
+    stacked = _stack(blocks)  # [R, n_max, G] or [n, R, n_max, G]
+    mask = W > 0
+    J = int(mask.sum(1).max())
+    scale = torch.sort(mask.int(), dim=1, descending=True, stable=True).indices[:, :J]  # [n, J] drawn scales
+    rows = torch.arange(n, device=x.device)[:, None]
+    groups = [(scale, stacked[scale] if stacked.dim() == 3 else stacked[rows, scale])] if J else []
+    out[live] = _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups)
+    return out
+
+
+def _random_rows(G: int, tau: int, K: int, n: int, generator, device) -> torch.Tensor:
+    """``[n, K', G]`` uniformly random size-``tau`` subgroups per prompt (the paper's random-K ablation):
+    K distinct ones when ``C(G, tau)`` is enumerable, otherwise K independent draws (repeats possible but
+    vanishingly rare, probability < K^2 / (2 * GREEDY_POOL_LIMIT))."""
+    gen_dev = generator.device if generator is not None else device
+    N = math.comb(G, tau)
+    if N <= GREEDY_POOL_LIMIT:
+        pool = _all_subsets(G, tau, str(device))
+        pick = torch.rand(n, N, generator=generator, device=gen_dev).topk(min(K, N), dim=1).indices.to(device)
+        return pool[pick]
+    idx = torch.rand(n, K, G, generator=generator, device=gen_dev).argsort(-1)[..., :tau].to(device)
+    return torch.zeros(n, K, G, dtype=torch.float64, device=device).scatter_(-1, idx, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------- public
+
+
+def multiscale_advantages(
+    rewards: torch.Tensor,
+    *,
+    tau_min: int = 2,
+    weights="uniform",
+    std: str = "population",
+    eps: float = 1e-6,
+    num_scales: int | None = None,
+    subgroups_per_scale: int | None = None,
+    partition: str = "bottom",
+    generator: torch.Generator | None = None,
+    selection: str = "greedy",
+    draw: str = "per_group",
+    permute_labels: bool = False,
+    method: str = "auto",
+) -> torch.Tensor:
+    """MS-GRPO advantages ``(num_prompts, G)`` for rewards ``(num_prompts, G)`` (spec §2.4-2.6, §2.8).
+
+    Exact (every subgroup of size >= ``tau_min``) when ``num_scales`` and ``subgroups_per_scale`` are None;
+    otherwise accelerated: ``num_scales`` = M dilated scale draws (``partition`` "bottom" | "paper", one
+    draw per prompt or per batch), ``subgroups_per_scale`` = K subgroups per drawn scale chosen greedily
+    Jaccard-diverse (``selection="greedy"``, cached per (G, tau, K)) or uniformly at random ("random", the
+    paper's ablation); ``permute_labels`` shuffles completion labels per prompt first. Randomness comes
+    from ``generator`` only.
+
+    ``method`` (exact mode): "auto" uses value-class tables when rewards take few distinct values and
+    enumeration otherwise, and raises ``ValueError`` if general rewards would need more than
+    ``MAX_ENUMERATED_SUBGROUPS`` subgroups per prompt; "counts" / "enumerate" force one engine.
+    Non-finite rewards are unscorable: excluded from every subgroup, advantage 0. Float64 inside; returns
+    the rewards' dtype.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be (num_prompts, num_generations), got shape {tuple(rewards.shape)}")
+    if not rewards.is_floating_point():
+        rewards = rewards.to(torch.get_default_dtype())
+    B, G = rewards.shape
+    validate_multiscale_options(
+        G, tau_min=tau_min, weights=weights, std=std, eps=eps, num_scales=num_scales,
+        subgroups_per_scale=subgroups_per_scale, partition=partition, selection=selection, draw=draw, method=method,
+    )  # fmt: skip
+    eps, dtype = float(eps), rewards.dtype
+    accelerated = num_scales is not None or subgroups_per_scale is not None
+    if not accelerated and method != "enumerate" and B > 0:
+        w = _scale_weights(G, tau_min, _weights_key(weights))
+        fast = _two_valued_fast(rewards, w, tau_min, std, eps)
+        if fast is not None:
+            return fast
+
+    x = rewards.double()
+    finite = torch.isfinite(x)
+    x = torch.where(finite, x, 0.0)
+    perm = None
+    if permute_labels and accelerated:  # exact mode is permutation-equivariant: nothing to do there
+        gen_dev = generator.device if generator is not None else x.device
+        perm = torch.rand(B, G, generator=generator, device=gen_dev).argsort(1).to(x.device)
+        x, finite = x.gather(1, perm), finite.gather(1, perm)
+    drawn = draw_scales(B, G, tau_min=tau_min, num_scales=num_scales, partition=partition, draw=draw,
+                        generator=generator, device=x.device)  # fmt: skip
+    W = _row_weights(finite.sum(1), G, tau_min, weights) * drawn  # [B, R]; 0 at undrawn scales
+    opts = dict(tau_min=tau_min, std=std, eps=eps)
+    if subgroups_per_scale is None:
+        out = _exact_advantages(x, finite, W, method=method, **opts)
+    else:
+        out = _diverse_advantages(x, finite, W, subgroups_per_scale, selection, generator, **opts)
+    if perm is not None:
+        out = torch.empty_like(out).scatter_(1, perm, out)
+    return out.to(dtype)
