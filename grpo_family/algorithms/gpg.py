@@ -27,6 +27,7 @@ __all__ = [
     "gpg_alpha",
     "gpg_loss",
     "group_token_weights",
+    "loss_row_weights",
     "scale_grad",
 ]
 
@@ -123,6 +124,26 @@ def group_token_weights(mask: torch.Tensor, num_generations: int) -> torch.Tenso
     group_tokens = mask.reshape(num_groups, -1).to(torch.float64).sum(dim=1)
     weight = torch.where(group_tokens > 0, 1.0 / (num_groups * group_tokens.clamp(min=1)), 0.0)
     return weight.repeat_interleave(num_generations)
+
+
+def loss_row_weights(mask: torch.Tensor, num_generations: int, *, normalization: str = "group") -> torch.Tensor:
+    """Per-row weights ``w_i`` (float64, ``(N,)``) that make every ``gpg_loss`` aggregation a plain row sum.
+
+    ``gpg_loss(logps, A, mask, G, normalization=n) == sum_i w_i * sum_t -A_i * logp_{i,t} * mask_{i,t}`` with
+    ``"group"``: ``1 / (P * T_q)`` (Eq. 5, :func:`group_token_weights`); ``"token"``: ``1 / T_all``;
+    ``"sequence"``: ``1 / (N * |o_i|)``. Computed once on the *global* mask of one optimizer step, the weights
+    make the loss of any split of the rows (ranks, micro-steps) add up to the full-batch loss (spec Sec. 3.2).
+    Rows (or groups, or batches) without tokens get weight 0.
+    """
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
+    if normalization == "group":
+        return group_token_weights(mask.bool(), num_generations)
+    lengths = mask.bool().to(torch.float64).sum(dim=1)
+    if normalization == "token":
+        total = lengths.sum()
+        return torch.where(total > 0, 1.0 / total.clamp(min=1), 0.0).expand_as(lengths).clone()
+    return torch.where(lengths > 0, 1.0 / (lengths.numel() * lengths.clamp(min=1)), 0.0)
 
 
 def gpg_loss(

@@ -1,0 +1,449 @@
+"""GPG: Group Policy Gradient (Chu et al., ICLR 2026) on TRL's ``GRPOTrainer``.
+
+Plain on-policy REINFORCE with a group-mean baseline: no reference model, no KL, no importance ratio, no clip.
+What this trainer adds to the base class (maths in :mod:`grpo_family.algorithms.gpg`; spec ``specs/gpg.md``):
+
+* advantages ``r - mean_group`` (``scale_rewards`` is GPG's ``F_norm``, ``"none"`` by default), 0 on degenerate
+  groups;
+* the AGE factor ``alpha = B / (B - M)``, computed once per optimizer step from the rewards of the whole generation
+  batch gathered from every process, and applied by a gradient-scale hook on the autograd path of the loss
+  (:func:`~grpo_family.algorithms.gpg.scale_grad`): the logged loss is the unscaled policy loss, the gradients
+  carry alpha;
+* the paper's per-group token normalisation (Eq. 5) as per-row weights ``1 / (P * T_q)`` computed from the
+  gathered completion masks at generation time, so the loss of any rank / micro-step split adds up to the
+  single-process full-batch loss;
+* ``beta_th``: while the share of informative groups is below the threshold, more prompts are drawn
+  (deterministically, the same on every process) and generated, and their informative groups replace degenerate
+  ones, keeping the generation batch size fixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+import datasets
+import torch
+import torch.nn.functional as F
+from accelerate.utils import gather, pad_across_processes
+from trl import GRPOConfig
+from trl.trainer.utils import nanstd
+
+from ..algorithms.gpg import degenerate_groups, gpg_advantages, gpg_alpha, loss_row_weights, scale_grad
+from .base import GRPOFamilyTrainer
+
+logger = logging.getLogger(__name__)
+
+# loss_aggregation -> gpg_loss's normalization.
+_AGGREGATIONS = {"group_token_mean": "group", "global_token_mean": "token", "sequence_mean": "sequence"}
+# Per-row tensors padded on the left (prompt side) / on the right (completion side) when rounds are merged.
+_LEFT_PADDED = {"prompt_ids", "prompt_mask"}
+_RIGHT_PADDED = {
+    "completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "sampling_per_token_logps",
+    "ref_per_token_logps", "importance_sampling_ratio",
+}  # fmt: skip
+_PER_ROW = {"advantages"}
+
+
+@dataclass
+class GPGConfig(GRPOConfig):
+    r"""Configuration for :class:`GPGTrainer` (fields below; every ``GRPOConfig`` field works too).
+
+    GPG has no reference model, no KL term and no importance ratio, so ``beta`` must stay ``0.0``,
+    ``num_iterations`` must be 1 and ``steps_per_generation`` must equal ``gradient_accumulation_steps`` (one
+    on-policy update per generation batch). ``scale_rewards`` is the paper's ``F_norm`` and defaults to ``"none"``.
+    ``loss_type``, ``epsilon*`` and ``delta`` of ``GRPOConfig`` are unused: the loss is ``-A * log pi`` aggregated
+    by ``loss_aggregation``.
+    """
+
+    beta: float = field(
+        default=0.0,
+        metadata={"help": "KL coefficient. GPG has no KL term and no reference model: must be 0.0 (paper Sec. 2.2)."},
+    )
+    scale_rewards: str = field(
+        default="none",
+        metadata={
+            "help": "Advantage normaliser F_norm: 'none' (r - group mean; GPG's default and best, Table 1), 'group' "
+            "(divide by the group std + 1e-4, GRPO) or 'batch' (batch std, Table 13 ablation)."
+        },
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={
+            "help": "Correct the vLLM/trainer sampling mismatch with TRL's importance-sampling ratio. Not in the "
+            "paper; off by default (TRL's default is True)."
+        },
+    )
+    use_alpha: bool = field(
+        default=True,
+        metadata={
+            "help": "Apply the AGE correction alpha = B / (B - M) to the gradients (paper Eqs. 7-8; on in the "
+            "paper's GPG, off in its Table 1 ablations 'alpha = 1')."
+        },
+    )
+    beta_th: float | None = field(
+        default=0.6,
+        metadata={
+            "help": "Minimum share of informative (non-degenerate) groups per optimizer step; below it more prompts "
+            "are generated and their informative groups replace degenerate ones. None disables resampling. "
+            "Default 0.6 (the paper's value; 0.8 in Table 10). Needs whole groups on every process: "
+            "per_device_train_batch_size * steps_per_generation divisible by num_generations."
+        },
+    )
+    max_generation_rounds: int = field(
+        default=20,
+        metadata={
+            "help": "Most generation rounds per optimizer step when beta_th is set, the first included; when the "
+            "threshold is still not met, training goes on with what was collected (authors' code: 20)."
+        },
+    )
+    degenerate_tol: float = field(
+        default=0.0,
+        metadata={
+            "help": "A group is degenerate when max - min of its rewards <= this (0.0: all equal; ~1e-6 suggested "
+            "for continuous rewards)."
+        },
+    )
+    max_alpha: float | None = field(
+        default=None,
+        metadata={"help": "Optional cap on alpha (not in the paper; default None = no cap)."},
+    )
+    loss_aggregation: str = field(
+        default="group_token_mean",
+        metadata={
+            "help": "'group_token_mean': each group's token sum over its token count, mean over groups (paper "
+            "Eq. 5, default); 'global_token_mean': sum over all tokens of the step over their count (TRL's 'dapo' "
+            "normaliser); 'sequence_mean': per-completion token mean, mean over completions (authors' multimodal "
+            "code). All are exact over processes and gradient-accumulation micro-steps."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.beta != 0.0:
+            raise ValueError(
+                f"GPG has no KL term and loads no reference model, so beta must be 0.0 (got {self.beta}). Use the "
+                "'grpo' method for a KL-regularised objective."
+            )
+        if self.num_iterations != 1:
+            raise ValueError(
+                f"GPG makes exactly one on-policy update per generation batch (no importance ratio corrects reused "
+                f"samples), so num_iterations must be 1 (got {self.num_iterations})."
+            )
+        if self.steps_per_generation != self.gradient_accumulation_steps:
+            raise ValueError(
+                f"GPG needs one generation batch per optimizer step (later steps would be off-policy and GPG has no "
+                f"ratio to correct them, and alpha is defined per optimizer step): steps_per_generation "
+                f"({self.steps_per_generation}) must equal gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}). Leave steps_per_generation and generation_batch_size unset."
+            )
+        if self.scale_rewards not in ("none", "group", "batch"):
+            raise ValueError(f"scale_rewards (F_norm) must be 'none', 'group' or 'batch', got {self.scale_rewards!r}.")
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "GPG decides degeneracy and advantages on the weighted sum of the rewards: "
+                "multi_objective_aggregation must be 'sum_then_normalize'."
+            )
+        if self.loss_aggregation not in _AGGREGATIONS:
+            raise ValueError(
+                f"loss_aggregation must be one of {sorted(_AGGREGATIONS)}, got {self.loss_aggregation!r}."
+            )
+        if self.top_entropy_quantile != 1.0 or self.entropy_coef != 0.0 or self.use_adaptive_entropy:
+            raise ValueError(
+                "GPG's loss is the plain policy gradient: top_entropy_quantile must be 1.0, entropy_coef 0.0 and "
+                "use_adaptive_entropy False."
+            )
+        if self.off_policy_mask_threshold is not None:
+            raise ValueError("GPG is on-policy: off_policy_mask_threshold must be None.")
+        if self.max_alpha is not None and self.max_alpha < 1.0:
+            raise ValueError(f"max_alpha must be >= 1 (alpha >= 1 always), got {self.max_alpha}.")
+        if self.degenerate_tol < 0:
+            raise ValueError(f"degenerate_tol must be >= 0, got {self.degenerate_tol}.")
+        if self.beta_th is not None:
+            if not 0.0 < self.beta_th <= 1.0:
+                raise ValueError(f"beta_th must be in (0, 1] or None, got {self.beta_th}.")
+            if self.max_generation_rounds < 1:
+                raise ValueError(f"max_generation_rounds must be >= 1, got {self.max_generation_rounds}.")
+            local = self.per_device_train_batch_size * self.steps_per_generation
+            if local % self.num_generations:
+                raise ValueError(
+                    f"beta_th resampling swaps whole groups within each process, so every process must hold whole "
+                    f"groups: per_device_train_batch_size * steps_per_generation ({local}) must be divisible by "
+                    f"num_generations ({self.num_generations}). Change the batch size, or set beta_th=None."
+                )
+
+
+def plan_assembly(degenerate: list[torch.Tensor], num_processes: int) -> list[tuple[int, int]]:
+    """Which group fills each slot of the assembled generation batch (spec Sec. 2.6, A8).
+
+    ``degenerate[k]`` is the global ``(P,)`` degenerate mask of generation round ``k``; process ``r`` generated
+    groups ``[r * P / W, (r + 1) * P / W)`` of every round. Each process keeps its round-0 groups in place and
+    replaces its degenerate ones, in order, by its own informative groups of later rounds, in (round, group)
+    order, so no completion moves between processes. Returns ``(round, group)`` per global slot; every process
+    computes the same plan from the same gathered masks.
+    """
+    num_groups = degenerate[0].numel()
+    per_process = num_groups // num_processes
+    plan = []
+    for rank in range(num_processes):
+        mine = range(rank * per_process, (rank + 1) * per_process)
+        extra = iter([(k, g) for k in range(1, len(degenerate)) for g in mine if not degenerate[k][g]])
+        plan.extend((0, g) if not degenerate[0][g] else next(extra, (0, g)) for g in mine)
+    return plan
+
+
+def informative_share(degenerate: list[torch.Tensor], num_processes: int) -> float:
+    """Share of informative groups in the batch :func:`plan_assembly` would build from these rounds."""
+    plan = plan_assembly(degenerate, num_processes)
+    return sum(not bool(degenerate[k][g]) for k, g in plan) / len(plan)
+
+
+class GPGTrainer(GRPOFamilyTrainer):
+    """GPG (Chu et al., "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning", ICLR 2026).
+
+    The loss ``alpha * sum_i w_i * sum_t -A_i * log pi(o_{i,t})`` with ``w_i = 1 / (P * T_q)`` (Eq. 5) and the
+    global ``alpha = B / (B - M)`` (Eq. 8); see :class:`GPGConfig` for the options and the module docstring for
+    how it is distributed. Logged per optimizer step: ``gpg/alpha``, ``gpg/M`` (rows that carry no gradient),
+    ``gpg/frac_degenerate`` (= M / B), ``gpg/rounds`` and, with ``beta_th``, ``gpg/informative_share`` and
+    ``gpg/threshold_met``.
+    """
+
+    method_name = "gpg"
+    _tag_names = ["trl", "grpo", "grpo_family", "gpg"]
+    _name = "GPG"
+    _paper = {
+        "title": "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning",
+        "id": "2504.02546",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @inproceedings{chu2026gpg,
+                title        = {{GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning}},
+                author       = {Xiangxiang Chu and Hailang Huang and Xiao Zhang and Fei Wei and Yong Wang},
+                booktitle    = {The Fourteenth International Conference on Learning Representations},
+                year         = 2026,
+                eprint       = {arXiv:2504.02546},
+            }"""),
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, GPGConfig):
+            raise TypeError(f"GPGTrainer needs a GPGConfig, got {type(self.args).__name__}.")
+        streaming = isinstance(self.train_dataset, (datasets.IterableDataset, torch.utils.data.IterableDataset))
+        if self.args.beta_th is not None and streaming:
+            raise ValueError(
+                "beta_th resampling draws extra prompts by index, so the training set must be a map-style dataset "
+                "(not an IterableDataset). Set beta_th=None to train on a stream."
+            )
+        if self.args.beta_th is not None and self._is_vlm:
+            raise ValueError(
+                "beta_th resampling merges generation rounds row by row, which is not implemented for image inputs. "
+                "Set beta_th=None for vision-language models."
+            )
+        self._gpg_round: dict[str, torch.Tensor] | None = None
+        self._gpg_step_rewards: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ advantages (one generation round)
+    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        # `rewards` are the whole round's rewards gathered from every process; keep them for alpha / resampling.
+        self._gpg_round = {"rewards": rewards, "rewards_per_func": batch["rewards_per_func"]}
+        return gpg_advantages(rewards, f_norm=self.args.scale_rewards, tol=self.args.degenerate_tol)
+
+    # ------------------------------------------------------------------ generation: rounds, assembly, alpha, weights
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = self._mode
+        rounds, outputs = [self._gpg_round], [output]
+        rewards = rounds[0]["rewards"]
+        beta_th = self.args.beta_th if mode == "train" else None
+        if beta_th is not None:
+            tol, num_processes = self.args.degenerate_tol, self.accelerator.num_processes
+            degenerate = [degenerate_groups(rounds[0]["rewards"], tol=tol)]
+            logged = {k: len(v) for k, v in self._metrics[mode].items()}
+            # Every process sees the same gathered rewards, hence takes the same decision here and runs the same
+            # number of rounds: the generation and reward gathers inside super() stay matched across processes.
+            while (
+                informative_share(degenerate, num_processes) < beta_th
+                and len(rounds) < self.args.max_generation_rounds
+            ):
+                outputs.append(super()._generate_and_score_completions(self._draw_prompts(len(rounds))))
+                rounds.append(self._gpg_round)
+                degenerate.append(degenerate_groups(rounds[-1]["rewards"], tol=tol))
+            share = informative_share(degenerate, num_processes)
+            self.log_method_metric("informative_share", share)
+            self.log_method_metric("threshold_met", float(share >= beta_th))
+            if share < beta_th:
+                logger.warning(
+                    "GPG: informative share %.3f still below beta_th=%.3f after %d generation rounds; training on "
+                    "what was collected.", share, beta_th, len(rounds),
+                )  # fmt: skip
+            if len(rounds) > 1:
+                plan = plan_assembly(degenerate, num_processes)
+                output = self._merge_rounds(outputs, plan)
+                rewards = torch.stack([rounds[k]["rewards"][g] for k, g in plan])
+                G = rewards.size(1)
+                per_func = torch.cat([rounds[k]["rewards_per_func"][g * G : (g + 1) * G] for k, g in plan])
+                self._log_assembled_rewards(rewards, per_func, logged, mode)
+            self.log_method_metric("rounds", len(rounds))
+        self._gpg_round = None
+        self._finish_batch(output, rewards, mode)
+        return output
+
+    def _draw_prompts(self, round_index: int) -> list[dict[str, Any]]:
+        """This process's inputs for an extra generation round, in TRL's ``RepeatSampler`` layout.
+
+        The prompts are a deterministic function of (seed, optimizer step, round), identical on every process and
+        needing no state for resuming from a checkpoint; each process takes its slice of the repeated layout.
+        """
+        num_groups = self.args.generation_batch_size // self.num_generations
+        generator = torch.Generator().manual_seed(
+            (self.args.seed * 1_000_003 + self.state.global_step * 10_007 + round_index) % (2**63 - 1)
+        )
+        size = len(self.train_dataset)
+        if size >= num_groups:
+            prompts = torch.randperm(size, generator=generator)[:num_groups]
+        else:
+            prompts = torch.randint(size, (num_groups,), generator=generator)
+        layout = prompts.repeat_interleave(self.num_generations).tolist()
+        local = len(layout) // self.accelerator.num_processes
+        start = self.accelerator.process_index * local
+        return [self.train_dataset[int(i)] for i in layout[start : start + local]]
+
+    def _merge_rounds(self, outputs: list[dict[str, Any]], plan: list[tuple[int, int]]) -> dict[str, Any]:
+        """This process's rows of the assembled batch, taken from the rounds' local outputs (padded alike)."""
+        G, rank = self.num_generations, self.accelerator.process_index
+        per_process = len(plan) // self.accelerator.num_processes
+        first = outputs[0]
+        unknown = set(first) - _LEFT_PADDED - _RIGHT_PADDED - _PER_ROW - {"num_items_in_batch"}
+        if unknown:
+            raise NotImplementedError(
+                f"GPG beta_th resampling cannot merge batches with {sorted(unknown)} (multimodal or tool inputs); "
+                "set beta_th=None."
+            )
+        rows = []  # (round, local row) of every local slot, in slot order
+        for k, g in plan[rank * per_process : (rank + 1) * per_process]:
+            local_group = g - rank * per_process
+            rows.extend((k, local_group * G + i) for i in range(G))
+        merged: dict[str, Any] = {}
+        pad_id = self._tokenizer.pad_token_id
+        for key, value in first.items():
+            if key == "num_items_in_batch" or value is None:
+                continue
+            values = [out[key] for out in outputs]
+            if key in _PER_ROW or values[0].dim() < 2 or values[0].size(1) == 1:
+                stacked = values
+            else:
+                width = max(v.size(1) for v in values)
+                fill = pad_id if key in ("prompt_ids", "completion_ids") else (1 if key == "tool_mask" else 0)
+                side = (1, 0) if key in _LEFT_PADDED else (0, 1)
+                stacked = [F.pad(v, tuple(s * (width - v.size(1)) for s in side), value=fill) for v in values]
+            merged[key] = torch.stack([stacked[k][i] for k, i in rows])
+        if self.pad_to_multiple_of is None:  # drop columns that are padding on every kept row (as TRL pads)
+            keep = merged["prompt_mask"].bool().any(dim=0)
+            start = int(keep.float().argmax()) if keep.any() else keep.numel()
+            for key in _LEFT_PADDED:
+                merged[key] = merged[key][:, start:]
+            used = merged["completion_mask"].bool().any(dim=0)
+            end = int(used.nonzero().max()) + 1 if used.any() else 0
+            width = merged["completion_ids"].size(1)
+            for key in _RIGHT_PADDED & set(merged):
+                if merged[key].dim() == 2 and merged[key].size(1) == width:
+                    merged[key] = merged[key][:, :end]
+        loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
+        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        return merged
+
+    def _log_assembled_rewards(self, rewards: torch.Tensor, per_func: torch.Tensor, logged: dict, mode: str) -> None:
+        """Make the per-step reward metrics describe the assembled batch rather than every round generated."""
+        metrics = self._metrics[mode]
+        keys = ["reward", "reward_std", "frac_reward_zero_std"]
+        keys += [f"rewards/{name}/{stat}" for name in self.reward_func_names for stat in ("mean", "std")]
+        for key in keys:  # drop this step's entries, round 0's included (``logged`` counts them)
+            del metrics[key][max(0, logged.get(key, 0) - 1) :]
+        flat = rewards.reshape(-1)
+        metrics["reward"].append(torch.nanmean(flat).item())
+        metrics["reward_std"].append(nanstd(flat).item())
+        degenerate = degenerate_groups(rewards, tol=self.args.degenerate_tol)
+        metrics["frac_reward_zero_std"].append(degenerate.float().mean().item())
+        for i, name in enumerate(self.reward_func_names):
+            metrics[f"rewards/{name}/mean"].append(torch.nanmean(per_func[:, i]).item())
+            metrics[f"rewards/{name}/std"].append(nanstd(per_func[:, i]).item())
+
+    def _finish_batch(self, output: dict[str, Any], rewards: torch.Tensor, mode: str) -> None:
+        """Advantages, alpha and per-row loss weights of the batch actually trained on (all from global tensors)."""
+        G = rewards.size(1)
+        n_local = output["completion_ids"].size(0)
+        start = self.accelerator.process_index * n_local
+        device = output["completion_ids"].device
+        advantages = gpg_advantages(rewards, f_norm=self.args.scale_rewards, tol=self.args.degenerate_tol)
+        output["advantages"] = advantages.reshape(-1)[start : start + n_local].to(device)
+        # One alpha per optimizer step from the rewards of every process (one generation batch == one step).
+        alpha = gpg_alpha(rewards, tol=self.args.degenerate_tol, max_alpha=self.args.max_alpha)
+        if not self.args.use_alpha:
+            alpha = 1.0
+        # Groups can straddle processes: T_q (and T_all) come from the gathered loss masks, not the local ones.
+        loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+        global_mask = gather(pad_across_processes(loss_mask, dim=1))
+        normalization = _AGGREGATIONS[self.args.loss_aggregation]
+        weights = loss_row_weights(global_mask, G, normalization=normalization)[start : start + n_local]
+        # float64: 1 / (P * T_q) kept exact until the loss casts it to the compute dtype (a (n,) vector, cheap).
+        output["gpg_row_weights"] = weights.to(device=device, dtype=torch.float64)
+        output["gpg_alpha"] = torch.full((n_local,), alpha, device=device, dtype=torch.float64)
+        self._gpg_step_rewards = rewards  # the global rewards of the batch trained on (tests, debugging)
+        no_grad_rows = degenerate_groups(rewards, tol=self.args.degenerate_tol)[:, None] | torch.isnan(rewards)
+        num_dead = int(no_grad_rows.sum())
+        self.log_method_metric("alpha", alpha)
+        self.log_method_metric("M", num_dead)
+        self.log_method_metric("frac_degenerate", num_dead / rewards.numel())
+
+    # ------------------------------------------------------------------ loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """``W * sum_i w_i * sum_t -A_i * logp_{i,t}`` on this micro-batch, gradients scaled by alpha.
+
+        The row weights span the whole optimizer step over all processes, so summing the micro-steps (TRL does
+        not divide by gradient accumulation) and DDP's / DeepSpeed's mean over the ``W`` processes (cancelled by
+        the factor ``W``) give exactly the single-process full-batch loss, hence its gradient.
+        """
+        if return_outputs:
+            raise ValueError("The GPGTrainer does not support returning outputs")
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        multimodal = (
+            "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+            "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
+        )  # fmt: skip
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([prompt_mask, completion_mask], dim=1),
+            completion_ids.size(1),
+            compute_entropy=True,
+            **{key: inputs.get(key) for key in multimodal},
+        )
+        advantages = inputs["advantages"]
+        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        per_token = -advantages * per_token_logps  # REINFORCE: no ratio, no clip, no KL
+        if "importance_sampling_ratio" in inputs:  # only with vllm_importance_sampling_correction=True
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        # torch.where, not a product: a non-finite log-prob on padding must not reach the loss or its gradient.
+        per_token = torch.where(mask.bool(), per_token, torch.zeros_like(per_token))
+        weights = inputs["gpg_row_weights"].to(per_token.dtype)
+        loss = (per_token.sum(dim=1) * weights).sum() * self.accelerator.num_processes
+
+        mode = self._mode
+        local = torch.stack([(entropies * mask).sum(), mask.sum()]).detach().float()
+        totals = self.accelerator.reduce(local, reduction="sum")
+        self._metrics[mode]["entropy"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        if mode == "train":
+            # The AGE gradient-scale hook. It sits on the autograd path of the loss -- identity forward, times alpha
+            # backward -- because everything after it is linear in the incoming gradient and must see alpha * g:
+            # DDP's all-reduce, DeepSpeed ZeRO-3's own parameter hooks and reduce-scatter into its partitioned
+            # buffers, gradient accumulation, then gradient clipping (HF's clip_grad_norm_, or inside DeepSpeed's
+            # engine.step()) and the optimizer step. A hook on parameters would race ZeRO-3's partitioning and come
+            # after its reduction; scaling here needs no extra communication because alpha is already global (one
+            # value per optimizer step, from every process's rewards). The returned (and logged) loss is unscaled.
+            loss = scale_grad(loss, float(inputs["gpg_alpha"][0]))
+        return loss
