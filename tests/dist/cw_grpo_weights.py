@@ -1,0 +1,50 @@
+"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: records, on every rank, the
+gathered rollout log-probs, mask and GRPO advantages CW-GRPO weights, the weights, and this rank's per-token
+advantages, for the test to recompute single-process."""
+
+import sys
+
+import torch
+
+from grpo_family.tasks import make_arithmetic_dataset
+from grpo_family.trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
+
+sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
+from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+
+
+class Recording(CWGRPOTrainer):
+    records = []
+
+    def _covariance_weights(self, logps, advantages, mask, num_generations):
+        weights = super()._covariance_weights(logps, advantages, mask, num_generations)
+        self.records.append({"logps": logps, "advantages": advantages, "mask": mask, "weights": weights})
+        return weights
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.records[-1]["local"] = out["advantages"].clone()  # before TRL shuffles the rows
+        return out
+
+
+def main():
+    model_dir, out_dir = sys.argv[1], sys.argv[2]
+    # 6 completions per process, groups of 4: the middle group straddles the two processes. Completions of
+    # different lengths on the two processes exercise the padding to a common width.
+    config = CWGRPOConfig(
+        **tiny_config_kwargs(
+            out_dir, per_device_train_batch_size=6, num_generations=4, max_steps=2, max_completion_length=16
+        )
+    )
+    trainer = Recording(
+        model=model_dir,
+        reward_funcs=[digit_share_reward],
+        args=config,
+        train_dataset=make_arithmetic_dataset("train", 32, seed=0),
+    )
+    trainer.train()
+    torch.save(trainer.records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
+
+
+if __name__ == "__main__":
+    main()

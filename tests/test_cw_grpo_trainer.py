@@ -1,0 +1,297 @@
+"""CWGRPOTrainer (grpo_family/trainers/cw_grpo.py): config validation, the per-token advantages that reach the loss
+(GRPO advantage x covariance weight of an independently recomputed rollout batch), nothing else in the loss
+changing, where the rollout log-probs come from, and a 2-process run whose weights are the gathered batch's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import digit_share_reward
+from test_distributed import TESTS, launch
+from transformers import AutoModelForCausalLM
+
+from grpo_family import GRPOFamilyTrainer
+from grpo_family.algorithms.cw_grpo import covariance_weights
+from grpo_family.algorithms.grpo import group_advantages
+from grpo_family.trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
+
+TIMING_KEYS = ("time", "runtime", "per_second")
+
+
+# ---------------------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("cw_scope", "microbatch", r"cw_scope must be one of \('group', 'batch'\)"),
+        ("cw_adv_center", "median", r"cw_adv_center must be one of \('token', 'sequence'\)"),
+        ("cw_std_ddof", 2, "cw_std_ddof must be 0"),
+        ("cw_bandwidth_scale", 0.0, "cw_bandwidth_scale must be > 0"),
+        ("cw_bandwidth_scale", -1.0, "cw_bandwidth_scale must be > 0"),
+        ("cw_eps", 0.0, "cw_eps must be > 0"),
+        ("cw_logps_source", "vllm", r"cw_logps_source must be one of \('auto', 'policy'\)"),
+    ],
+)
+def test_invalid_options_fail_at_config_time(config_kwargs, option, value, message):
+    with pytest.raises(ValueError, match=message):
+        CWGRPOConfig(**config_kwargs(**{option: value}))
+
+
+def test_defaults_are_the_specs_and_sequence_level_warns(config_kwargs):
+    config = CWGRPOConfig(**config_kwargs())
+    assert (config.cw_scope, config.cw_adv_center, config.cw_std_ddof) == ("group", "token", 0)
+    assert (config.cw_bandwidth_scale, config.cw_eps, config.cw_normalize) == (1.0, 1e-8, True)
+    assert config.cw_logps_source == "auto"
+    with pytest.warns(UserWarning, match="importance_sampling_level='sequence'"):
+        CWGRPOConfig(**config_kwargs(importance_sampling_level="sequence"))
+
+
+# ---------------------------------------------------------------------------------------------------- training
+class Recording(CWGRPOTrainer):
+    """Records the hook's rewards, the unshuffled batch it returns, and what each loss call receives."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rewards, self.batches, self.loss_inputs = [], [], []
+
+    def _compute_advantages(self, rewards, batch):
+        self.rewards.append(rewards.clone())
+        return super()._compute_advantages(rewards, batch)
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.batches.append({k: v.clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
+        return out
+
+    def _compute_loss(self, model, inputs):
+        self.loss_inputs.append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        return super()._compute_loss(model, inputs)
+
+
+def independent_logps(model_dir, batch, temperature):
+    """log pi(sampled token) of the initial model, with plain transformers (no TRL helper)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    width = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, -width - 1 : -1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(tiny_model_dir, arithmetic_train, config_kwargs):
+    temperature = 0.7
+    config = CWGRPOConfig(**config_kwargs(max_steps=1, max_completion_length=16, temperature=temperature, bf16=False))
+    trainer = Recording(
+        model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train
+    )
+    trainer.train()
+    (rewards,), (batch,) = trainer.rewards, trainer.batches
+    mask = batch["completion_mask"].bool()
+
+    # Independent recomputation: TRL's GRPO advantages, the initial model's log-probs (max_steps=1: the rollout
+    # policy), the pure weight function.
+    advantages = group_advantages(rewards).reshape(-1)
+    logps = independent_logps(tiny_model_dir, batch, temperature)
+    weights = covariance_weights(logps, advantages, mask, 4)
+    expected = torch.where(mask, advantages[:, None] * weights, 0.0)
+    assert batch["advantages"].shape == mask.shape
+    torch.testing.assert_close(batch["advantages"], expected, atol=1e-4, rtol=1e-4)
+    # The test can fail: the weights are far from 1 on some tokens, and the unweighted advantages differ.
+    assert (weights[mask] - 1).abs().max() > 0.2
+    assert (expected - advantages[:, None] * mask).abs().max() > 0.05
+
+    # What the loss receives is that batch, rows shuffled by TRL.
+    (inputs,) = trainer.loss_inputs
+    key = lambda b, i: (tuple(b["prompt_ids"][i].tolist()), tuple(b["completion_ids"][i].tolist()))  # noqa: E731
+    rows = {key(batch, i): batch["advantages"][i] for i in range(len(mask))}
+    for i in range(inputs["advantages"].size(0)):
+        assert torch.equal(inputs["advantages"][i], rows[key(inputs, i)])
+
+    logs = trainer.state.log_history[0]
+    valid = weights[mask]
+    assert logs["cw_grpo/extra_forward"] == 1.0  # TRL's defaults compute no old_per_token_logps
+    assert logs["cw_grpo/weight_min"] == pytest.approx(valid.min().item(), abs=1e-4)
+    assert logs["cw_grpo/weight_max"] == pytest.approx(valid.max().item(), abs=1e-4)
+    assert logs["cw_grpo/weight_std"] == pytest.approx(valid.std(correction=0).item(), abs=1e-4)
+    assert logs["cw_grpo/frac_weight_lt_0.5"] == pytest.approx((valid < 0.5).float().mean().item(), abs=1e-6)
+
+
+class UnitWeights(CWGRPOTrainer):
+    def _covariance_weights(self, logps, advantages, mask, num_generations):
+        return mask.float()
+
+
+def _train(trainer_cls, model_dir, dataset, config):
+    trainer = trainer_cls(model=model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=dataset)
+    trainer.train()
+    logs = [
+        {k: v for k, v in h.items() if not any(t in k for t in TIMING_KEYS) and not k.startswith("cw_grpo/")}
+        for h in trainer.state.log_history
+    ]
+    return trainer, logs
+
+
+def test_with_unit_weights_training_is_grpo(tiny_model_dir, arithmetic_train, config_kwargs):
+    """Nothing but the advantage changes: with every weight forced to 1 the run equals grpo's, KL and
+    gradient accumulation included; with the real weights it does not."""
+    kwargs = config_kwargs(max_steps=2, beta=0.04, gradient_accumulation_steps=2)
+    grpo, grpo_logs = _train(GRPOFamilyTrainer, tiny_model_dir, arithmetic_train, CWGRPOConfig(**kwargs))
+    unit, unit_logs = _train(UnitWeights, tiny_model_dir, arithmetic_train, CWGRPOConfig(**kwargs))
+    assert grpo_logs == unit_logs
+    assert any(h.get("loss", 0.0) != 0.0 for h in grpo_logs)
+    expected, got = grpo.model.state_dict(), unit.model.state_dict()
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+    cw, cw_logs = _train(CWGRPOTrainer, tiny_model_dir, arithmetic_train, CWGRPOConfig(**kwargs))
+    assert any(not torch.equal(expected[k], v) for k, v in cw.model.state_dict().items())
+
+
+def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
+    """old_per_token_logps when TRL has them, else the sampler's ('auto' only, finite only), else a forward."""
+    trainer = CWGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=[digit_share_reward],
+        args=CWGRPOConfig(**config_kwargs(bf16=False)),  # fp32, to compare with plain transformers
+        train_dataset=arithmetic_train,
+    )
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "prompt_ids": torch.randint(3, 90, (4, 5), generator=g),
+        "prompt_mask": torch.tensor([[0, 0, 1, 1, 1]] * 2 + [[1] * 5] * 2),  # left padding, as TRL's
+        "completion_ids": torch.randint(3, 90, (4, 6), generator=g),
+        "completion_mask": torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 6, [1] * 2 + [0] * 4]),
+        "mode": "train",
+    }
+    forward, extra = trainer._rollout_logps(batch)
+    assert extra and forward.shape == (4, 6)
+    valid = batch["completion_mask"].bool()
+    torch.testing.assert_close(forward[valid], independent_logps(tiny_model_dir, batch, 1.0)[valid])
+
+    sampler = torch.full((4, 6), -0.5)
+    old = torch.full((4, 6), -0.25)
+    assert torch.equal(trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})[0], sampler)
+    assert torch.equal(
+        trainer._rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
+    )
+    nan_on_padding = sampler.clone()
+    nan_on_padding[3, 5] = float("nan")  # NaN where the mask is 0 does not matter
+    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": nan_on_padding})
+    assert not extra and torch.equal(logps.nan_to_num(), nan_on_padding.nan_to_num())
+    nan_on_token = sampler.clone()
+    nan_on_token[0, 0] = float("nan")
+    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": nan_on_token})
+    assert extra and torch.equal(logps, forward)
+    trainer.args.cw_logps_source = "policy"
+    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})
+    assert extra and torch.equal(logps, forward)
+
+
+def test_old_logps_from_trl_are_used_without_extra_forward(tiny_model_dir, arithmetic_train, config_kwargs):
+    """num_iterations=2: TRL computes old_per_token_logps itself; the weights are built on them."""
+    config = CWGRPOConfig(**config_kwargs(max_steps=1, num_iterations=2))
+    seen = []
+
+    class Spy(CWGRPOTrainer):
+        def _covariance_weights(self, logps, advantages, mask, num_generations):
+            seen.append(logps.clone())
+            return super()._covariance_weights(logps, advantages, mask, num_generations)
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            seen.append(out["old_per_token_logps"].clone())
+            return out
+
+    trainer = Spy(model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train)
+    trainer.train()
+    assert trainer.state.log_history[0]["cw_grpo/extra_forward"] == 0.0
+    used, old = seen
+    assert torch.equal(used, old.float())
+
+
+def test_all_groups_degenerate_skips_the_log_probs(tiny_model_dir, arithmetic_train, config_kwargs):
+    """Equal rewards in every group: every advantage is 0, so no weights (and no extra forward) are needed."""
+
+    def constant_reward(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    calls = []
+
+    class Spy(CWGRPOTrainer):
+        def _rollout_logps(self, batch):
+            calls.append(1)
+            return super()._rollout_logps(batch)
+
+    config = CWGRPOConfig(**config_kwargs(max_steps=1))
+    trainer = Spy(model=tiny_model_dir, reward_funcs=[constant_reward], args=config, train_dataset=arithmetic_train)
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    assert calls == []
+    assert logs["cw_grpo/extra_forward"] == 0.0 and logs["cw_grpo/degenerate_frac"] == 1.0
+    assert logs["cw_grpo/weight_min"] == logs["cw_grpo/weight_max"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------- 2 processes
+@pytest.mark.multiprocess
+def test_two_process_weights_equal_single_process_weights_of_the_gathered_batch(tiny_model_dir, tmp_path):
+    launch("cw_grpo_weights.py", tiny_model_dir, str(tmp_path), str(TESTS))
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert len(rank0) == len(rank1) == 2
+    straddling_differs = False
+    for r0, r1 in zip(rank0, rank1):
+        for key in ("logps", "advantages", "mask", "weights"):
+            assert torch.equal(r0[key], r1[key]), key  # every process saw the same gathered batch
+        logps, advantages, mask = r0["logps"], r0["advantages"], r0["mask"]
+        assert logps.shape[0] == 12 and r0["local"].shape[0] == r1["local"].shape[0] == 6
+        # Single-process recomputation on the gathered batch.
+        weights = covariance_weights(logps, advantages, mask, 4)
+        expected = advantages[:, None] * weights
+        for r, rec in enumerate((r0, r1)):
+            width = rec["local"].size(1)
+            local_expected = expected[6 * r : 6 * (r + 1), :width]
+            assert torch.equal(rec["local"], local_expected)
+            assert not expected[6 * r : 6 * (r + 1), width:].any()  # wider columns are another process's padding
+        # Group 1 (rows 4..7) straddles the processes: statistics over one process's rows would differ.
+        rows = slice(4, 6)
+        local_only = covariance_weights(logps[rows], advantages[rows], mask[rows], 2)
+        if mask[rows].any() and (advantages[4:8].unique().numel() > 1):
+            straddling_differs |= not torch.allclose(local_only, weights[rows], atol=1e-3)
+    assert straddling_differs, "the straddling group's weights do not depend on the other process: test is vacuous"
+
+
+# ---------------------------------------------------------------------------------------------------- recipes
+RECIPES = sorted((TESTS.parent / "examples" / "recipes").glob("cw_grpo_*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipes_parse_with_the_papers_settings(path):
+    import sys
+
+    from trl import ModelConfig, TrlParser
+
+    sys.path.insert(0, str(TESTS.parent / "examples"))
+    from train import TrainScriptArguments
+
+    parser = TrlParser((TrainScriptArguments, CWGRPOConfig, ModelConfig))
+    script, config, model = parser.parse_args_and_config(
+        ["--config", str(path), "--bf16", "false", "--use_cpu", "true"]
+    )
+    assert script.method == "cw_grpo"
+    assert script.reward_funcs == ["math_accuracy", "think_answer_format"]
+    paper = dict(num_generations=12, per_device_train_batch_size=12, gradient_accumulation_steps=4, learning_rate=1e-6)
+    assert {k: getattr(config, k) for k in paper} == paper
+    assert (config.temperature, config.warmup_steps, config.beta, config.loss_type) == (0.7, 0.1, 0.04, "grpo")
+    if "small" not in path.name:
+        assert script.dataset_name == "knoveleng/open-rs" and config.max_completion_length == 4096
+        assert config.max_steps == 100
+        assert model.model_name_or_path in (
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+            "Qwen/Qwen2.5-Math-7B-Instruct",
+        )
+
+
+def test_there_are_paper_and_small_recipes():
+    assert {p.name for p in RECIPES} >= {
+        "cw_grpo_r1_distill_1.5b.yaml",
+        "cw_grpo_qwen2.5_math_7b.yaml",
+        "cw_grpo_small.yaml",
+    }
