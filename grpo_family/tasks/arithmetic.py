@@ -1,0 +1,274 @@
+"""Multi-step integer arithmetic with one checkable step per line: the bundled offline task.
+
+A problem is an expression over small non-negative integers with `+`, `-` and `*`::
+
+    prompt:    Compute 7+5*3-4.
+    solution:  5*3=15
+               7+15=22
+               22-4=18
+               Answer: 18
+
+The reference solution applies one operator per line in the standard order (every `*` first, left to right, then
+`+`/`-` left to right); every intermediate value lies in `[0, max_value]`, so no line needs a minus sign. The final
+line is `Answer: N`. `arithmetic_reward` checks only the final answer; `check_steps` locates the first wrong line
+(the programmatic step judge SGPO can use); `split_into_steps` is the matching segmenter (one step per non-empty
+line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+from datasets import Dataset
+
+__all__ = [
+    "DIFFICULTIES",
+    "DEFAULT_DIFFICULTY",
+    "Difficulty",
+    "arithmetic_reward",
+    "check_steps",
+    "extract_answer",
+    "make_arithmetic_dataset",
+    "solve",
+    "split_into_steps",
+]
+
+OPERATORS = "+-*"
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """How hard the generated problems are.
+
+    Each problem has between `min_ops` and `max_ops` operators drawn from `operators`, operands drawn uniformly
+    from `[min_operand, max_operand]`, and every intermediate value of the reference solution in `[0, max_value]`
+    (problems breaking that are redrawn).
+    """
+
+    name: str
+    min_ops: int
+    max_ops: int
+    min_operand: int = 1
+    max_operand: int = 9
+    max_value: int = 99
+    operators: str = OPERATORS
+
+
+DIFFICULTIES = {
+    # Learnt almost perfectly by the warm start; handy for debugging.
+    "easy": Difficulty("easy", min_ops=1, max_ops=2, max_operand=9),
+    # The embedded default: the warm start solves some problems but not most, and GRPO improves it quickly.
+    "default": Difficulty("default", min_ops=2, max_ops=3, max_operand=9),
+    # Most groups of 8 samples are all wrong under the warm start: the regime SGPO targets.
+    "hard": Difficulty("hard", min_ops=4, max_ops=5, max_operand=19, max_value=199),
+}
+DEFAULT_DIFFICULTY = DIFFICULTIES["default"]
+
+# Every expression belongs to exactly one split, by a stable hash of its text (1 in 10 goes to "eval"), so the
+# splits never overlap whatever the seeds.
+_EVAL_BUCKETS = 10
+
+_STEP_RE = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)\s*\.?\s*$")
+_ANSWER_LINE_RE = re.compile(r"^\s*answer\s*:\s*(-?\d+)\s*\.?\s*$", re.IGNORECASE)
+_ANSWER_RE = re.compile(r"answer\s*:\s*(-?\d+)", re.IGNORECASE)
+_EXPR_RE = re.compile(r"\d+(?:\s*[-+*]\s*\d+)+")
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _split_of(expression: str) -> str:
+    bucket = int(hashlib.sha256(expression.encode()).hexdigest(), 16) % _EVAL_BUCKETS
+    return "eval" if bucket == 0 else "train"
+
+
+def solve(numbers: list[int], ops: list[str]) -> list[tuple[int, str, int, int]]:
+    """The reference steps `(a, op, b, a op b)`: each `*` left to right, then `+`/`-` left to right."""
+    numbers, ops, steps = list(numbers), list(ops), []
+    while ops:
+        i = ops.index("*") if "*" in ops else 0
+        a, op, b = numbers[i], ops[i], numbers[i + 1]
+        c = _apply(a, op, b)
+        steps.append((a, op, b, c))
+        numbers[i : i + 2] = [c]
+        del ops[i]
+    return steps
+
+
+def _format_solution(steps: list[tuple[int, str, int, int]]) -> str:
+    lines = [f"{a}{op}{b}={c}" for a, op, b, c in steps]
+    return "\n".join(lines + [f"Answer: {steps[-1][3]}"])
+
+
+def _resolve_difficulty(difficulty: str | Difficulty) -> Difficulty:
+    if isinstance(difficulty, Difficulty):
+        return difficulty
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"unknown difficulty {difficulty!r}; choose from {sorted(DIFFICULTIES)} or pass a Difficulty")
+    return DIFFICULTIES[difficulty]
+
+
+def make_arithmetic_dataset(
+    split: str = "train",
+    num_examples: int = 1000,
+    seed: int = 0,
+    difficulty: str | Difficulty = "default",
+) -> Dataset:
+    """A deterministic `datasets.Dataset` of arithmetic problems.
+
+    Columns: `prompt` (TRL conversational, one user message), `problem` (the user text), `answer` (gold final
+    answer as a string), `solution` (reference solution, one step per line, ending with `Answer: N`) and
+    `num_steps` (lines in the solution, the answer line included). The same `(split, num_examples, seed,
+    difficulty)` always gives the same rows. Train and eval never share an expression. Rows are distinct while
+    the split has enough distinct expressions; after that repeats are allowed.
+    """
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    diff = _resolve_difficulty(difficulty)
+    rng = random.Random(f"grpo_family-arithmetic-{diff}-{split}-{seed}")
+    rows: dict[str, list] = {"prompt": [], "problem": [], "answer": [], "solution": [], "num_steps": []}
+    seen: set[str] = set()
+    attempts, max_attempts = 0, 200 * max(1, num_examples)
+    while len(rows["answer"]) < num_examples:
+        attempts += 1
+        num_ops = rng.randint(diff.min_ops, diff.max_ops)
+        numbers = [rng.randint(diff.min_operand, diff.max_operand) for _ in range(num_ops + 1)]
+        ops = [rng.choice(diff.operators) for _ in range(num_ops)]
+        expression = "".join(f"{n}{op}" for n, op in zip(numbers, ops)) + str(numbers[-1])
+        if _split_of(expression) != split or (expression in seen and attempts < max_attempts):
+            continue
+        steps = solve(numbers, ops)
+        if any(not 0 <= c <= diff.max_value for *_, c in steps):
+            continue
+        seen.add(expression)
+        problem = f"Compute {expression}."
+        rows["prompt"].append([{"role": "user", "content": problem}])
+        rows["problem"].append(problem)
+        rows["answer"].append(str(steps[-1][3]))
+        rows["solution"].append(_format_solution(steps))
+        rows["num_steps"].append(len(steps) + 1)
+    return Dataset.from_dict(rows)
+
+
+def _text(completion) -> str:
+    """The text of a completion given as a string or as TRL conversational messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    return "\n".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def extract_answer(text: str) -> int | None:
+    """The integer after the last `Answer:` in `text`, or None."""
+    matches = _ANSWER_RE.findall(text)
+    return int(matches[-1]) if matches else None
+
+
+def arithmetic_reward(completions, answer, **kwargs) -> list[float | None]:
+    """TRL reward function: 1.0 if the completion's last `Answer: N` equals the gold answer, else 0.0.
+
+    `completions` are strings or `[{"role": "assistant", "content": ...}]`; `answer` is the dataset column.
+    None (TRL's "not scorable") only where the gold answer itself is not an integer.
+    """
+    rewards: list[float | None] = []
+    for completion, gold in zip(completions, answer):
+        try:
+            gold_value = int(str(gold).strip())
+        except ValueError:
+            rewards.append(None)
+            continue
+        rewards.append(1.0 if extract_answer(_text(completion)) == gold_value else 0.0)
+    return rewards
+
+
+def split_into_steps(response) -> list[str]:
+    """One step per non-empty line, stripped (string or conversational messages)."""
+    return [line.strip() for line in _text(response).splitlines() if line.strip()]
+
+
+def _parse_problem(problem) -> tuple[list[int], list[str]] | None:
+    if not isinstance(problem, str):  # a prompt column entry: list of messages
+        problem = "\n".join(str(m.get("content") or "") for m in problem if m.get("role") == "user")
+    if "=" in problem:  # a solution, not a problem
+        return None
+    match = _EXPR_RE.search(problem)
+    if match is None:
+        return None
+    tokens = re.findall(r"\d+|[-+*]", match.group(0))
+    return [int(t) for t in tokens[0::2]], tokens[1::2]
+
+
+def _legal_reductions(state: tuple, a: int, op: str, b: int) -> list[tuple]:
+    """States reachable from `state` by reducing an adjacent `a op b` without changing the value."""
+    numbers, ops = state
+    out = []
+    for i, o in enumerate(ops):
+        if o != op or numbers[i] != a or numbers[i + 1] != b:
+            continue
+        before = ops[i - 1] if i > 0 else None
+        after = ops[i + 1] if i + 1 < len(ops) else None
+        # `*` binds tightest and associates, so it can always be reduced. A `+`/`-` cannot be reduced next to a
+        # `*` (precedence) or right after a `-` (x-a+b is not x-(a+b)).
+        if op != "*" and ("*" in (before, after) or before == "-"):
+            continue
+        out.append((numbers[:i] + (_apply(a, op, b),) + numbers[i + 2 :], ops[:i] + ops[i + 1 :]))
+    return out
+
+
+def check_steps(problem_or_solution, response) -> int | None:
+    """1-based index of the first wrong step of `response` (see `split_into_steps`), or None if none is wrong.
+
+    With a problem (the prompt text, the `prompt` column's messages, or a bare expression) the checker tracks the
+    partially evaluated expression. A computation line `a op b=c` is right iff `a op b` is an adjacent pair of the
+    current expression whose reduction keeps the expression's value (`*` before `+`/`-`, no `+`/`-` reduction
+    right after a `-`) and `c` is its true value; so false arithmetic, values that are not in the problem or
+    earlier results, and skipped or out-of-order operations are all errors, while any valid order is accepted.
+    An `Answer: N` line is right iff `N` is the value of the problem. Any other line (prose, malformed, an
+    operation after the expression is fully reduced) is wrong. A response that stops early with only right
+    steps has no wrong step (None).
+
+    Given a reference solution instead (lines `a op b=c`, ending with `Answer: N`), the only accepted order is the
+    reference's: line j is right iff it equals the reference's line j (whitespace ignored) and the answer line
+    iff its number is the reference answer.
+    """
+    steps = split_into_steps(response)
+    parsed = _parse_problem(problem_or_solution)
+    if parsed is None:
+        reference = split_into_steps(problem_or_solution)
+        gold = extract_answer("\n".join(reference))
+        computations = ["".join(s.split()) for s in reference if _STEP_RE.match(s)]
+        done = 0  # computation lines matched so far
+        for j, line in enumerate(steps):
+            answer = _ANSWER_LINE_RE.match(line)
+            if answer is not None:
+                if int(answer.group(1)) != gold:
+                    return j + 1
+            elif done >= len(computations) or "".join(line.split()).rstrip(".") != computations[done]:
+                return j + 1
+            else:
+                done += 1
+        return None
+    numbers, ops = parsed
+    gold = solve(numbers, ops)[-1][3] if ops else numbers[0]
+    states = {(tuple(numbers), tuple(ops))}
+    for j, line in enumerate(steps):
+        answer = _ANSWER_LINE_RE.match(line)
+        if answer is not None:
+            if int(answer.group(1)) != gold:
+                return j + 1
+            continue
+        step = _STEP_RE.match(line)
+        if step is None:
+            return j + 1
+        a, op, b, c = int(step.group(1)), step.group(2), int(step.group(3)), int(step.group(4))
+        if _apply(a, op, b) != c:
+            return j + 1
+        states = {new for state in states for new in _legal_reductions(state, a, op, b)}
+        if not states:
+            return j + 1
+    return None

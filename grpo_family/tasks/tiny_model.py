@@ -1,0 +1,297 @@
+"""A tiny Qwen2-architecture model and a character-level ChatML tokenizer, built locally (no downloads).
+
+`build_tokenizer` makes a `PreTrainedTokenizerFast` whose vocabulary is the special tokens plus every printable
+ASCII character and newline, with a Qwen/ChatML chat template (`<|im_start|>role\\ncontent<|im_end|>\\n`) and
+`eos = <|im_end|>`, so it behaves like a Qwen tokenizer inside TRL. `build_tiny_model` builds a randomly
+initialised `Qwen2ForCausalLM` from a small config. `load_warm_start` gives a briefly supervised model (cached on
+disk) that solves some arithmetic problems but not most, the starting point of the offline demo, tests and
+benchmarks; `evaluate_accuracy` measures held-out greedy accuracy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import string
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from .arithmetic import DEFAULT_DIFFICULTY, arithmetic_reward, make_arithmetic_dataset
+
+# Bump when anything that changes the warm-start weights changes (data format, model, training loop).
+WARM_START_VERSION = "1"
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+# Whole-word tokens: each saves several positions per sequence (faster warm start, training and generation).
+WORD_TOKENS = ["user", "assistant", "system", "Compute ", "Answer: "]
+
+# Qwen2.5-style ChatML template without the default system prompt (it would cost ~40 characters per prompt).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+TINY_MODEL_DEFAULTS = {
+    "hidden_size": 96,
+    "intermediate_size": 384,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 256,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+}
+
+# Supervised warm start: AdamW on the train split's chat-formatted prompt + reference solution, loss on the
+# completion only. The step count is what sets the starting accuracy (see DEFAULT_GRPO_ARGS in tasks/__init__.py).
+WARM_START_DEFAULTS = {
+    "num_steps": 300,
+    "batch_size": 64,
+    "learning_rate": 3e-3,
+    "warmup_steps": 20,
+    "weight_decay": 0.0,
+    "num_train_examples": 20000,
+}
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level tokenizer: specials, newline and the printable ASCII characters, one token each, plus a few
+    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line."""
+    chars = ["\n"] + [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
+    # A BPE with no merges splits text into single characters; Fuse joins them back without separators.
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(SPECIAL_TOKENS)
+    backend.add_tokens([AddedToken(word, normalized=False, special=False) for word in WORD_TOKENS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        padding_side="left",
+        model_max_length=TINY_MODEL_DEFAULTS["max_position_embeddings"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int | None = 0, **overrides) -> Qwen2ForCausalLM:
+    """A randomly initialised `Qwen2ForCausalLM` sized for CPU; `overrides` are `Qwen2Config` fields."""
+    kwargs = {**TINY_MODEL_DEFAULTS, **overrides}
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.convert_tokens_to_ids(IM_START),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **kwargs,
+    )
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = config.bos_token_id
+    return model
+
+
+def _default_cache_root() -> Path:
+    root = os.environ.get("GRPO_FAMILY_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "grpo_family"
+
+
+def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> str:
+    """Hash of everything that determines the warm-start weights (the cache directory's suffix)."""
+    payload = {
+        "version": WARM_START_VERSION,
+        "seed": seed,
+        "model": {**TINY_MODEL_DEFAULTS, **(model_overrides or {})},
+        "train": {**WARM_START_DEFAULTS, **(train_overrides or {})},
+        "difficulty": DEFAULT_DIFFICULTY.name,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _encode_sft(tokenizer, dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded input ids and labels (-100 on prompt and padding) for prompt + solution + <|im_end|>."""
+    rows, starts = [], []
+    for prompt, solution in zip(dataset["prompt"], dataset["solution"]):
+        prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+        completion_ids = tokenizer.encode(solution, add_special_tokens=False) + [tokenizer.eos_token_id]
+        rows.append(list(prompt_ids) + completion_ids)
+        starts.append(len(prompt_ids))
+    width = max(map(len, rows))
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (row, start) in enumerate(zip(rows, starts)):
+        input_ids[i, : len(row)] = torch.tensor(row)
+        labels[i, start : len(row)] = input_ids[i, start : len(row)]
+    return input_ids, labels
+
+
+def train_warm_start(
+    seed: int = 0, model_overrides: dict | None = None, log_every: int = 0, **train_overrides
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """Supervised warm start from scratch (no cache): deterministic given `seed` (and the thread count)."""
+    hp = {**WARM_START_DEFAULTS, **train_overrides}
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer, seed=seed, **(model_overrides or {}))
+    data = make_arithmetic_dataset("train", num_examples=hp["num_train_examples"], seed=seed)
+    input_ids, labels = _encode_sft(tokenizer, data)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hp["learning_rate"], weight_decay=hp["weight_decay"])
+    total, warmup = hp["num_steps"], hp["warmup_steps"]
+
+    def lr_lambda(step: int) -> float:  # linear warmup, cosine decay to 10%
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+    model.train()
+    order = torch.randperm(len(input_ids), generator=generator)
+    cursor = 0
+    for step in range(total):
+        if cursor + hp["batch_size"] > len(order):
+            order, cursor = torch.randperm(len(input_ids), generator=generator), 0
+        idx = order[cursor : cursor + hp["batch_size"]]
+        cursor += hp["batch_size"]
+        batch_labels = labels[idx]
+        width = int((batch_labels != -100).nonzero()[:, 1].max()) + 1  # trim right padding
+        ids, batch_labels = input_ids[idx, :width], batch_labels[:, :width]
+        loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=batch_labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if log_every and (step % log_every == 0 or step == total - 1):
+            print(f"warm start step {step} loss {loss.item():.4f}", flush=True)
+    model.eval()
+    return model, tokenizer
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / "config.json").exists() and (path / "tokenizer_config.json").exists()
+
+
+def load_warm_start(
+    cache_dir: str | os.PathLike | None = None,
+    seed: int = 0,
+    *,
+    model_overrides: dict | None = None,
+    timeout: float = 600.0,
+    **train_overrides,
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """The warm-started tiny model and its tokenizer, trained once and then loaded from an on-disk cache.
+
+    `cache_dir` defaults to `$GRPO_FAMILY_CACHE/tiny-arith-<hash>` (else `~/.cache/grpo_family/...`), the hash
+    covering the model config, training settings, seed and `WARM_START_VERSION`. `train_overrides` override
+    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Concurrency: the process that wins an exclusive lock
+    file trains and publishes via a temp dir + `os.replace`, so a reader never sees a half-written cache; other
+    processes wait (up to `timeout` seconds) for the directory to appear.
+    """
+    if cache_dir is None:
+        cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+    path = Path(cache_dir)
+    if not _is_complete(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_name(path.name + ".lock")
+        deadline = time.monotonic() + timeout
+        while not _is_complete(path):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                # Another process is training; a lock older than `timeout` is left over from a crash.
+                with contextlib.suppress(FileNotFoundError):
+                    if time.time() - lock.stat().st_mtime > timeout:
+                        lock.unlink()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"waited {timeout:.0f}s for another process to write {path}") from None
+                time.sleep(0.5)
+                continue
+            try:
+                os.close(fd)
+                if not _is_complete(path):
+                    model, tokenizer = train_warm_start(seed, model_overrides, **train_overrides)
+                    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+                    model.save_pretrained(tmp)
+                    tokenizer.save_pretrained(tmp)
+                    if path.exists():  # an incomplete leftover
+                        shutil.rmtree(path)
+                    os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    lock.unlink()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
+    model = Qwen2ForCausalLM.from_pretrained(path)
+    model.eval()
+    return model, tokenizer
+
+
+@torch.no_grad()
+def generate_completions(
+    model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
+) -> list[str]:
+    """Decoded assistant completions (special tokens stripped) for conversational prompts."""
+    was_training = model.training
+    model.eval()
+    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    out: list[str] = []
+    for i in range(0, len(texts), batch_size):
+        enc = tokenizer(
+            texts[i : i + batch_size], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        ).to(model.device)
+        ids = model.generate(
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=do_sample,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **({} if do_sample else {"temperature": None, "top_p": None, "top_k": None}),
+            **gen,
+        )
+        out.extend(tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
+    model.train(was_training)
+    return out
+
+
+def evaluate_accuracy(
+    model,
+    tokenizer,
+    dataset,
+    *,
+    batch_size: int = 64,
+    max_new_tokens: int | None = None,
+    do_sample: bool = False,
+    **gen,
+) -> float:
+    """Fraction of `dataset` rows whose generated final answer equals the gold one (greedy by default)."""
+    if max_new_tokens is None:
+        max_new_tokens = max(len(s) for s in dataset["solution"]) + 8
+    completions = generate_completions(
+        model,
+        tokenizer,
+        list(dataset["prompt"]),
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        **gen,
+    )
+    rewards = arithmetic_reward(completions, list(dataset["answer"]))
+    return sum(r or 0.0 for r in rewards) / max(1, len(rewards))
