@@ -6,11 +6,15 @@
 from trl import GRPOConfig
 
 from .trainers.base import GRPOFamilyTrainer, RewardFunctionError
+from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
+from .trainers.gpg import GPGConfig, GPGTrainer
 from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
 
 METHODS: dict[str, tuple[type, type]] = {
     "grpo": (GRPOConfig, GRPOFamilyTrainer),
     "ms_grpo": (MSGRPOConfig, MSGRPOTrainer),
+    "cw_grpo": (CWGRPOConfig, CWGRPOTrainer),
+    "gpg": (GPGConfig, GPGTrainer),
 }
 
 
@@ -22,6 +26,10 @@ def get_method(name: str) -> tuple[type, type]:
 
 
 __all__ = [
+    "CWGRPOConfig",
+    "CWGRPOTrainer",
+    "GPGConfig",
+    "GPGTrainer",
     "METHODS",
     "GRPOConfig",
     "GRPOFamilyTrainer",
