@@ -1,0 +1,559 @@
+"""D3S: dynamic dual-level down-sampling on top of GRPO (spec ``specs/d3s.md``).
+
+A filter between the advantages and the policy loss; the maths is ``algorithms.d3s``. Where each piece happens:
+
+* **advantages** (``_compute_advantages``): the base estimator's, on the full groups of the gathered batch
+  (``grpo``: TRL's maths; ``ms_grpo``: ``algorithms.ms_grpo.multiscale_advantages``). They are never recomputed.
+* **sample level** (``_generate_and_score_completions``): after TRL has scored the batch, the max-variance subset
+  is chosen on the *gathered* advantages (``select_rollouts``: pooled over the batch by default, per group as an
+  option), identically on every process, and each process keeps only its own selected rows. Dropped rollouts
+  never reach the policy forward/backward. Processes may keep different numbers of rows, but TRL's collectives
+  need equal local batches split into ``steps_per_generation`` equal chunks, so every process is padded to the
+  same row count (a multiple of ``steps_per_generation``) with inert rows: a copy of a local row whose
+  completion mask is zeroed, which receives no gradient and enters no count or metric. Completion columns that
+  only held padding of dropped rows are trimmed.
+* **token level** (``_get_per_token_logps_and_entropies``, the forward of TRL's loss): the keep mask is the top
+  ``ceil(K n)`` valid tokens by ``|A| * H``, with ``H`` the entropies TRL already computes in that forward (no
+  extra pass), ranked over every row of the loss call on all processes (``"micro"``; this is the spec's whole-batch
+  ranking when ``steps_per_generation == 1``) or per rollout (``"sequence"``). Unkept tokens get no gradient from
+  any term of TRL's loss (surrogate, KL, entropy bonus): the returned log-probs keep their values but carry the
+  gradient ``w * d logp`` with ``w = 0`` off the mask, and ``w`` = the normalisation's per-token weight on it.
+  Because every term of TRL's loss is a per-token function of these log-probs, the gradient is exactly the one of
+  ``sum w * l / D`` (for ``importance_sampling_level="sequence"`` it is the spec's GSPO-token gradient).
+* **normalisation** (``_prepare_inputs``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
+  ``num_items_in_batch``; D3S replaces it by the global denominator of ``d3s_loss_normalization`` (default: the
+  number of kept tokens of the whole generation batch, all processes and micro-steps, known in advance because
+  the kept count depends only on K and the valid-token counts), so micro-batching and padding rows do not change
+  the gradient. The logged loss is the D3S loss for the normalisations whose weight is 1 on kept tokens
+  (token_mean_kept, literal_eq10, mask_only_token) with token-level ratios, plus ``beta`` x the KL of unkept tokens
+  (a value without gradient, so that TRL's ``kl`` metric stays the policy's KL over all tokens); for the
+  per-rollout normalisations it is the kept-token mean (their gradient is still exact).
+* **truncated completions** (``mask_truncated_completions``): they count in the group statistics but take no
+  selection slot (spec §6).
+* **schedule**: ``algorithms.d3s.schedule`` of ``state.global_step / state.max_steps`` when the batch is generated;
+  a pure function of the trainer state, so a checkpoint resume restores it with ``global_step``.
+
+Not covered: multimodal batches (image tensors are not row-indexable here) raise ``NotImplementedError``. The
+no-grad old/reference log-prob passes still run on every rollout: TRL computes them before the rewards, and
+moving the selection ahead of them would mean copying ``_generate_and_score_completions`` (they are skipped
+altogether in TRL's default on-policy setting with ``beta = 0``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import textwrap
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather
+from trl import GRPOConfig
+
+from ..algorithms.d3s import LOSS_NORMALIZATIONS, max_variance_subset, schedule, select_rollouts, token_keep_mask
+from .base import GRPOFamilyTrainer
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_SCOPES = ("pooled", "group")
+TOKEN_SCOPES = ("micro", "sequence")
+BASE_ESTIMATORS = ("grpo", "ms_grpo")
+# TRL loss types whose aggregation is "token sum / num_items_in_batch": the denominator D3S controls.
+TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
+# Normalisations whose per-token weight is 1 on the kept tokens: the logged loss is then exactly the D3S loss.
+_UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
+# Row-aligned keys that are not tensors of shape (rows, ...) and are left alone when rows are selected.
+_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes")
+
+
+def default_samples_start(num_generations: int) -> int:
+    """N_init when the user sets none: G/4 rounded half up, the paper's 8 of 32 (spec §4.1)."""
+    return max(2, math.floor(num_generations / 4 + 0.5))
+
+
+def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.Tensor:
+    """Kept-token count of ``token_keep_mask`` for scopes of ``valid_counts`` tokens: ``min(n, max(1, ceil(K n)))``.
+
+    The same expression as the algorithm (spec §2.4: ``ceil(K n - 1e-9)``, at least 1, at most n; 0 for n = 0), so
+    the loss denominator can be fixed before the entropies are known.
+    """
+    n = valid_counts.double()
+    return torch.minimum(torch.ceil(keep_ratio * n - 1e-9).clamp_min(1), n)
+
+
+@dataclass
+class D3SConfig(GRPOConfig):
+    """``GRPOConfig`` plus D3S's options (spec §4.1). ``loss_type`` must be a token-sum one (default "dapo")."""
+
+    d3s_samples_start: int | None = field(
+        default=None,
+        metadata={
+            "help": "N_init: rollouts kept per prompt at the start of training (p = 0); an average per prompt with "
+            "pooled selection. None (default) = num_generations / 4 rounded (the paper: 8 of G = 32). At least 2, at "
+            "most num_generations."
+        },
+    )
+    d3s_samples_end: int | None = field(
+        default=None,
+        metadata={
+            "help": "N_final: rollouts kept per prompt at the end of training (p = 1). None (default) = "
+            "num_generations, i.e. no sample-level down-sampling at the end (the paper: 32 of 32)."
+        },
+    )
+    d3s_token_ratio_start: float = field(
+        default=0.05,
+        metadata={
+            "help": "K_init: share of tokens of the kept rollouts that get gradient at p = 0, in (0, 1]. "
+            "Default 0.05 (the paper)."
+        },
+    )
+    d3s_token_ratio_end: float = field(
+        default=0.20,
+        metadata={"help": "K_final: the same share at p = 1, in (0, 1]. Default 0.20 (the paper)."},
+    )
+    d3s_sample_scope: str = field(
+        default="pooled",
+        metadata={
+            "help": "'pooled' (default, the paper's cross-group D3S): one max-variance subset of num_prompts * N_s "
+            "rollouts over the whole generation batch (all processes), so a prompt keeps 0..G rollouts; 'group' "
+            "(the paper's D3S-I): N_s rollouts inside each group, which the paper found better on models not aligned "
+            "to math."
+        },
+    )
+    d3s_drop_degenerate_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "'group' scope only: groups whose advantages are all equal keep no rollout. Default False "
+            "(the paper keeps them)."
+        },
+    )
+    d3s_token_scope: str = field(
+        default="micro",
+        metadata={
+            "help": "Ranking scope of the token filter: 'micro' (default) = every valid token of the rollouts in one "
+            "loss call, over all processes; with steps_per_generation = 1 that is the whole kept batch (the "
+            "paper's global ranking); 'sequence' = a separate top-K inside each rollout. The entropies are the ones "
+            "TRL computes in the loss forward (no extra pass)."
+        },
+    )
+    d3s_loss_normalization: str = field(
+        default="token_mean_kept",
+        metadata={
+            "help": "'token_mean_kept' (default): sum over kept tokens / number of kept tokens of the generation "
+            "batch; 'literal_eq10': additionally / number of kept rollouts (paper Eq. 10); 'seq_mean_kept': mean over "
+            "each rollout's kept tokens, then over rollouts with a kept token (counted per loss call with "
+            "d3s_token_scope='micro'); 'seq_mean_kept_all': the same, rollouts without one count as 0; "
+            "'mask_only_seq': GRPO denominators (each rollout's length, then the number of rollouts); "
+            "'mask_only_token': / all valid tokens of the kept rollouts."
+        },
+    )
+    d3s_base_estimator: str = field(
+        default="grpo",
+        metadata={
+            "help": "Advantage estimator D3S filters: 'grpo' (default; TRL's group normalisation, scale_rewards "
+            "applies) or 'ms_grpo' (multi-scale advantages, algorithms.ms_grpo, options d3s_ms_*)."
+        },
+    )
+    d3s_ms_tau_min: int = field(default=2, metadata={"help": "ms_grpo base: smallest subgroup size. Default 2."})
+    d3s_ms_weights: str = field(
+        default="uniform",
+        metadata={"help": "ms_grpo base: scale weights 'uniform' (default), 'global', 'local' or 'flat'."},
+    )
+    d3s_ms_std: str = field(default="population", metadata={"help": "ms_grpo base: std convention of subgroups."})
+    d3s_ms_num_scales: int | None = field(
+        default=None,
+        metadata={"help": "ms_grpo base: drawn scales per prompt (accelerated mode); None = every scale (exact)."},
+    )
+    d3s_ms_subgroups_per_scale: int | None = field(
+        default=None,
+        metadata={"help": "ms_grpo base: subgroups per scale (accelerated mode); None = every subgroup (exact)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        G = self.num_generations
+        for name in ("d3s_samples_start", "d3s_samples_end"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= G):
+                raise ValueError(
+                    f"{name} must be None (default) or an integer in [2, num_generations={G}], got {value!r}; a "
+                    "single kept rollout has zero advantage variance (spec §6)."
+                )
+        for name in ("d3s_token_ratio_start", "d3s_token_ratio_end"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1] (the paper: 0.05 -> 0.20), got {value!r}.")
+        choices = (
+            ("d3s_sample_scope", SAMPLE_SCOPES),
+            ("d3s_token_scope", TOKEN_SCOPES),
+            ("d3s_loss_normalization", LOSS_NORMALIZATIONS),
+            ("d3s_base_estimator", BASE_ESTIMATORS),
+        )
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        if self.d3s_drop_degenerate_groups and self.d3s_sample_scope != "group":
+            raise ValueError(
+                "d3s_drop_degenerate_groups needs d3s_sample_scope='group' (pooled selection already "
+                "leaves zero-advantage groups out)."
+            )
+        if self.loss_type not in TOKEN_SUM_LOSS_TYPES:
+            raise ValueError(
+                f"D3S normalises the loss itself (d3s_loss_normalization), through TRL's token-sum losses; loss_type "
+                f"must be one of {TOKEN_SUM_LOSS_TYPES} (default 'dapo', the clipped surrogate), got "
+                f"{self.loss_type!r}. For GRPO's per-sequence denominators use "
+                "d3s_loss_normalization='mask_only_seq'."
+            )
+        if self.top_entropy_quantile != 1.0:
+            raise ValueError(
+                "top_entropy_quantile must be 1.0 with D3S: its token filter (|A| x entropy, d3s_token_ratio_*) "
+                "replaces TRL's entropy mask, and both together would mask tokens twice."
+            )
+        if self.d3s_base_estimator == "ms_grpo":
+            from ..algorithms.ms_grpo import validate_multiscale_options
+
+            validate_multiscale_options(G, **self.ms_grpo_kwargs)
+        elif self.scale_rewards != "group":
+            warnings.warn(
+                f"D3S with scale_rewards={self.scale_rewards!r}: pooled selection assumes per-group standardised "
+                "advantages and will favour groups by their raw reward spread (spec §2.6).",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    @property
+    def ms_grpo_kwargs(self) -> dict[str, Any]:
+        return dict(
+            tau_min=self.d3s_ms_tau_min,
+            weights=self.d3s_ms_weights,
+            std=self.d3s_ms_std,
+            num_scales=self.d3s_ms_num_scales,
+            subgroups_per_scale=self.d3s_ms_subgroups_per_scale,
+        )
+
+
+class D3STrainer(GRPOFamilyTrainer):
+    """D3S: "Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy
+    Optimization" (Chao Wang, Tao Yang, Hongtao Tian, Yunsheng Shi, Qiyao Ma, Xiaotao Liu, Ting Yao, Wenbo Ding).
+
+    Trains on the subset of rollouts whose (full-group) advantages have the largest variance, and inside it only on
+    the tokens with the largest ``|A| x entropy``; both subsets grow linearly over training (8 -> 32 of 32 rollouts,
+    5 % -> 20 % of tokens in the paper). Metrics (``d3s/``): ``samples_per_prompt`` and ``token_ratio`` (the
+    schedule), ``progress``, ``kept_rollouts`` and ``kept_rollout_frac`` (real rollouts trained on),
+    ``padding_rows`` (inert rows added to balance processes), ``degenerate_batch`` (1 when every advantage is 0),
+    ``kept_tokens``, ``kept_token_frac`` (of the kept
+    rollouts' valid tokens) and ``trained_token_frac`` (of every generated valid token).
+    """
+
+    method_name = "d3s"
+    _tag_names = ["trl", "grpo", "grpo_family", "d3s"]
+    _name = "D3S"
+    _paper = {
+        "title": "Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy "
+        "Optimization",
+        "id": None,
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @misc{wang2025d3s,
+                title        = {{Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy Optimization}},
+                author       = {Chao Wang and Tao Yang and Hongtao Tian and Yunsheng Shi and Qiyao Ma and Xiaotao Liu and Ting Yao and Wenbo Ding},
+            }"""),
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, D3SConfig):
+            raise TypeError(f"D3STrainer needs a D3SConfig (its d3s_* options), got {type(self.args).__name__}.")
+        self._d3s_global_advantages: torch.Tensor | None = None
+        self._d3s_warned_degenerate = False
+        self._d3s_loss_inputs: dict[str, Any] | None = None
+        # What the last generation batch selected (global flat indices b*G + i, schedule values); for inspection.
+        self.d3s_last_selection: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ schedule
+    def d3s_schedule(self, num_generations: int) -> tuple[int, float, float]:
+        """``(N_s, K, p)`` at the current optimizer step (spec §2.5): a pure function of global_step and max_steps."""
+        a = self.args
+        start = a.d3s_samples_start if a.d3s_samples_start is not None else default_samples_start(num_generations)
+        end = a.d3s_samples_end if a.d3s_samples_end is not None else num_generations
+        step, total = self.state.global_step, self.state.max_steps
+        n_s, ratio = schedule(
+            step,
+            total,
+            num_generations=num_generations,
+            samples_start=start,
+            samples_end=end,
+            token_ratio_start=a.d3s_token_ratio_start,
+            token_ratio_end=a.d3s_token_ratio_end,
+        )
+        progress = 1.0 if total <= 0 else min(max(step / total, 0.0), 1.0)
+        return n_s, ratio, progress
+
+    # ------------------------------------------------------------------ advantages (full groups, global)
+    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        if self.args.d3s_base_estimator == "ms_grpo":
+            from ..algorithms.ms_grpo import multiscale_advantages
+
+            # Same seed on every process, so an accelerated (sampled) estimate is identical everywhere.
+            generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
+            advantages = multiscale_advantages(rewards, generator=generator, **self.args.ms_grpo_kwargs)
+        else:
+            advantages = super()._compute_advantages(rewards, batch)
+        if advantages.dim() != 2:
+            raise ValueError("D3S ranks rollouts by one advantage each; the base estimator returned per-token ones.")
+        self._d3s_global_advantages = torch.nan_to_num(advantages, nan=0.0).reshape(-1)
+        return advantages
+
+    # ------------------------------------------------------------------ sample level
+    def _select(self, advantages: torch.Tensor, num_generations: int, n_s: int, eligible: torch.Tensor | None):
+        """Sorted global flat indices of the kept rollouts (spec §2.3). ``eligible`` = False for completions TRL
+        masked (``mask_truncated_completions``): they counted in the group statistics but take no slot (spec §6)."""
+        a = self.args
+        if eligible is None or bool(eligible.all()):
+            return select_rollouts(
+                advantages,
+                num_generations,
+                n_s,
+                scope=a.d3s_sample_scope,
+                drop_degenerate_groups=a.d3s_drop_degenerate_groups,
+            )
+        num_prompts = advantages.numel() // num_generations
+        if a.d3s_sample_scope == "pooled":
+            pool = eligible.nonzero().squeeze(1)
+            return pool[max_variance_subset(advantages[pool], min(n_s * num_prompts, pool.numel()))]
+        kept = []
+        for b in range(num_prompts):
+            group = advantages[b * num_generations : (b + 1) * num_generations]
+            if a.d3s_drop_degenerate_groups and bool(group.max() == group.min()):
+                continue
+            pool = eligible[b * num_generations : (b + 1) * num_generations].nonzero().squeeze(1)
+            kept.append(pool[max_variance_subset(group[pool], min(n_s, pool.numel()))] + b * num_generations)
+        return torch.cat(kept) if kept else advantages.new_zeros(0, dtype=torch.long)
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        advantages, self._d3s_global_advantages = self._d3s_global_advantages, None
+        if any(output.get(k) is not None for k in _MULTIMODAL_KEYS):
+            raise NotImplementedError("D3S drops rollouts from the batch; multimodal batches are not supported.")
+        mode = self._mode
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        n_s, ratio, progress = self.d3s_schedule(num_generations)
+        device = output["completion_ids"].device
+        num_local = output["completion_ids"].size(0)
+        num_processes = self.accelerator.num_processes
+        advantages = advantages.to(device)
+
+        eligible = None
+        if self.mask_truncated_completions:
+            eligible = gather(output["completion_mask"].any(1).to(torch.int32)).bool().to(device)
+        kept = self._select(advantages, num_generations, n_s, eligible).to(device)
+        degenerate = not bool(advantages.any())
+        if degenerate and not self._d3s_warned_degenerate:  # spec §6: still step (KL only), collectives stay in sync
+            logger.warning(
+                "D3S: every advantage of a generation batch is 0; its selection is arbitrary and only the "
+                "KL term (if any) trains on it. Counted in d3s/degenerate_batch."
+            )
+            self._d3s_warned_degenerate = True
+
+        # Every process knows the whole selection, hence every process's kept count: no communication needed to
+        # agree on a common row count (padded up to a multiple of the number of micro-steps).
+        flags = torch.zeros(advantages.numel(), dtype=torch.bool, device=device)
+        flags[kept] = True
+        chunks = self.args.steps_per_generation if mode == "train" else 1
+        rows = max(int(flags.view(num_processes, num_local).sum(1).max()), 1)
+        rows = -(-rows // chunks) * chunks
+        start = self.accelerator.process_index * num_local
+        local = flags[start : start + num_local].nonzero().squeeze(1)
+        num_pad = rows - local.numel()
+        filler = local[:1] if local.numel() else torch.zeros(1, dtype=torch.long, device=device)
+        index = torch.cat([local, filler.repeat(num_pad)])
+        real = torch.arange(rows, device=device) < local.numel()
+
+        valid_before = output["completion_mask"].sum()
+        for key, value in output.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == num_local:
+                output[key] = value[index]
+            elif isinstance(value, list) and len(value) == num_local:
+                output[key] = [value[i] for i in index.tolist()]
+        # Padding rows are inert: no valid completion token, so no gradient, no kept token, no count, no metric.
+        output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
+        adv = output["advantages"]
+        output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
+        self._trim_completion_columns(output)
+
+        stats = torch.tensor(
+            [float(valid_before), float(output["completion_mask"].sum()), float(num_pad)],
+            dtype=torch.float64,
+            device=device,
+        )
+        generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
+        output["d3s_token_ratio"] = torch.tensor(ratio, dtype=torch.float64, device=device)
+        output["d3s_num_rollouts"] = torch.tensor(float(kept.numel()), dtype=torch.float64, device=device)
+        output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
+
+        self.d3s_last_selection = {
+            "advantages": advantages.detach().cpu(),
+            "kept": kept.cpu(),
+            "samples_per_prompt": n_s,
+            "token_ratio": ratio,
+            "progress": progress,
+            "global_step": self.state.global_step,
+            "mode": mode,
+        }
+        self.log_method_metric("samples_per_prompt", n_s)
+        self.log_method_metric("token_ratio", ratio)
+        self.log_method_metric("progress", progress)
+        self.log_method_metric("kept_rollouts", kept.numel())
+        self.log_method_metric("kept_rollout_frac", kept.numel() / max(advantages.numel(), 1))
+        self.log_method_metric("padding_rows", padding_rows)
+        self.log_method_metric("degenerate_batch", float(degenerate))
+        return output
+
+    def _trim_completion_columns(self, output: dict[str, Any]) -> None:
+        """Drop trailing completion columns that only held dropped rollouts' tokens (right padding: the positions of
+        the remaining tokens, hence their log-probs, do not change)."""
+        mask = output["completion_mask"]
+        width = mask.size(1)
+        used = mask.any(0).nonzero()
+        new = int(used.max()) + 1 if used.numel() else 1
+        if self.pad_to_multiple_of:
+            new = min(width, -(-new // self.pad_to_multiple_of) * self.pad_to_multiple_of)
+        if new >= width:
+            return
+        for key, value in output.items():
+            if key.startswith("prompt") or not isinstance(value, torch.Tensor) or value.dim() < 2:
+                continue
+            if value.size(1) == width:
+                output[key] = value[:, :new]
+
+    # ------------------------------------------------------------------ loss denominators, once per generation batch
+    def _prepare_inputs(self, generation_batch):
+        previous = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._mode == "train":
+            if self._buffered_inputs is not previous:  # a new generation batch was split into micro-steps
+                self._set_denominators(self._buffered_inputs)
+        else:
+            self._set_denominators([inputs])
+        return inputs
+
+    @torch.no_grad()
+    def _set_denominators(self, chunks: list[dict[str, Any]]) -> None:
+        """Write into every micro-step the global denominator D as TRL's ``num_items_in_batch`` (spec §2.6).
+
+        TRL's token-sum losses compute ``sum(mask * l) / (D / processes * accumulation / steps_per_generation)``;
+        with DDP's mean over processes and the sum over micro-steps the optimizer step gets ``sum_batch(w l) / D``.
+        D is the normalisation's own denominator when its weights are 1 on the kept tokens (the logged loss is then
+        the D3S loss); for the per-rollout normalisations D = |T| and the per-rollout factors go into the weights
+        (the logged loss is then the kept-token mean, the gradient still the normalisation's).
+        """
+        ratio = float(chunks[0]["d3s_token_ratio"])
+        local = []
+        for chunk in chunks:
+            valid = self._loss_mask(chunk).sum(1).double()
+            # valid tokens; kept tokens and rollouts with a kept token under "sequence" scope
+            local.append(torch.stack([valid.sum(), planned_kept_tokens(valid, ratio).sum(), (valid > 0).sum()]))
+        totals = self.accelerator.reduce(torch.stack(local), reduction="sum")  # (micro-steps, 3), global
+        valid_tokens = totals[:, 0].sum()
+        if self.args.d3s_token_scope == "micro":
+            kept_tokens = planned_kept_tokens(totals[:, 0], ratio).sum()
+        else:
+            kept_tokens = totals[:, 1].sum()
+        num_rollouts = chunks[0]["d3s_num_rollouts"].to(kept_tokens)
+        denominator = {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
+            self.args.d3s_loss_normalization, kept_tokens
+        )
+        extra = {
+            "num_items_in_batch": denominator.float().clamp_min(1.0),
+            "d3s_kept_tokens": kept_tokens,
+            "d3s_rows_with_tokens": totals[:, 2].sum(),
+            "d3s_loss_calls": torch.tensor(float(len(chunks)), dtype=torch.float64, device=totals.device),
+        }
+        for chunk in chunks:
+            chunk.update({k: v.clone() for k, v in extra.items()})
+        generated = float(chunks[0]["d3s_generated_tokens"])
+        self.log_method_metric("kept_tokens", float(kept_tokens))
+        self.log_method_metric("kept_token_frac", float(kept_tokens) / max(float(valid_tokens), 1.0))
+        self.log_method_metric("trained_token_frac", float(kept_tokens) / max(generated, 1.0))
+
+    @staticmethod
+    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+        """The mask TRL's loss uses: completion_mask x tool_mask."""
+        mask = batch["completion_mask"]
+        return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
+
+    # ------------------------------------------------------------------ token level
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # A copy: the loss call edits its advantages, and TRL reuses the buffered batch when num_iterations > 1.
+        inputs = dict(inputs)
+        self._d3s_loss_inputs = inputs
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._d3s_loss_inputs = None
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        inputs = self._d3s_loss_inputs
+        if inputs is None or entropies is None:  # generation-side passes (old/reference log-probs)
+            return logps, entropies, aux_loss
+        self._d3s_loss_inputs = None  # one policy forward per loss call
+        keep, weight = self._token_weights(inputs, entropies.detach())
+        weight = weight.to(logps.dtype)
+        # Values unchanged; gradient scaled by the weight, exactly 0 off the mask (the graph stays connected, so a
+        # process without kept tokens still takes part in DDP's gradient reduction).
+        logps = logps.detach() + weight * (logps - logps.detach())
+        entropies = entropies.detach() + keep.to(entropies.dtype) * (entropies - entropies.detach())
+        if self.importance_sampling_level == "token":
+            # Only the logged loss value changes (unkept tokens contribute 0 to it, as to the gradient). Not for the
+            # sequence ratio: there every valid token carries the rollout's surrogate, which yields GSPO-token.
+            advantages = inputs["advantages"]
+            advantages = advantages[:, None] if advantages.dim() == 1 else advantages
+            inputs["advantages"] = advantages * keep.to(advantages.dtype)
+        return logps, entropies, aux_loss
+
+    @torch.no_grad()
+    def _token_weights(self, inputs: dict[str, Any], entropies: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keep mask T (spec §2.4) and per-token gradient weights ``w = D * omega`` of one loss call (§2.6), where
+        ``omega`` is the normalisation's weight in ``sum omega * l`` over the generation batch."""
+        a = self.args
+        valid = self._loss_mask(inputs).bool()
+        advantages = inputs["advantages"]
+        ratio = float(inputs["d3s_token_ratio"])
+        if a.d3s_token_scope == "sequence":
+            keep = token_keep_mask(advantages, entropies, valid, ratio, scope="sequence")
+        else:
+            keep = self._global_token_keep(advantages, entropies, valid, ratio)
+        norm = a.d3s_loss_normalization
+        if norm in _UNIT_WEIGHT_NORMALIZATIONS:
+            return keep, keep.float()
+        kept_per_row = keep.sum(1, keepdim=True).double()
+        if norm == "mask_only_seq":  # (1 / |y_i|) / |S|
+            row = valid.sum(1, keepdim=True).double().clamp_min(1) * inputs["d3s_num_rollouts"]
+        elif norm == "seq_mean_kept_all":  # (1 / |T_i|) / |S|
+            row = kept_per_row.clamp_min(1) * inputs["d3s_num_rollouts"]
+        elif a.d3s_token_scope == "sequence":  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}, known in advance
+            row = kept_per_row.clamp_min(1) * inputs["d3s_rows_with_tokens"]
+        else:  # seq_mean_kept, "micro": rollouts with a kept token counted per loss call, mean over the calls
+            rows_with_tokens = self.accelerator.reduce((kept_per_row > 0).double().sum().reshape(1), reduction="sum")
+            row = kept_per_row.clamp_min(1) * rows_with_tokens * inputs["d3s_loss_calls"]
+        return keep, (keep.double() * inputs["d3s_kept_tokens"] / row.clamp_min(1)).float()
+
+    def _global_token_keep(self, advantages, entropies, valid, ratio) -> torch.Tensor:
+        """``token_keep_mask`` over the rows of this loss call on every process (equal row counts, widths padded);
+        ties go to the earlier (process, row, position)."""
+        width = valid.size(1)
+        pad = self.accelerator.pad_across_processes
+        ent = gather(pad(entropies.float().contiguous(), dim=1, pad_index=0))
+        mask = gather(pad(valid.to(torch.int32).contiguous(), dim=1, pad_index=0))
+        adv = advantages.float().contiguous()
+        adv = gather(pad(adv, dim=1, pad_index=0) if adv.dim() == 2 else adv)
+        keep = token_keep_mask(adv, ent, mask, ratio, scope="batch")
+        rows = valid.size(0)
+        start = self.accelerator.process_index * rows
+        return keep[start : start + rows, :width]
+
+
+__all__ = ["D3SConfig", "D3STrainer"]

@@ -1,0 +1,431 @@
+"""D3STrainer (grpo_family/trainers/d3s.py): config validation; which rollouts reach the policy forward (the
+max-variance subset of the full-group advantages, nothing else); which tokens get gradient (exactly zero elsewhere)
+and a parameter gradient equal to a loss written by hand from the kept rows; edge cases; the schedule across a
+checkpoint resume; and a 2-process run whose selection, token mask and gradient are the single-process ones."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pytest
+import torch
+from conftest import digit_share_reward
+from test_distributed import TESTS, launch
+from transformers import AutoModelForCausalLM, TrainerCallback
+from trl import GRPOConfig
+
+from grpo_family import GRPOFamilyTrainer
+from grpo_family.algorithms.d3s import (
+    masked_token_loss,
+    max_variance_subset,
+    schedule,
+    select_rollouts,
+    token_keep_mask,
+)
+from grpo_family.algorithms.grpo import group_advantages
+from grpo_family.trainers.d3s import D3SConfig, D3STrainer, default_samples_start, planned_kept_tokens
+
+
+# ---------------------------------------------------------------------------------------------------- recording
+class GradCapture(TrainerCallback):
+    """Parameter gradients just before each optimizer step (after DDP's reduction)."""
+
+    def __init__(self):
+        self.grads = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+
+class Tap(GRPOFamilyTrainer):
+    """Below D3STrainer in the MRO: sees the batch before selection, and TRL's raw log-probs of the loss forward."""
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        self.rec["full"].append({k: v.clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
+        return out
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if kwargs.get("compute_entropy") and logps.requires_grad:
+            logps.retain_grad()  # d loss / d log pi(token), read after the backward
+            self.rec["raw_logps"].append(logps)
+            self.rec["entropies"].append(entropies.detach().clone())
+        return logps, entropies, aux
+
+
+class Recorder(D3STrainer, Tap):
+    """D3STrainer recording each loss call's inputs, keep mask, weights and loss, and the gradients."""
+
+    def __init__(self, *args, **kwargs):
+        self.rec = defaultdict(list)
+        super().__init__(*args, **kwargs)
+        self.grad_capture = GradCapture()
+        self.add_callback(self.grad_capture)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self.rec["inputs"].append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.rec["loss"].append(loss.detach().clone())
+        return loss
+
+    def _compute_advantages(self, rewards, batch):
+        self.rec["rewards"].append(rewards.clone())
+        return super()._compute_advantages(rewards, batch)
+
+    def _token_weights(self, inputs, entropies):
+        keep, weight = super()._token_weights(inputs, entropies)
+        self.rec["keep"].append(keep.clone())
+        self.rec["weight"].append(weight.clone())
+        return keep, weight
+
+
+def digit_present_reward(completions, **kwargs):
+    """Binary reward: many exact ties among advantages."""
+    return [float(any(ch.isdigit() for ch in c[0]["content"])) for c in completions]
+
+
+def constant_reward(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def run(model_dir, dataset, config, reward=digit_share_reward, cls=Recorder):
+    trainer = cls(model=model_dir, reward_funcs=[reward], args=config, train_dataset=dataset)
+    trainer.train()
+    return trainer
+
+
+def row_keys(batch, rows=None):
+    """(prompt tokens, completion tokens, advantage) per row: order-free identity of a rollout."""
+    rows = range(batch["prompt_ids"].size(0)) if rows is None else rows
+    out = []
+    for i in rows:
+        p = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+        c = batch["completion_ids"][i][batch["completion_mask"][i].bool()].tolist()
+        out.append((tuple(p), tuple(c), float(batch["advantages"][i])))
+    return sorted(out)
+
+
+def hand_per_token_loss(model, inputs, temperature, beta, epsilon=0.2):
+    """Per-token GRPO loss of ``inputs`` with plain transformers (no TRL helper): -min(r A, clip(r) A) + beta KL,
+    r = exp(logp - sg(logp)); also the entropies."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    width = inputs["completion_ids"].size(1)
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, -width - 1 : -1].float() / temperature
+    logp_all = logits.log_softmax(-1)
+    logps = logp_all.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    entropies = -(logp_all.exp() * logp_all).sum(-1).detach()
+    ratio = torch.exp(logps - logps.detach())
+    adv = inputs["advantages"][:, None]
+    per_token = -torch.min(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon) * adv)
+    if beta:
+        d = inputs["ref_per_token_logps"] - logps
+        per_token = per_token + beta * (torch.exp(d) - d - 1)
+    return per_token, entropies
+
+
+def assert_grads_close(actual, expected):
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+# ---------------------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("d3s_samples_start", 1, r"d3s_samples_start must be None \(default\) or an integer in \[2, num_generations"),
+        ("d3s_samples_end", 5, r"d3s_samples_end must be None .* in \[2, num_generations=4\]"),
+        ("d3s_token_ratio_start", 0.0, r"d3s_token_ratio_start must be in \(0, 1\]"),
+        ("d3s_token_ratio_end", 1.5, r"d3s_token_ratio_end must be in \(0, 1\]"),
+        ("d3s_sample_scope", "intra", r"d3s_sample_scope must be one of \('pooled', 'group'\)"),
+        ("d3s_token_scope", "batch", r"d3s_token_scope must be one of \('micro', 'sequence'\)"),
+        ("d3s_loss_normalization", "mean", "d3s_loss_normalization must be one of"),
+        ("d3s_base_estimator", "gpg", r"d3s_base_estimator must be one of \('grpo', 'ms_grpo'\)"),
+        ("d3s_drop_degenerate_groups", True, "needs d3s_sample_scope='group'"),
+        ("loss_type", "grpo", r"loss_type must be one of \('dapo', 'cispo', 'vespo'\).*mask_only_seq"),
+        ("top_entropy_quantile", 0.2, "top_entropy_quantile must be 1.0 with D3S"),
+    ],
+)
+def test_invalid_options_fail_at_config_time(config_kwargs, option, value, message):
+    with pytest.raises(ValueError, match=message):
+        D3SConfig(**config_kwargs(**{option: value}))
+
+
+def test_ms_grpo_options_are_validated_and_unscaled_rewards_warn(config_kwargs):
+    with pytest.raises(ValueError, match="tau_min"):
+        D3SConfig(**config_kwargs(d3s_base_estimator="ms_grpo", d3s_ms_tau_min=5))
+    with pytest.warns(UserWarning, match="scale_rewards='none'"):
+        D3SConfig(**config_kwargs(scale_rewards="none"))
+
+
+def test_defaults_are_the_papers_scaled_to_the_group_size(config_kwargs):
+    config = D3SConfig(**config_kwargs(num_generations=4))
+    assert (config.d3s_token_ratio_start, config.d3s_token_ratio_end) == (0.05, 0.20)
+    assert (config.d3s_sample_scope, config.d3s_token_scope, config.d3s_loss_normalization) == (
+        "pooled",
+        "micro",
+        "token_mean_kept",
+    )
+    assert config.d3s_samples_start is None and config.d3s_samples_end is None and config.loss_type == "dapo"
+    # Unset endpoints: G/4 -> G (the paper's 8 -> 32 at G = 32); with G <= 8 the paper's numbers would never drop.
+    assert [default_samples_start(g) for g in (4, 8, 16, 32, 64)] == [2, 2, 4, 8, 16]
+
+
+# ---------------------------------------------------------------------------------------------------- one step
+CASES = {
+    "default": dict(),
+    "kl_masked": dict(beta=0.04),
+    "gspo_token_sequence_scope": dict(
+        importance_sampling_level="sequence", d3s_token_scope="sequence", d3s_loss_normalization="seq_mean_kept"
+    ),
+    "group_scope_mask_only_seq": dict(d3s_sample_scope="group", d3s_loss_normalization="mask_only_seq"),
+    "binary_ties_literal_eq10": dict(d3s_loss_normalization="literal_eq10", reward=digit_present_reward),
+    "one_token_completions": dict(max_completion_length=1, d3s_loss_normalization="seq_mean_kept_all"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_step_trains_exactly_the_kept_rollouts_and_tokens(tiny_model_dir, arithmetic_train, config_kwargs, case):
+    options = dict(CASES[case])
+    reward = options.pop("reward", digit_share_reward)
+    options = {"per_device_train_batch_size": 16, "max_steps": 1, "max_grad_norm": 0.0, "bf16": False, **options}
+    options.setdefault("d3s_token_ratio_start", 0.3)
+    config = D3SConfig(**config_kwargs(**options))
+    trainer = run(tiny_model_dir, arithmetic_train, config, reward=reward)
+    rec, G = trainer.rec, config.num_generations
+
+    # Sample level: the batch before selection is the full generation batch with full-group advantages.
+    full = rec["full"][0]
+    advantages = full["advantages"]
+    assert advantages.numel() == 16 and advantages.abs().sum() > 0
+    n_s, ratio = schedule(0, 1, num_generations=G, samples_start=default_samples_start(G), token_ratio_start=0.3)
+    assert (n_s, ratio) == (2, 0.3)
+    kept = select_rollouts(advantages, G, n_s, scope=config.d3s_sample_scope)
+    assert torch.equal(trainer.d3s_last_selection["kept"], kept) and kept.numel() == 8
+    # The loss call gets exactly the kept rollouts (no padding in one process), with their full-group advantages.
+    inputs = rec["inputs"][0]
+    assert len(rec["inputs"]) == 1 and inputs["completion_ids"].size(0) == 8
+    assert row_keys(inputs) == row_keys(full, kept.tolist())
+    raw_logps = rec["raw_logps"][0]
+    assert raw_logps.size(0) == 8  # the policy forward saw 8 of 16 rollouts
+
+    # Token level: the mask is the top ceil(K n) by |A| x H of TRL's own entropies, ranked over the whole call.
+    mask = inputs["completion_mask"].bool()
+    entropies = rec["entropies"][0]
+    keep = rec["keep"][0]
+    scope = "sequence" if config.d3s_token_scope == "sequence" else "batch"
+    assert torch.equal(keep, token_keep_mask(inputs["advantages"], entropies, mask, ratio, scope=scope))
+    expected_count = planned_kept_tokens(mask.sum(1) if scope == "sequence" else mask.sum(), ratio).sum()
+    assert keep.sum() == expected_count == inputs["d3s_kept_tokens"]
+
+    # Unkept tokens get exactly zero gradient from every term; kept tokens with A != 0 get some.
+    grad = raw_logps.grad
+    assert torch.all(grad[~keep] == 0)
+    assert torch.all(grad[keep & (inputs["advantages"][:, None] != 0)] != 0)
+
+    # The parameter gradient is the one of the D3S loss written by hand from the kept rows.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    per_token, hand_entropies = hand_per_token_loss(model, inputs, config.temperature, config.beta)
+    torch.testing.assert_close(hand_entropies[mask], entropies[mask])
+    loss = masked_token_loss(per_token, keep, mask, normalization=config.d3s_loss_normalization)
+    loss.backward()
+    assert_grads_close(trainer.grad_capture.grads[0], {n: p.grad for n, p in model.named_parameters()})
+    if (
+        config.d3s_loss_normalization in ("token_mean_kept", "literal_eq10")
+        and config.importance_sampling_level == "token"
+    ):
+        torch.testing.assert_close(rec["loss"][0], loss.detach(), rtol=1e-4, atol=1e-6)  # logged value = D3S loss
+
+
+def test_full_schedule_is_grpo_with_token_mean_loss(tiny_model_dir, arithmetic_train, config_kwargs):
+    """N_s = G and K = 1 reduce D3S to the base algorithm with TRL's global token mean (spec §10 property 12)."""
+    common = dict(max_steps=2, beta=0.04, max_grad_norm=0.0, bf16=False)
+    base = run(tiny_model_dir, arithmetic_train, GRPOConfig(**config_kwargs(**common)), cls=GRPOFamilyTrainer)
+    config = D3SConfig(
+        **config_kwargs(
+            **common, d3s_samples_start=4, d3s_samples_end=4, d3s_token_ratio_start=1.0, d3s_token_ratio_end=1.0
+        )
+    )
+    d3s = run(tiny_model_dir, arithmetic_train, config)
+    assert [r.size(0) for r in d3s.rec["raw_logps"]] == [8, 8]
+    base_weights, d3s_weights = base.model.state_dict(), d3s.model.state_dict()
+    for name in base_weights:
+        torch.testing.assert_close(d3s_weights[name], base_weights[name], rtol=1e-5, atol=1e-7)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    assert any(not torch.equal(initial[k], d3s_weights[k]) for k in initial), "training did not move the weights"
+
+
+def test_reused_batch_is_not_edited_by_the_loss(tiny_model_dir, arithmetic_train, config_kwargs):
+    """num_iterations = 2: the second update on the same batch gets it as generated (the loss edits a copy)."""
+    config = D3SConfig(**config_kwargs(max_steps=2, num_iterations=2, d3s_token_ratio_start=0.3))
+    trainer = run(tiny_model_dir, arithmetic_train, config)
+    assert len(trainer.rec["full"]) == 1 and len(trainer.rec["inputs"]) == 2
+    first, second = trainer.rec["inputs"]
+    assert second["advantages"].dim() == 1 and torch.equal(first["advantages"], second["advantages"])
+    assert first["num_items_in_batch"] == second["num_items_in_batch"] == trainer.rec["keep"][1].sum()
+
+
+def test_all_zero_advantages_train_nothing(tiny_model_dir, arithmetic_train, config_kwargs):
+    config = D3SConfig(**config_kwargs(max_steps=1))
+    trainer = run(tiny_model_dir, arithmetic_train, config, reward=constant_reward)
+    assert not trainer.rec["full"][0]["advantages"].any()
+    assert trainer.d3s_last_selection["kept"].numel() == 4  # k = 2 per prompt, 2 prompts: still a full-size subset
+    assert torch.all(trainer.rec["raw_logps"][0].grad == 0)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    assert all(torch.equal(initial[k], v) for k, v in trainer.model.state_dict().items())
+
+
+def test_truncated_completions_leave_the_pool_and_an_empty_selection_still_steps(
+    tiny_model_dir, arithmetic_train, config_kwargs
+):
+    # 2 new tokens: nearly every completion is truncated, hence masked by TRL and ineligible.
+    config = D3SConfig(**config_kwargs(max_steps=2, max_completion_length=2, mask_truncated_completions=True))
+    trainer = run(tiny_model_dir, arithmetic_train, config)
+    for full, inputs, raw in zip(trainer.rec["full"], trainer.rec["inputs"], trainer.rec["raw_logps"]):
+        pool = full["completion_mask"].any(1).nonzero().squeeze(1)  # not truncated
+        expected = pool[max_variance_subset(full["advantages"][pool], min(4, pool.numel()))]  # k_total = 2 x 2
+        real = inputs["completion_mask"].any(1).nonzero().squeeze(1)
+        assert row_keys(inputs, real.tolist()) == row_keys(full, expected.tolist())
+        assert inputs["completion_ids"].size(0) == max(1, real.numel())  # an empty selection trains one inert row
+        assert torch.all(raw.grad[~inputs["completion_mask"].bool()] == 0)
+    assert any(not full["completion_mask"].any(1).all() for full in trainer.rec["full"]), "nothing was truncated"
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_schedule_follows_global_step_across_a_checkpoint_resume(tiny_model_dir, arithmetic_train, config_kwargs):
+    """The schedule is a pure function of (global_step, max_steps): a resumed run continues where it stopped."""
+    options = dict(num_generations=8, max_steps=4, save_strategy="steps", save_steps=2, d3s_token_ratio_start=0.1)
+    config = D3SConfig(**config_kwargs(**options))
+    trainer = run(tiny_model_dir, arithmetic_train, config, cls=D3STrainer)
+
+    def schedule_log(history):
+        return {
+            h["step"]: (h["d3s/samples_per_prompt"], h["d3s/token_ratio"]) for h in history if "d3s/token_ratio" in h
+        }
+
+    full = schedule_log(trainer.state.log_history)
+    expected = {s + 1: schedule(s, 4, num_generations=8, samples_start=2, samples_end=8, token_ratio_start=0.1)
+                for s in range(4)}  # fmt: skip
+    assert full == pytest.approx(expected)
+    assert full[3] != full[1]  # the schedule moves: a restart from step 0 would be visible
+
+    resumed = D3STrainer(
+        model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train
+    )
+    resumed.train(resume_from_checkpoint=f"{config.output_dir}/checkpoint-2")
+    after = schedule_log(resumed.state.log_history)
+    assert {s: after[s] for s in (3, 4)} == pytest.approx({s: full[s] for s in (3, 4)})
+
+
+def test_evaluation_applies_the_filters_with_the_eval_group_size(tiny_model_dir, arithmetic_train, config_kwargs):
+    config = D3SConfig(**config_kwargs(max_steps=1, per_device_eval_batch_size=8, num_generations_eval=4))
+    trainer = Recorder(
+        model=tiny_model_dir,
+        reward_funcs=[digit_share_reward],
+        args=config,
+        train_dataset=arithmetic_train,
+        eval_dataset=arithmetic_train.select(range(4)),
+    )
+    trainer.train()
+    trainer.state.global_step = 0  # the schedule is a function of the state: back to its start (p = 0)
+    metrics = trainer.evaluate()
+    selection = trainer.d3s_last_selection
+    assert selection["mode"] == "eval" and selection["samples_per_prompt"] == 2  # G_eval = 4: 4/4 -> 2
+    num_prompts = selection["advantages"].numel() // 4
+    assert selection["kept"].numel() == 2 * num_prompts == metrics["eval_d3s/kept_rollouts"]
+    assert math.isfinite(metrics["eval_loss"])
+
+
+# ---------------------------------------------------------------------------------------------------- recipes
+RECIPES = sorted((TESTS.parent / "examples" / "recipes").glob("d3s_*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipes_parse_with_the_papers_settings(path):
+    import sys
+
+    from trl import ModelConfig, TrlParser
+
+    sys.path.insert(0, str(TESTS.parent / "examples"))
+    from train import TrainScriptArguments
+
+    parser = TrlParser((TrainScriptArguments, D3SConfig, ModelConfig))
+    script, config, model = parser.parse_args_and_config(
+        ["--config", str(path), "--bf16", "false", "--use_cpu", "true"]
+    )
+    assert script.method == "d3s" and script.reward_funcs == ["math_accuracy"]
+    assert (config.temperature, config.top_p, config.loss_type, config.top_entropy_quantile) == (1.0, 0.9, "dapo", 1.0)
+    assert (config.d3s_token_ratio_start, config.d3s_token_ratio_end, config.d3s_sample_scope) == (0.05, 0.2, "pooled")
+    G = config.num_generations
+    start = config.d3s_samples_start or default_samples_start(G)
+    assert (start / G, (config.d3s_samples_end or G) / G) == (0.25, 1.0)  # the paper's 8 -> 32 of 32
+    if "small" in path.name:
+        assert model.model_name_or_path == "Qwen/Qwen2.5-0.5B-Instruct" and script.dataset_name == "openai/gsm8k"
+    else:
+        assert (G, config.learning_rate, config.num_train_epochs) == (32, 5e-7, 1)
+        assert model.model_name_or_path == "Qwen/Qwen2.5-Math-7B" and "DeepScaleR" in script.dataset_name
+
+
+def test_there_are_paper_and_small_recipes():
+    assert {p.name for p in RECIPES} >= {"d3s_qwen2.5_math_7b.yaml", "d3s_small.yaml"}
+
+
+# ---------------------------------------------------------------------------------------------------- 2 processes
+@pytest.mark.multiprocess
+def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
+    """Same gathered advantages -> same selection on both ranks = select_rollouts single-process; each rank trains
+    its own kept rows (padded to equal counts); token ranking over both ranks; the DDP gradient equals the loss
+    written by hand over every kept row of both ranks, with two micro-steps per generation batch."""
+    launch("d3s_select.py", tiny_model_dir, str(tmp_path), str(TESTS))
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    sel0, sel1 = (r["selection"] for r in ranks)
+    assert torch.equal(sel0["advantages"], sel1["advantages"]) and torch.equal(sel0["kept"], sel1["kept"])
+    advantages, n_s, ratio = sel0["advantages"], sel0["samples_per_prompt"], sel0["token_ratio"]
+    assert advantages.numel() == 12 and n_s == 2
+    assert torch.equal(ranks[0]["rewards"], ranks[1]["rewards"])
+    torch.testing.assert_close(advantages, group_advantages(ranks[0]["rewards"]).reshape(-1))
+    kept = select_rollouts(advantages, 4, n_s)
+    assert torch.equal(sel0["kept"], kept) and kept.numel() == 6
+
+    # Each rank's micro-steps hold exactly its own kept rollouts, plus inert padding rows to equal counts.
+    per_rank_kept = [((kept >= 6 * r) & (kept < 6 * (r + 1))).sum().item() for r in (0, 1)]
+    rows = -(-max(per_rank_kept) // 2) * 2
+    for r, rank in enumerate(ranks):
+        chunks = rank["inputs"]
+        assert len(chunks) == 2 and sum(c["completion_ids"].size(0) for c in chunks) == rows
+        real = [c["completion_mask"].any(1) for c in chunks]
+        got = sorted(k for c, m in zip(chunks, real) for k in row_keys(c, m.nonzero().squeeze(1).tolist()))
+        local = [i - 6 * r for i in kept.tolist() if 6 * r <= i < 6 * (r + 1)]
+        assert got == row_keys(rank["full"], local)
+        assert sum(int((~m).sum()) for m in real) == rows - per_rank_kept[r]
+    assert per_rank_kept[0] != per_rank_kept[1], "equal kept counts: the padding path was not exercised"
+
+    # Token level: per micro-step, one ranking over both ranks' rows (rank-major), global count ceil(K n).
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    total_kept = sum(planned_kept_tokens(sum(rk["inputs"][c]["completion_mask"].sum() for rk in ranks), ratio)
+                     for c in range(2))  # fmt: skip
+    loss = 0.0
+    for c in range(2):
+        chunk = [rk["inputs"][c] for rk in ranks]
+        width = max(x["completion_ids"].size(1) for x in chunk)
+
+        def pad(t, width=width):
+            return torch.nn.functional.pad(t, (0, width - t.size(1)))
+
+        ent = torch.cat([pad(rk["entropies"][c]) for rk in ranks])
+        mask = torch.cat([pad(x["completion_mask"]) for x in chunk]).bool()
+        adv = torch.cat([x["advantages"] for x in chunk])
+        keep = token_keep_mask(adv, ent, mask, ratio)
+        assert torch.equal(torch.cat([pad(rk["keep"][c]) for rk in ranks]), keep)
+        for r, x in enumerate(chunk):
+            per_token, _ = hand_per_token_loss(model, x, 1.0, 0.0)
+            rows_r = slice(r * x["completion_ids"].size(0), (r + 1) * x["completion_ids"].size(0))
+            local_keep = keep[rows_r, : x["completion_ids"].size(1)] & x["completion_mask"].bool()
+            loss = loss + torch.where(local_keep, per_token, 0.0).sum()
+    assert ranks[0]["inputs"][0]["d3s_kept_tokens"] == total_kept
+    (loss / total_kept).backward()
+    for rank in ranks:
+        assert_grads_close(rank["grads"], {n: p.grad for n, p in model.named_parameters()})
