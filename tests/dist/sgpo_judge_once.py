@@ -1,0 +1,79 @@
+"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: an SGPO run where every rank
+records the judge requests it made, the gathered base and trained rewards, and its own completions, for the test
+to check that the judge is asked once per completion (on the main process only) and that both ranks agree."""
+
+import sys
+
+import torch
+from datasets import Dataset
+from transformers import PreTrainedTokenizerFast
+
+from grpo_family.rewards.extract import completion_text
+from grpo_family.rewards.judges import ProgrammaticJudge
+from grpo_family.tasks import arithmetic_reward
+from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
+
+sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
+from conftest import tiny_config_kwargs  # noqa: E402
+
+
+class CountingJudge(ProgrammaticJudge):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def judge(self, requests):
+        self.calls.append([list(r.steps) for r in requests])
+        return super().judge(requests)
+
+
+class Recording(SGPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records = []
+
+    def _compute_advantages(self, rewards, batch):
+        base = rewards.clone()
+        advantages = super()._compute_advantages(rewards, batch)
+        self.records.append(
+            {
+                "base": base,
+                "trained": batch["rewards"].clone(),
+                "advantages": advantages.clone(),
+                "texts": [completion_text(c) for c in batch["completions"]],
+                "judge_calls": len(self.judge.calls),
+            }
+        )
+        return advantages
+
+
+def main():
+    model_dir, out_dir, _, problem, answer, solution = sys.argv[1:7]
+    prompt = [{"role": "user", "content": problem}]
+    data = Dataset.from_dict({"prompt": [prompt] * 32, "answer": [answer] * 32, "solution": [solution] * 32})
+    # 6 completions per process, groups of 4: the middle group straddles the two processes.
+    config = SGPOConfig(
+        **tiny_config_kwargs(
+            out_dir,
+            per_device_train_batch_size=6,
+            num_generations=4,
+            max_steps=2,
+            max_completion_length=32,
+            learning_rate=1e-5,  # the second batch still samples the memorised mixture
+        )
+    )
+    trainer = Recording(
+        model=model_dir,
+        reward_funcs=[arithmetic_reward],
+        args=config,
+        train_dataset=data,
+        processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),  # not AutoTokenizer's Qwen2Tokenizer
+        judge=CountingJudge(),
+    )
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    torch.save({"records": trainer.records, "calls": trainer.judge.calls}, f"{out_dir}/rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,467 @@
+"""Step judges: prompt template, verdict parser, the OpenAI-compatible judge against a real loopback HTTP server,
+the local transformers judge on the tiny model, and the programmatic arithmetic judge."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from grpo_family.rewards.judges import (
+    DEFAULT_PROMPT_PATH,
+    FAIL,
+    JudgeRequest,
+    JudgeVerdict,
+    OpenAICompatibleJudge,
+    ProgrammaticJudge,
+    PromptTemplate,
+    StepJudge,
+    TransformersJudge,
+    parse_verdict,
+    strip_reasoning,
+)
+from grpo_family.rewards.steps import split_steps
+
+REQUEST = JudgeRequest(
+    problem="Compute 2+3*4.",
+    reference_solution="3*4=12\n2+12=14\nAnswer: 14",
+    gold_answer="14",
+    steps=("3*4=12", "2+12=15", "Answer: 15"),
+)
+
+
+def is_fail(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+# ---------------------------------------------------------------------------------------------------- template
+def test_default_template_renders_every_field_once():
+    template = PromptTemplate.load()
+    assert template.system and "{steps}" in template.user
+    messages = template.messages(REQUEST)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    user = messages[1]["content"]
+    assert "Compute 2+3*4." in user and "Reference final answer: 14" in user
+    assert "[1] 3*4=12\n[2] 2+12=15\n[3] Answer: 15" in user
+    assert "(3 steps)" in user and "FIRST_ERROR_STEP: <j>" in user
+    assert not any(f"{{{p}}}" in user for p in ("problem", "steps", "gold_answer", "reference_solution"))
+    assert DEFAULT_PROMPT_PATH.read_text().isascii()  # tokenizers of any vocabulary can read it
+
+
+def test_template_leaves_braces_alone_and_falls_back_to_the_gold_answer():
+    request = JudgeRequest(r"Find x if \boxed{x} = {steps}.", None, "7", (r"x = \frac{1}{2}", "{problem}"))
+    _, user = PromptTemplate.load().render(request)
+    assert r"Find x if \boxed{x} = {steps}." in user  # inserted text is not substituted again
+    assert "[2] {problem}" in user and r"\frac{1}{2}" in user
+    assert "### Reference solution (trusted)\n7\n" in user
+
+
+def test_custom_template_file(tmp_path):
+    path = tmp_path / "mine.txt"
+    path.write_text("[system]\nBe strict.\n[user]\nP: {problem}\nS:\n{steps}\nK={num_steps} G={gold_answer}\n")
+    messages = PromptTemplate.load(path).messages(REQUEST)
+    assert messages[0] == {"role": "system", "content": "Be strict."}
+    assert messages[1]["content"] == "P: Compute 2+3*4.\nS:\n[1] 3*4=12\n[2] 2+12=15\n[3] Answer: 15\nK=3 G=14"
+    path.write_text("Only a user turn: {steps}")
+    assert PromptTemplate.load(path).messages(REQUEST) == [
+        {"role": "user", "content": "Only a user turn: [1] 3*4=12\n[2] 2+12=15\n[3] Answer: 15"}
+    ]
+    path.write_text("[user]\nno steps here {problem}")
+    with pytest.raises(ValueError, match="steps"):
+        PromptTemplate.load(path)
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Step 1: OK\nStep 2: ERROR - 2+12 is 14\nFIRST_ERROR_STEP: 2", 2),
+        ("FIRST_ERROR_STEP: NONE", None),
+        ("first error step = none.", None),
+        ("**FIRST_ERROR_STEP:** `3`", 3),
+        ("FIRST_ERROR_STEP: [1]", 1),
+        ("FIRST_ERROR_STEP: Step 2.", 2),
+        ('{"first_error_step": 2}', 2),
+        ('{"first_error_step": null}', None),
+        ("FIRST_ERROR_STEP: 1 ... on reflection\nFIRST_ERROR_STEP: 3", 3),  # the last one counts
+        ("<think>FIRST_ERROR_STEP: 1</think>\nFIRST_ERROR_STEP: 2", 2),
+        ("<think>long reasoning FIRST_ERROR_STEP: 1</think>\nI could not decide.", FAIL),
+        ("reasoning whose <think> was opened in the prompt FIRST_ERROR_STEP: 1</think> FIRST_ERROR_STEP: 3", 3),
+        ("<think>cut off mid-thought FIRST_ERROR_STEP: 2", FAIL),
+        ("FIRST_ERROR_STEP: 4", FAIL),  # out of range for K = 3
+        ("FIRST_ERROR_STEP: 0", FAIL),
+        ("FIRST_ERROR_STEP: -1", FAIL),
+        ("FIRST_ERROR_STEP: 99999999999999999999999", FAIL),
+        ("FIRST_ERROR_STEP: <j>", FAIL),
+        ("The second step is wrong.", FAIL),
+        ("", FAIL),
+        (None, FAIL),
+        (42, FAIL),
+    ],
+)
+def test_parse_verdict(text, expected):
+    got = parse_verdict(text, 3)
+    assert is_fail(got) if is_fail(expected) else got == expected
+
+
+def test_strip_reasoning():
+    assert strip_reasoning("a<think>x</think>b<reasoning>y</reasoning>c") == "abc"
+    assert strip_reasoning("x</think>answer") == "answer"
+    assert strip_reasoning("answer<think>never closed") == "answer"
+
+
+# ---------------------------------------------------------------------------------------------------- loopback server
+def completion(content) -> dict:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "model": "judge",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+    }
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible /v1/chat/completions endpoint on 127.0.0.1 (http.server in a thread).
+
+    ``behave(body, headers, n)`` -> ``(status, payload, delay_s)`` decides each answer (``n`` = 0-based call count);
+    ``payload`` is a dict (sent as JSON) or bytes (sent raw). Every request is recorded in ``requests``."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        self.behave = lambda body, headers, n: (200, completion("FIRST_ERROR_STEP: 2"), 0.0)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw)
+                with owner.lock:
+                    n = len(owner.requests)
+                    owner.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+                status, payload, delay = owner.behave(body, dict(self.headers), n)
+                time.sleep(delay)
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up (timeout test)
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            block_on_close = False
+
+            def handle_error(self, request, client_address):
+                pass
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def server():
+    fake = FakeOpenAI()
+    yield fake
+    fake.close()
+
+
+def judge_for(server, **kwargs) -> OpenAICompatibleJudge:
+    kwargs = {"max_retries": 0, "timeout": 5.0, "backoff": 0.01, **kwargs}
+    return OpenAICompatibleJudge(server.url, "judge-model", **kwargs)
+
+
+def test_openai_judge_sends_the_prompt_and_reads_the_verdict(server, monkeypatch):
+    monkeypatch.delenv("JUDGE_API_KEY", raising=False)
+    server.behave = lambda body, headers, n: (200, completion("Step 1: OK\nStep 2: ERROR\nFIRST_ERROR_STEP: 2"), 0)
+    judge = judge_for(server, max_tokens=123)
+    assert isinstance(judge, StepJudge)
+    [verdict] = judge.judge([REQUEST])
+    assert verdict.first_error == 2 and verdict.votes == [2] and verdict.num_calls == 1 and not verdict.failed
+    [sent] = server.requests
+    assert sent["path"] == "/v1/chat/completions"
+    body = sent["body"]
+    assert body["model"] == "judge-model" and body["temperature"] == 0.0 and body["max_tokens"] == 123
+    assert body["messages"] == PromptTemplate.load().messages(REQUEST)
+    assert "Authorization" not in sent["headers"]  # no key in the environment -> no header
+
+
+def test_openai_judge_key_comes_from_the_environment_and_is_never_shown(server, monkeypatch, caplog):
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("MY_JUDGE_KEY", secret)
+    # A hostile server echoes the Authorization header back in an unparseable answer.
+    server.behave = lambda body, headers, n: (200, completion("you sent " + headers["Authorization"]), 0)
+    judge = judge_for(server, api_key_env="MY_JUDGE_KEY", max_retries=1)
+    with caplog.at_level(logging.DEBUG):
+        [verdict] = judge.judge([REQUEST])
+    assert [r["headers"]["Authorization"] for r in server.requests] == [f"Bearer {secret}"] * 2
+    assert verdict.failed
+    shown = repr(judge) + repr(verdict) + str(vars(judge)) + caplog.text
+    assert secret not in shown and "MY_JUDGE_KEY" in repr(judge)
+
+
+def test_openai_judge_timeout_fails_within_the_timeout(server):
+    server.behave = lambda body, headers, n: (200, completion("FIRST_ERROR_STEP: 1"), 3.0)
+    start = time.monotonic()
+    [verdict] = judge_for(server, timeout=0.3).judge([REQUEST])
+    elapsed = time.monotonic() - start
+    assert verdict.failed and "timeout" in verdict.reasons[0]
+    assert elapsed < 1.5
+
+
+def test_openai_judge_retries_server_errors_a_bounded_number_of_times(server):
+    server.behave = lambda body, headers, n: (500, {"error": "boom"}, 0)
+    [verdict] = judge_for(server, max_retries=2).judge([REQUEST])
+    assert verdict.failed and verdict.reasons == ["HTTP 500"] and verdict.num_calls == 3
+    assert len(server.requests) == 3
+
+
+def test_openai_judge_recovers_after_a_transient_error(server):
+    server.behave = lambda body, headers, n: (503, {}, 0) if n == 0 else (200, completion("FIRST_ERROR_STEP: 3"), 0)
+    [verdict] = judge_for(server, max_retries=2).judge([REQUEST])
+    assert verdict.first_error == 3 and verdict.num_calls == 2 and len(server.requests) == 2
+
+
+def test_openai_judge_does_not_retry_client_errors(server):
+    server.behave = lambda body, headers, n: (401, {"error": "bad key"}, 0)
+    [verdict] = judge_for(server, max_retries=3).judge([REQUEST])
+    assert verdict.failed and verdict.reasons == ["HTTP 401"] and len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"{not json", "malformed JSON"),
+        (b"", "malformed JSON"),
+        ({"choices": []}, "no message content"),
+        ({"choices": [{"message": {"content": None, "reasoning_content": "FIRST_ERROR_STEP: 2"}}]}, "no message"),
+        (completion("I think step two is off."), "no FIRST_ERROR_STEP"),
+        (completion("FIRST_ERROR_STEP: 7"), "out of range"),
+    ],
+)
+def test_openai_judge_bad_answers_fail_after_retries(server, payload, reason):
+    server.behave = lambda body, headers, n: (200, payload, 0)
+    [verdict] = judge_for(server, max_retries=1).judge([REQUEST])
+    assert verdict.failed and reason in verdict.reasons[0]
+    assert len(server.requests) == 2  # retried once, then given up
+
+
+def test_openai_judge_content_parts_and_reasoning_blocks(server):
+    parts = [
+        {"type": "text", "text": "<think>FIRST_ERROR_STEP: 1</think>"},
+        {"type": "text", "text": "FIRST_ERROR_STEP: NONE"},
+    ]
+    server.behave = lambda body, headers, n: (200, completion(parts), 0)
+    [verdict] = judge_for(server).judge([REQUEST])
+    assert verdict.first_error is None and not verdict.failed
+
+
+def test_openai_judge_majority_vote(server):
+    # Four votes per request: the answers depend on the call number, so the votes arrive in any order.
+    answers = {0: "FIRST_ERROR_STEP: NONE", 1: "FIRST_ERROR_STEP: 2", 2: "FIRST_ERROR_STEP: NONE", 3: "garbage"}
+    server.behave = lambda body, headers, n: (200, completion(answers[n % 4]), 0)
+    judge = judge_for(server, num_votes=4, concurrency=1)  # one at a time: call n is vote n
+    [verdict] = judge.judge([REQUEST])
+    assert sorted(map(str, verdict.votes)) == ["2", "None", "None", "nan"]
+    assert verdict.first_error is None  # NONE twice beats 2 once; the failed vote does not count
+    assert {r["body"]["temperature"] for r in server.requests} == {0.6}  # M > 1 -> sampled votes
+    # Spec E5 row 2: [NONE, NONE, 7, 7] with K = 8 -> tie -> the smaller position, 7.
+    request = JudgeRequest("p", "r", "a", tuple(f"s{i}" for i in range(8)))
+    answers.update(
+        {0: "FIRST_ERROR_STEP: NONE", 1: "FIRST_ERROR_STEP: 7", 2: "FIRST_ERROR_STEP: NONE", 3: "FIRST_ERROR_STEP: 7"}
+    )
+    server.requests.clear()
+    assert judge.judge([request])[0].first_error == 7
+    answers.update({i: "nope" for i in range(4)})
+    server.requests.clear()
+    assert judge.judge([request])[0].failed  # every vote failed
+
+
+def test_openai_judge_requests_run_concurrently(server):
+    server.behave = lambda body, headers, n: (200, completion("FIRST_ERROR_STEP: 1"), 0.5)
+    requests = [REQUEST] * 24
+    start = time.monotonic()
+    verdicts = judge_for(server, concurrency=24).judge(requests)
+    elapsed = time.monotonic() - start
+    assert [v.first_error for v in verdicts] == [1] * 24
+    assert elapsed < 3.0, elapsed  # 24 sequential requests would take 12 s
+
+
+def test_openai_judge_many_slow_requests_cost_about_one_timeout(server):
+    server.behave = lambda body, headers, n: (200, completion("FIRST_ERROR_STEP: 1"), 4.0)
+    start = time.monotonic()
+    verdicts = judge_for(server, concurrency=32, timeout=0.5).judge([REQUEST] * 32)
+    elapsed = time.monotonic() - start
+    assert all(v.failed for v in verdicts)
+    assert elapsed < 2.0, elapsed  # ~one timeout, not 32
+
+
+def test_openai_judge_backoff_is_bounded(server):
+    server.behave = lambda body, headers, n: (500, {}, 0)
+    judge = judge_for(server, max_retries=3, backoff=0.2, max_backoff=0.3)
+    start = time.monotonic()
+    [verdict] = judge.judge([REQUEST])
+    elapsed = time.monotonic() - start
+    assert verdict.failed and len(server.requests) == 4
+    gaps = [0.2, 0.3, 0.3]  # 0.2 * 2**attempt capped at 0.3, each times a jitter in [0.5, 1]
+    assert 0.5 * sum(gaps) <= elapsed < sum(gaps) + 1.0
+
+
+def test_openai_judge_batch_deadline(server):
+    server.behave = lambda body, headers, n: (200, completion("FIRST_ERROR_STEP: 1"), 3.0)
+    judge = judge_for(server, timeout=30.0, max_retries=5, batch_timeout=0.5)
+    start = time.monotonic()
+    verdicts = judge.judge([REQUEST] * 4)
+    assert time.monotonic() - start < 1.5
+    assert all(v.failed and v.reasons[0] == "batch deadline" for v in verdicts)
+
+
+def test_openai_judge_down_fails_fast():
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = OpenAICompatibleJudge(f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff=0.01, timeout=2.0)
+    start = time.monotonic()
+    verdicts = judge.judge([REQUEST, REQUEST])
+    assert time.monotonic() - start < 2.0
+    assert all(v.failed and v.reasons[0].startswith("connection error") for v in verdicts)
+
+
+def test_openai_judge_empty_response_is_not_sent(server):
+    empty = JudgeRequest("p", "r", "a", ())
+    verdicts = judge_for(server).judge([empty, REQUEST])
+    assert verdicts[0].first_error is None and verdicts[0].votes == [] and verdicts[1].first_error == 2
+    assert len(server.requests) == 1
+
+
+def test_openai_judge_validates_arguments():
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAICompatibleJudge("", "m")
+    with pytest.raises(ValueError, match="model"):
+        OpenAICompatibleJudge("http://127.0.0.1:1/v1", "")
+    with pytest.raises(ValueError):
+        OpenAICompatibleJudge("http://127.0.0.1:1/v1", "m", num_votes=0)
+    judge = OpenAICompatibleJudge("http://127.0.0.1:1/v1/chat/completions/", "m", timeout=10, max_retries=2, backoff=1)
+    assert judge.url == "http://127.0.0.1:1/v1/chat/completions"
+    assert judge.batch_timeout == pytest.approx(3 * 10 + 1 + 2 + 1)
+
+
+# ---------------------------------------------------------------------------------------------------- transformers
+def test_transformers_judge_tiny_model_garbage_is_a_failure(tiny_model_dir):
+    judge = TransformersJudge(tiny_model_dir, max_new_tokens=12)
+    verdicts = judge.judge([REQUEST, JudgeRequest("p", None, None, ()), REQUEST])
+    assert verdicts[1].first_error is None and verdicts[1].votes == []  # empty response: nothing to judge
+    for v in (verdicts[0], verdicts[2]):
+        assert isinstance(v, JudgeVerdict) and v.failed and len(v.raw) == 1 and isinstance(v.raw[0], str)
+    assert verdicts[0].raw == verdicts[2].raw  # greedy
+
+
+def test_transformers_judge_sampled_votes_from_objects(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    judge = TransformersJudge(model, tokenizer, num_votes=3, max_new_tokens=8, batch_size=2)
+    assert judge.temperature == 0.6
+    verdicts = judge.judge([REQUEST] * 3)
+    assert all(len(v.votes) == 3 and len(v.raw) == 3 and v.num_calls == 3 for v in verdicts)
+    assert all(all(is_fail(x) or 1 <= x <= 3 or x is None for x in v.votes) for v in verdicts)
+
+
+class ScriptedLM:
+    """Stands in for a causal LM: 'generates' a fixed text after the prompt (tests the parse path)."""
+
+    def __init__(self, tokenizer, text: str, fail: bool = False):
+        import torch
+
+        self.device = torch.device("cpu")
+        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        self.fail = fail
+
+    def eval(self):
+        return self
+
+    def generate(self, input_ids, num_return_sequences=1, **kwargs):
+        import torch
+
+        if self.fail:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        tail = torch.tensor(self.ids).expand(input_ids.size(0), -1)
+        return torch.cat([input_ids, tail], dim=1).repeat_interleave(num_return_sequences, dim=0)
+
+
+def test_transformers_judge_parses_a_real_verdict_and_survives_generate_errors(tiny_tokenizer):
+    judge = TransformersJudge(ScriptedLM(tiny_tokenizer, "Step 1: OK\nFIRST_ERROR_STEP: 2"), tiny_tokenizer)
+    assert [v.first_error for v in judge.judge([REQUEST, REQUEST])] == [2, 2]
+    broken = TransformersJudge(ScriptedLM(tiny_tokenizer, "", fail=True), tiny_tokenizer, num_votes=2)
+    [verdict] = broken.judge([REQUEST])
+    assert verdict.failed and len(verdict.votes) == 2 and all(is_fail(v) for v in verdict.votes)
+    assert "generate" in verdict.reasons[0]
+    short = TransformersJudge(ScriptedLM(tiny_tokenizer, "FIRST_ERROR_STEP: 1"), tiny_tokenizer, max_input_tokens=50)
+    [verdict] = short.judge([REQUEST])
+    assert verdict.failed and "tokens" in verdict.reasons[0]
+
+
+# ---------------------------------------------------------------------------------------------------- programmatic
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("3*4=12\n2+12=14\nAnswer: 14", None),  # all right (a correct response)
+        ("3*4=12\n2+12=14", None),  # truncated, every step right
+        ("3*4=12\n2+12=15\nAnswer: 15", 2),
+        ("3*4=11\n2+11=13\nAnswer: 13", 1),
+        ("2+3=5\n5*4=20\nAnswer: 20", 1),  # precedence
+        ("3*4=12\n2+12=14\nAnswer: 15", 3),
+        ("3*4=12\n\n2+12=14\nAnswer: 16", 2),  # paragraphs: step 2 holds lines 2-3, line 3 is wrong
+        ("3*4=12.  2+12=15.", 2),  # one line, split into sentences
+    ],
+)
+def test_programmatic_judge_on_the_arithmetic_task(response, expected):
+    steps = tuple(split_steps(response))
+    [verdict] = ProgrammaticJudge().judge([JudgeRequest("Compute 2+3*4.", None, "14", steps)])
+    assert verdict.first_error == expected and verdict.votes == [expected]
+
+
+def test_programmatic_judge_refuses_other_tasks_and_takes_a_custom_check():
+    gsm8k = JudgeRequest("Natalia sold clips to 48 friends. How many?", "48/2 = 24", "72", ("48+24 = 72",))
+    judge = ProgrammaticJudge()
+    assert judge.supports(REQUEST) and not judge.supports(gsm8k)
+    [verdict] = judge.judge([gsm8k])
+    assert verdict.failed and "not a problem" in verdict.reasons[0]
+    # A custom checker: the first line containing "bad" is wrong.
+    custom = ProgrammaticJudge(
+        lambda problem, text: next((i for i, line in enumerate(text.splitlines(), 1) if "bad" in line), None)
+    )
+    verdicts = custom.judge([JudgeRequest("p", None, "a", ("ok", "ok\nbad", "bad")), gsm8k])
+    assert [v.first_error for v in verdicts] == [2, None]
+    crashing = ProgrammaticJudge(lambda problem, text: 1 / 0)
+    assert crashing.judge([gsm8k])[0].failed
+
+
+def test_programmatic_judge_against_the_problem_or_the_reference_order():
+    # Against the problem any valid order of operations is right; against the reference only the reference's.
+    reference = "2*3=6\n4*5=20\n6+20=26\nAnswer: 26"
+    other_order = ("4*5=20", "2*3=6", "6+20=26", "Answer: 26")
+    request = JudgeRequest("Compute 2*3+4*5.", reference, "26", other_order)
+    assert ProgrammaticJudge().judge([request])[0].first_error is None
+    assert ProgrammaticJudge(source="reference").judge([request])[0].first_error == 1
+    same_order = JudgeRequest("Compute 2*3+4*5.", reference, "26", ("2*3=6", "4*5=20", "6+20=27"))
+    assert ProgrammaticJudge(source="reference").judge([same_order])[0].first_error == 3

@@ -1,0 +1,518 @@
+"""SGPOTrainer: judged partial credit in all-negative groups, exactly GRPO elsewhere, the activation window, a judge
+that is down / slow / talking nonsense, and a 2-process run where the judge is asked once per completion."""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import tempfile
+import time
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import tiny_config_kwargs
+from datasets import Dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import PreTrainedTokenizerFast, TrainerState
+
+from grpo_family.algorithms.grpo import group_advantages
+from grpo_family.rewards.extract import completion_text
+from grpo_family.rewards.judges import JudgeVerdict, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
+from grpo_family.rewards.steps import split_steps
+from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, check_steps, split_into_steps
+from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, make_judge
+
+PROBLEM = "Compute 2+3*4."
+ANSWER = "14"
+SOLUTION = "3*4=12\n2+12=14\nAnswer: 14"
+# What the memorising policy samples: one correct response and five wrong ones whose first error comes at
+# different steps, so all-negative groups get distinct trajectory scores from the exact checker.
+VARIANTS = [
+    SOLUTION,  # correct
+    "3*4=12\n2+12=14\nAnswer: 15",  # first error at step 3 of 3 -> RTS 2/3
+    "3*4=12\n2+12=16\nAnswer: 16",  # step 2 -> RTS 1/3
+    "3*4=11\n2+11=13\nAnswer: 13",  # step 1 -> RTS 0
+    "3*4=12\n2+12=14",  # truncated, no error -> RTS 1
+    "2+3=5\n5*4=20\nAnswer: 20",  # step 1 (precedence) -> RTS 0
+]
+
+
+@pytest.fixture(scope="module")
+def memorising_model_dir(tmp_path_factory):
+    """A tiny random model fitted (~8 s) to answer PROBLEM with one of VARIANTS: a random model's output is garbage
+    whose first step is always wrong (RTS 0 everywhere), so it cannot show judge-coloured advantages."""
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    prompt_ids = list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": PROBLEM}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
+    rows = [prompt_ids + tokenizer.encode(v, add_special_tokens=False) + [tokenizer.eos_token_id] for v in VARIANTS]
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        labels[i, len(prompt_ids) : len(row)] = ids[i, len(prompt_ids) : len(row)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only contend
+    try:
+        torch.manual_seed(0)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for _ in range(150):
+            model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    path = tmp_path_factory.mktemp("memorising-model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def char_tokenizer(path: str) -> PreTrainedTokenizerFast:
+    # AutoTokenizer (what TRL uses given a path) sees the Qwen2 config.json and builds a Qwen2Tokenizer, which drops
+    # "\n" and "." from the character-level vocabulary; load the tokenizer the model was trained with instead.
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def one_problem_dataset(n: int = 32) -> Dataset:
+    prompt = [{"role": "user", "content": PROBLEM}]
+    return Dataset.from_dict({"prompt": [prompt] * n, "answer": [ANSWER] * n, "solution": [SOLUTION] * n})
+
+
+class Recording(SGPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records = []
+
+    def _compute_advantages(self, rewards, batch):
+        base_per_func = batch["rewards_per_func"].clone()
+        base = rewards.clone()
+        advantages = super()._compute_advantages(rewards, batch)
+        self.records.append(
+            {
+                "base": base,
+                "base_per_func": base_per_func,
+                "trained": batch.get("rewards", base).clone(),
+                "advantages": advantages.clone(),
+                "texts": [completion_text(c) for c in batch["completions"]],
+            }
+        )
+        return advantages
+
+
+class CountingJudge(ProgrammaticJudge):
+    def __init__(self):
+        super().__init__()
+        self.requests = []
+
+    def judge(self, requests):
+        self.requests.extend(requests)
+        return super().judge(requests)
+
+
+def expected_credit(text: str) -> float | None:
+    """SGPO reward of an incorrect completion computed independently of the trainer (line checker + Eq. 2);
+    None where the shared splitter does not give one step per line (not comparable this way)."""
+    lines = split_into_steps(text)
+    if split_steps(text) != lines:
+        return None
+    k = check_steps(PROBLEM, text)
+    rts = 0.0 if not lines else 1.0 if k is None else (k - 1) / len(lines)
+    return 1.0 / (1.0 + math.exp(-10.0 * (rts - 0.5)))
+
+
+def metric(trainer, name):
+    return [h[name] for h in trainer.state.log_history if name in h]
+
+
+# ---------------------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"partial_credit_mode": "cubic"}, "partial_credit_mode"),
+        ({"judge_scope": "everything"}, "judge_scope"),
+        ({"step_splitter": "token"}, "step_splitter"),
+        ({"judge_type": "oracle"}, "judge_type"),
+        ({"sgpo_beta": 0.0}, "sgpo_beta"),
+        ({"sgpo_gamma": math.inf}, "sgpo_gamma"),
+        ({"sgpo_num_epochs": -1.0}, "sgpo_num_epochs"),
+        ({"sgpo_max_steps": -1}, "sgpo_max_steps"),
+        ({"judge_max_steps": 0}, "judge_max_steps"),
+        ({"num_judge_votes": 0}, "num_judge_votes"),
+        ({"judge_max_retries": -1}, "judge_max_retries"),
+        ({"judge_batch_timeout": 0.0}, "judge_batch_timeout"),
+        ({"judge_temperature": -0.1}, "judge_temperature"),
+        ({"judge_batch_timeout": 2000.0}, "ddp_timeout"),
+    ],
+)
+def test_config_rejects_bad_options(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        SGPOConfig(**tiny_config_kwargs(tmp_path, **overrides))
+
+
+def test_config_defaults_are_the_papers(tmp_path):
+    config = SGPOConfig(**tiny_config_kwargs(tmp_path))
+    assert (config.sgpo_beta, config.sgpo_gamma, config.partial_credit_mode) == (10.0, 0.5, "sigmoid")
+    assert (config.judge_scope, config.sgpo_num_epochs, config.num_judge_votes) == ("all_negative", 3.0, 1)
+    assert config.mask_truncated_completions is False
+
+
+def test_make_judge_from_config(tmp_path, tiny_model_dir):
+    assert isinstance(make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path))), ProgrammaticJudge)
+    with pytest.raises(ValueError, match="judge_base_url"):
+        make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="openai")))
+    template = tmp_path / "t.txt"
+    template.write_text("[user]\n{steps}")
+    judge = make_judge(
+        SGPOConfig(
+            **tiny_config_kwargs(
+                tmp_path,
+                judge_type="openai",
+                judge_base_url="http://127.0.0.1:8000/v1",
+                judge_model="Qwen/QwQ-32B",
+                num_judge_votes=4,
+                judge_timeout=30.0,
+                judge_max_retries=1,
+                judge_concurrency=8,
+                judge_batch_timeout=100.0,
+                judge_prompt_template_path=str(template),
+            )
+        )
+    )
+    assert isinstance(judge, OpenAICompatibleJudge)
+    assert (judge.num_votes, judge.temperature, judge.timeout, judge.max_retries) == (4, 0.6, 30.0, 1)
+    assert (judge.concurrency, judge.batch_timeout, judge.template.user) == (8, 100.0, "{steps}")
+    with pytest.raises(ValueError, match="judge_model"):
+        make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="transformers")))
+    local = make_judge(
+        SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="transformers", judge_model=tiny_model_dir))
+    )
+    assert isinstance(local, TransformersJudge) and local.temperature == 0.0
+
+
+def test_trainer_set_up_errors(tiny_model_dir, config_kwargs):
+    gsm8k_like = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": "Natalia sold 48 clips. How many?"}]] * 8, "answer": ["72"] * 8}
+    )
+    with pytest.raises(ValueError, match="arithmetic task only"):
+        SGPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=[arithmetic_reward],
+            args=SGPOConfig(**config_kwargs()),
+            train_dataset=gsm8k_like,
+        )
+    with pytest.raises(ValueError, match="correctness_reward"):
+        SGPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=[arithmetic_reward],
+            args=SGPOConfig(**config_kwargs(correctness_reward="accuracy")),
+            train_dataset=one_problem_dataset(),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------- the hook alone
+_CONFIG_DIR = tempfile.mkdtemp(prefix="sgpo-hook-")
+
+
+class ScriptedJudge:
+    """Verdicts fixed in advance per completion (spec Sec. 3.5 item 3); the completion's index is in its steps."""
+
+    def __init__(self, verdicts: dict[int, list], num_steps: dict[int, int]):
+        self.verdicts, self.num_steps, self.requests = verdicts, num_steps, []
+
+    def judge(self, requests):
+        self.requests.extend(requests)
+        out = []
+        for r in requests:
+            index = int(r.steps[0].split("-")[0][1:])
+            assert len(r.steps) == self.num_steps[index]  # the shared splitter's K
+            votes = self.verdicts[index]
+            out.append(JudgeVerdict.from_votes(votes, len(r.steps), [""] * len(votes), [""] * len(votes), len(votes)))
+        return out
+
+
+def bare_trainer(judge, **overrides) -> SGPOTrainer:
+    """An SGPOTrainer with just what ``_compute_advantages`` reads (single process, no model)."""
+    trainer = object.__new__(SGPOTrainer)
+    trainer.args = SGPOConfig(**tiny_config_kwargs(_CONFIG_DIR, **overrides))
+    trainer.judge = judge
+    trainer._correct_index = 0
+    trainer.reward_weights = torch.ones(1)
+    trainer.scale_rewards = trainer.args.scale_rewards
+    trainer.multi_objective_aggregation = "sum_then_normalize"
+    trainer.state = TrainerState(epoch=0.0, global_step=0)
+    trainer.accelerator = SimpleNamespace(process_index=0, is_main_process=True, device=torch.device("cpu"))
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    trainer.model = SimpleNamespace(training=True)
+    return trainer
+
+
+def sigmoid_credit(rts: float) -> float:
+    return 1.0 / (1.0 + math.exp(-10.0 * (rts - 0.5)))
+
+
+groups = st.integers(1, 4).flatmap(
+    lambda p: st.integers(2, 5).flatmap(
+        lambda g: st.lists(
+            st.tuples(
+                st.booleans(),  # correct
+                st.integers(0, 5),  # K
+                st.lists(st.one_of(st.none(), st.integers(1, 5), st.just(math.nan)), min_size=1, max_size=3),  # votes
+            ),
+            min_size=p * g,
+            max_size=p * g,
+        ).map(lambda rows, g=g: (g, rows))
+    )
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups, st.sampled_from(["all_negative", "all_incorrect"]))
+def test_hook_matches_the_spec_on_scripted_verdicts(case, scope):
+    group_size, rows = case
+    verdicts, num_steps, texts, correct = {}, {}, [], []
+    for n, (ok, k, votes) in enumerate(rows):
+        votes = [v if (v is None or (isinstance(v, float)) or v <= k) else k for v in votes]  # keep votes in range
+        verdicts[n], num_steps[n] = votes, k
+        texts.append("\n\n".join(f"c{n}-{j}" for j in range(k)))
+        correct.append(1.0 if ok else 0.0)
+    judge = ScriptedJudge(verdicts, num_steps)
+    trainer = bare_trainer(judge, judge_scope=scope)
+    base = torch.tensor(correct).view(-1, group_size)
+    batch = {
+        "mode": "train",
+        "num_generations": group_size,
+        "rewards_per_func": base.reshape(-1, 1).clone(),
+        "inputs": [{"prompt": [{"role": "user", "content": "p"}], "answer": "a", "solution": "s"}] * len(rows),
+        "completions": [[{"role": "assistant", "content": t}] for t in texts],
+    }
+    advantages = trainer._compute_advantages(base.clone(), batch)
+
+    from grpo_family.algorithms.sgpo import vote_first_error
+
+    expected = base.clone().double()
+    sent = set()
+    for b in range(base.size(0)):
+        judged = (scope == "all_negative" and not base[b].any()) or (scope == "all_incorrect" and not base[b].all())
+        for i in range(group_size):
+            n = b * group_size + i
+            if not judged or correct[n]:
+                continue
+            k = num_steps[n]
+            if k == 0:
+                expected[b, i] = sigmoid_credit(0.0)
+                continue
+            sent.add(n)
+            verdict = vote_first_error(verdicts[n], k)
+            if isinstance(verdict, float):
+                expected[b, i] = math.nan
+            else:
+                expected[b, i] = sigmoid_credit(1.0 if verdict is None else (verdict - 1) / k)
+    trained = batch["rewards"].double()
+    assert torch.allclose(trained, expected, atol=1e-6, equal_nan=True)
+    assert torch.equal(advantages, group_advantages(batch["rewards"]))
+    # Groups outside the scope are bit-identical to GRPO.
+    for b in range(base.size(0)):
+        if (scope == "all_negative" and base[b].any()) or (scope == "all_incorrect" and base[b].all()):
+            assert torch.equal(advantages[b], group_advantages(base)[b])
+    # Each judged completion is sent once (spec Sec. 11 item 16: M votes per incorrect completion of a judged group).
+    assert sorted(int(r.steps[0].split("-")[0][1:]) for r in judge.requests) == sorted(sent)
+    calls = trainer._metrics["train"]["sgpo/judge_calls"]
+    assert calls == [float(sum(len(verdicts[n]) for n in sent))]
+
+
+def test_hook_outside_the_window_is_grpo_and_never_calls_the_judge():
+    judge = ScriptedJudge({0: [2], 1: [1]}, {0: 2, 1: 2})
+    trainer = bare_trainer(judge, sgpo_num_epochs=3.0)
+    trainer.state.epoch = 3.0
+    base = torch.zeros(1, 2)
+    batch = {
+        "mode": "train",
+        "num_generations": 2,
+        "rewards_per_func": base.reshape(-1, 1).clone(),
+        "inputs": [{"prompt": "p", "answer": "a"}] * 2,
+        "completions": ["c0-0\n\nc0-1", "c1-0\n\nc1-1"],
+    }
+    assert torch.equal(trainer._compute_advantages(base.clone(), batch), torch.zeros(1, 2))
+    assert judge.requests == [] and "rewards" not in batch
+    assert trainer._metrics["train"]["sgpo/active"] == [0.0]
+    trainer.state.epoch = 2.99
+    trainer._compute_advantages(base.clone(), batch)
+    assert len(judge.requests) == 2 and trainer._metrics["train"]["sgpo/active"] == [0.0, 1.0]
+    # Eval batches are never judged.
+    batch["mode"] = "eval"
+    trainer._compute_advantages(base.clone(), batch)
+    assert len(judge.requests) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- training
+def test_judge_colours_all_negative_groups_and_mixed_groups_stay_grpo(memorising_model_dir, config_kwargs):
+    # A small learning rate keeps the second batch sampled from the memorised mixture too.
+    config = SGPOConfig(
+        **config_kwargs(per_device_train_batch_size=16, max_completion_length=32, max_steps=2, learning_rate=1e-5)
+    )
+    trainer = Recording(
+        model=memorising_model_dir,
+        reward_funcs=[arithmetic_reward],
+        args=config,
+        train_dataset=one_problem_dataset(),
+        processing_class=char_tokenizer(memorising_model_dir),
+    )
+    trainer.judge = counting = CountingJudge()
+    trainer.train()
+
+    mixed = coloured = compared = expected_calls = 0
+    for record in trainer.records:
+        base, trained, advantages = record["base"], record["trained"], record["advantages"]
+        texts = record["texts"]
+        correct = base == 1.0
+        assert torch.equal(base, record["base_per_func"][:, 0].view_as(base))
+        reference = group_advantages(base)
+        for g in range(base.size(0)):
+            if correct[g].any():  # >= 1 correct answer: bit-identical to GRPO, no judge call
+                mixed += int(not correct[g].all())
+                assert torch.equal(trained[g], base[g])
+                assert torch.equal(advantages[g], reference[g])
+                continue
+            expected_calls += sum(bool(texts[g * 4 + i].strip()) for i in range(4))
+            assert ((trained[g] > 0) & (trained[g] < 1)).all()  # partial credit strictly inside (0, 1)
+            for i in range(4):
+                want = expected_credit(texts[g * 4 + i])
+                if want is not None:
+                    compared += 1
+                    assert trained[g, i].item() == pytest.approx(want, abs=1e-6)
+            assert torch.allclose(advantages[g], group_advantages(trained[g : g + 1])[0])
+            coloured += int(advantages[g].abs().sum() > 0)
+    assert mixed > 0 and coloured > 0 and compared > 0, (mixed, coloured, compared)
+    assert len(counting.requests) == expected_calls
+    assert metric(trainer, "sgpo/judge_requests") and sum(metric(trainer, "sgpo/judge_requests")) == expected_calls
+    assert max(metric(trainer, "sgpo/judged_groups")) >= 1 and metric(trainer, "sgpo/judge_failures") == [0.0, 0.0]
+    assert all(0 <= r <= 1 for r in metric(trainer, "sgpo/rts_mean"))
+    # The logged reward is what was trained on.
+    trained_means = [torch.nanmean(r["trained"]).item() for r in trainer.records]
+    assert metric(trainer, "reward") == pytest.approx(trained_means)
+
+
+def test_random_model_groups_are_judged_only_inside_the_window(tiny_model_dir, arithmetic_train, config_kwargs):
+    # The random model gets everything wrong: every group is all-negative and goes to the judge (RTS 0: its first
+    # step is never a valid operation), until sgpo_max_steps closes the window and the run is plain GRPO.
+    config = SGPOConfig(**config_kwargs(max_steps=2, sgpo_max_steps=1))
+    trainer = Recording(
+        model=tiny_model_dir, reward_funcs=[arithmetic_reward], args=config, train_dataset=arithmetic_train
+    )
+    trainer.judge = counting = CountingJudge()
+    trainer.train()
+    first, second = trainer.records
+    assert (first["base"] == 0).all() and (second["base"] == 0).all()
+    assert metric(trainer, "sgpo/active") == [1.0, 0.0]
+    assert metric(trainer, "sgpo/frac_all_negative") == [1.0]
+    assert len(counting.requests) == sum(bool(t.strip()) for t in first["texts"]) > 0
+    assert torch.allclose(first["trained"], torch.full_like(first["trained"], 1 / (1 + math.exp(5))))
+    assert (first["advantages"] == 0).all()  # equal RTS -> no signal (spec Sec. 11 property 9)
+    assert torch.equal(second["trained"], second["base"]) and torch.equal(
+        second["advantages"], group_advantages(second["base"])
+    )
+
+
+def test_judge_down_gives_nan_rewards_a_warning_and_a_metric(tiny_model_dir, arithmetic_train, config_kwargs, caplog):
+    with socket.socket() as s:  # a loopback port nobody listens on: the judge server is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = SGPOConfig(
+        **config_kwargs(
+            judge_type="openai",
+            judge_base_url=f"http://127.0.0.1:{port}/v1",
+            judge_model="judge",
+            judge_timeout=2.0,
+            judge_max_retries=0,
+            judge_batch_timeout=5.0,
+        )
+    )
+    trainer = Recording(
+        model=tiny_model_dir, reward_funcs=[arithmetic_reward], args=config, train_dataset=arithmetic_train
+    )
+    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
+        trainer.train()
+    assert trainer.state.global_step == 2  # training went on
+    assert "SGPO judge failed" in caplog.text and "connection error" in caplog.text
+    assert metric(trainer, "sgpo/judge_failure_rate") == [1.0, 1.0]
+    assert all(f > 0 for f in metric(trainer, "sgpo/judge_failures"))
+    assert all(latency < 5.0 for latency in metric(trainer, "sgpo/judge_latency_s"))
+    for record in trainer.records:
+        judged = torch.tensor([bool(t.strip()) for t in record["texts"]]).view_as(record["base"])
+        assert torch.isnan(record["trained"][judged]).all() and (record["advantages"] == 0).all()
+
+
+class MisbehavingJudge:
+    """First batch: nonsense verdicts (out of range, wrong type, too few); second batch: hangs."""
+
+    def __init__(self):
+        self.batches = 0
+
+    def judge(self, requests):
+        self.batches += 1
+        if self.batches == 1:
+            junk = [99, "three", JudgeVerdict([0], 0), True, -1]
+            return [junk[i % len(junk)] for i in range(len(requests))]
+        time.sleep(30)
+        return [None] * len(requests)
+
+
+def test_slow_or_nonsense_judge_costs_at_most_the_timeout(tiny_model_dir, arithmetic_train, config_kwargs, caplog):
+    config = SGPOConfig(**config_kwargs(judge_batch_timeout=0.5))
+    trainer = Recording(
+        model=tiny_model_dir,
+        reward_funcs=[arithmetic_reward],
+        args=config,
+        train_dataset=arithmetic_train,
+        judge=MisbehavingJudge(),
+    )
+    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
+        trainer.train()
+    assert trainer.state.global_step == 2
+    assert "invalid verdict" in caplog.text and "judge_batch_timeout" in caplog.text
+    assert metric(trainer, "sgpo/judge_failure_rate") == [1.0, 1.0]
+    slow = metric(trainer, "sgpo/judge_latency_s")[1]
+    assert 0.5 <= slow < 2.5, slow
+    for record in trainer.records:
+        assert (record["advantages"] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------------- 2 processes
+@pytest.mark.multiprocess
+def test_two_processes_judge_once_per_completion(memorising_model_dir, tmp_path):
+    from test_distributed import TESTS, launch
+
+    launch("sgpo_judge_once.py", memorising_model_dir, str(tmp_path), str(TESTS), PROBLEM, ANSWER, SOLUTION)
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert rank1["calls"] == [] and len(rank0["calls"]) >= 1  # only the main process asks the judge
+    assert len(rank0["records"]) == len(rank1["records"]) == 2
+    judged_steps = []
+    for r0, r1 in zip(rank0["records"], rank1["records"]):
+        assert r0["base"].shape == (3, 4)  # 12 completions, 3 groups, the middle one split 2 + 2
+        torch.testing.assert_close(r0["trained"], r1["trained"], rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(r0["advantages"], r1["advantages"])
+        texts = r0["texts"] + r1["texts"]  # the global order: rank 0's slice, then rank 1's
+        base, trained = r0["base"], r0["trained"]
+        for g in range(3):
+            group = texts[g * 4 : (g + 1) * 4]
+            if (base[g] == 1).any():
+                assert torch.equal(trained[g], base[g])
+                continue
+            for i, text in enumerate(group):
+                if text.strip():
+                    judged_steps.append(split_steps(text))
+                want = expected_credit(text)
+                if want is not None:
+                    assert trained[g, i].item() == pytest.approx(want, abs=1e-6)
+    # Every incorrect completion of an all-negative group was sent exactly once, in one call per batch.
+    sent = [steps for call in rank0["calls"] for steps in call]
+    assert sorted(map(tuple, sent)) == sorted(map(tuple, judged_steps)) and sent
