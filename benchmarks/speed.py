@@ -30,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from grpo_family import METHODS  # noqa: E402
@@ -78,7 +79,12 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
         output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda",
         **{**BASE_ARGS, **extra},
     )  # fmt: skip
-    trainer = trainer_cls(model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset)
+    # The character-level tokenizer must be passed explicitly: from the path alone, AutoTokenizer would build
+    # a Qwen2Tokenizer (model_type qwen2) that mangles this vocabulary.
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
+    trainer = trainer_cls(
+        model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, processing_class=tokenizer
+    )
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -108,7 +114,9 @@ def main(argv: list[str] | None = None) -> str:
     for rep in range(args.reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
-            results[name].append(run_once(name, model, dataset, args.steps + 1, args.device, workdir, {"beta": args.beta}))
+            results[name].append(
+                run_once(name, model, dataset, args.steps + 1, args.device, workdir, {"beta": args.beta})
+            )
         print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {results[n][-1]['step_time']:.3f}s" for n in names))
 
     lines = [

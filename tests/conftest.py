@@ -25,9 +25,12 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
+    """The tiny model's character-level tokenizer. Pass it as ``processing_class``: given only the model path,
+    TRL's AutoProcessor/AutoTokenizer maps ``model_type=qwen2`` to ``Qwen2Tokenizer``, which rebuilds a byte-level
+    pipeline and drops characters (newlines) of this vocabulary."""
+    from transformers import PreTrainedTokenizerFast
 
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+    return PreTrainedTokenizerFast.from_pretrained(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")

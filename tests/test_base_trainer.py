@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from conftest import digit_share_reward
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_family import METHODS, GRPOFamilyTrainer, RewardFunctionError, get_method
@@ -17,7 +17,10 @@ TIMING_KEYS = ("time", "runtime", "per_second")
 
 
 def _run(trainer_cls, model_dir, dataset, config, reward=digit_share_reward):
-    trainer = trainer_cls(model=model_dir, reward_funcs=[reward], args=config, train_dataset=dataset)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    trainer = trainer_cls(
+        model=model_dir, reward_funcs=[reward], args=config, train_dataset=dataset, processing_class=tokenizer
+    )
     seen = []
     original = trainer._generate_and_score_completions
 

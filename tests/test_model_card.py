@@ -11,7 +11,7 @@ from grpo_family import METHODS
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_card_and_push(method, tiny_model_dir, arithmetic_train, config_kwargs, monkeypatch):
+def test_card_and_push(method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_that_must_not_leak")
     config_cls, trainer_cls = METHODS[method]
     config = config_cls(**config_kwargs(max_steps=1, hub_model_id="someone/tiny-" + method))

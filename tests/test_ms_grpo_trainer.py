@@ -26,7 +26,9 @@ class Recording(MSGRPOTrainer):
 
 
 @pytest.mark.parametrize("accelerated", [False, True])
-def test_trained_advantages_are_multiscale(tiny_model_dir, arithmetic_train, config_kwargs, accelerated):
+def test_trained_advantages_are_multiscale(
+    tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, accelerated
+):
     extra = dict(num_scales=2, subgroups_per_scale=2) if accelerated else {}
     config = MSGRPOConfig(**config_kwargs(max_steps=2), **extra)
     trainer = Recording(
@@ -67,7 +69,9 @@ def test_registered():
     assert METHODS["ms_grpo"] == (MSGRPOConfig, MSGRPOTrainer)
 
 
-def test_scale_generator_survives_a_checkpoint(tiny_model_dir, arithmetic_train, config_kwargs, tmp_path):
+def test_scale_generator_survives_a_checkpoint(
+    tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, tmp_path
+):
     config = MSGRPOConfig(**config_kwargs(max_steps=1), num_scales=2, subgroups_per_scale=2)
     trainer = MSGRPOTrainer(
         model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train

@@ -10,6 +10,7 @@ import json
 import sys
 
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from grpo_family import METHODS
 from grpo_family.tasks import make_arithmetic_dataset
@@ -46,6 +47,7 @@ def main():
         reward_funcs=[digit_share_reward],
         args=config_cls(**{**kwargs, **overrides}),
         train_dataset=make_arithmetic_dataset("train", 32, seed=0),
+        processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),
     )
     trainer.train()
     torch.save(trainer.records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
