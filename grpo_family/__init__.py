@@ -9,11 +9,13 @@ from .trainers.base import GRPOFamilyTrainer, RewardFunctionError
 from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
 from .trainers.gpg import GPGConfig, GPGTrainer
 from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
+from .trainers.sgpo import SGPOConfig, SGPOTrainer
 
 METHODS: dict[str, tuple[type, type]] = {
     "grpo": (GRPOConfig, GRPOFamilyTrainer),
     "ms_grpo": (MSGRPOConfig, MSGRPOTrainer),
     "cw_grpo": (CWGRPOConfig, CWGRPOTrainer),
+    "sgpo": (SGPOConfig, SGPOTrainer),
     "gpg": (GPGConfig, GPGTrainer),
 }
 
@@ -36,5 +38,7 @@ __all__ = [
     "MSGRPOConfig",
     "MSGRPOTrainer",
     "RewardFunctionError",
+    "SGPOConfig",
+    "SGPOTrainer",
     "get_method",
 ]

@@ -16,6 +16,9 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
+Step judges for SGPO (:mod:`grpo_family.rewards.judges`): ``OpenAICompatibleJudge`` (vLLM / hosted APIs),
+``TransformersJudge`` (a local model), ``ProgrammaticJudge`` (the bundled task, exact).
+
 This package imports only the standard library, math-verify and its own modules (never TRL, torch or the
 trainers), so the scoring worker subprocesses of :mod:`grpo_family.rewards.timeout` start quickly.
 """
@@ -34,6 +37,19 @@ from .format import (
     has_think_answer_format,
     make_format_reward,
     think_answer_format_reward,
+)
+from .judges import (
+    DEFAULT_PROMPT_PATH,
+    FAIL,
+    JudgeRequest,
+    JudgeVerdict,
+    OpenAICompatibleJudge,
+    ProgrammaticJudge,
+    PromptTemplate,
+    StepJudge,
+    TransformersJudge,
+    parse_verdict,
+    strip_reasoning,
 )
 from .math import MathAccuracyReward, math_accuracy_reward, parse_answer, parse_gold, score_math
 from .qa import (
@@ -105,6 +121,17 @@ def get_reward_funcs(names: str | Iterable[str | RewardFunc]) -> list[RewardFunc
 
 
 __all__ = [
+    "DEFAULT_PROMPT_PATH",
+    "FAIL",
+    "JudgeRequest",
+    "JudgeVerdict",
+    "OpenAICompatibleJudge",
+    "ProgrammaticJudge",
+    "PromptTemplate",
+    "StepJudge",
+    "TransformersJudge",
+    "parse_verdict",
+    "strip_reasoning",
     "REWARD_FUNCS",
     "ChoiceAccuracyReward",
     "FormatReward",
