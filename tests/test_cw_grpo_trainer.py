@@ -63,8 +63,9 @@ class Recording(CWGRPOTrainer):
         return out
 
     def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)  # the loss-time path writes the weighted advantages during it
         self.loss_inputs.append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
-        return super()._compute_loss(model, inputs)
+        return loss
 
 
 def independent_logps(model_dir, batch, temperature):
@@ -78,9 +79,15 @@ def independent_logps(model_dir, batch, temperature):
     return logits.log_softmax(-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
 
 
-def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(tiny_model_dir, arithmetic_train, config_kwargs):
+@pytest.mark.parametrize("reuse", [False, True], ids=["extra_forward", "loss_logps"])
+def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(
+    tiny_model_dir, arithmetic_train, config_kwargs, reuse
+):
+    """Weights made in the hook (an extra forward) or in the loss (its own log-probs): either way the loss
+    trains on A_i * w_it, w from covariance_weights on the rollout batch."""
     temperature = 0.7
-    config = CWGRPOConfig(**config_kwargs(max_steps=1, max_completion_length=16, temperature=temperature, bf16=False))
+    kwargs = config_kwargs(max_steps=1, max_completion_length=16, temperature=temperature, bf16=False)
+    config = CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse)
     trainer = Recording(
         model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train
     )
@@ -94,26 +101,72 @@ def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(tiny_model_
     logps = independent_logps(tiny_model_dir, batch, temperature)
     weights = covariance_weights(logps, advantages, mask, 4)
     expected = torch.where(mask, advantages[:, None] * weights, 0.0)
-    assert batch["advantages"].shape == mask.shape
-    torch.testing.assert_close(batch["advantages"], expected, atol=1e-4, rtol=1e-4)
     # The test can fail: the weights are far from 1 on some tokens, and the unweighted advantages differ.
     assert (weights[mask] - 1).abs().max() > 0.2
     assert (expected - advantages[:, None] * mask).abs().max() > 0.05
+    if reuse:  # the generation batch carries GRPO's advantages; the loss weights them
+        assert torch.equal(batch["advantages"], advantages) and "cw_row" in batch
+    else:
+        torch.testing.assert_close(batch["advantages"], expected, atol=1e-4, rtol=1e-4)
 
-    # What the loss receives is that batch, rows shuffled by TRL.
+    # What the loss trains on, rows shuffled by TRL.
     (inputs,) = trainer.loss_inputs
     key = lambda b, i: (tuple(b["prompt_ids"][i].tolist()), tuple(b["completion_ids"][i].tolist()))  # noqa: E731
-    rows = {key(batch, i): batch["advantages"][i] for i in range(len(mask))}
+    rows = {key(batch, i): expected[i] for i in range(len(mask))}
+    assert inputs["advantages"].shape == mask.shape
     for i in range(inputs["advantages"].size(0)):
-        assert torch.equal(inputs["advantages"][i], rows[key(inputs, i)])
+        torch.testing.assert_close(inputs["advantages"][i], rows[key(inputs, i)], atol=1e-4, rtol=1e-4)
 
     logs = trainer.state.log_history[0]
     valid = weights[mask]
-    assert logs["cw_grpo/extra_forward"] == 1.0  # TRL's defaults compute no old_per_token_logps
+    assert logs["cw_grpo/extra_forward"] == (0.0 if reuse else 1.0)  # TRL's defaults compute no old logps
     assert logs["cw_grpo/weight_min"] == pytest.approx(valid.min().item(), abs=1e-4)
     assert logs["cw_grpo/weight_max"] == pytest.approx(valid.max().item(), abs=1e-4)
     assert logs["cw_grpo/weight_std"] == pytest.approx(valid.std(correction=0).item(), abs=1e-4)
     assert logs["cw_grpo/frac_weight_lt_0.5"] == pytest.approx((valid < 0.5).float().mean().item(), abs=1e-6)
+
+
+def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_dir, arithmetic_train, config_kwargs):
+    """Two optimizer steps, each with 2 accumulation micro-steps generating their own batch
+    (steps_per_generation=1) and a KL term: the same training either way, up to float rounding."""
+    kwargs = config_kwargs(max_steps=2, gradient_accumulation_steps=2, steps_per_generation=1, beta=0.04)
+    runs = {}
+    for reuse in (False, True):
+        trainer = Recording(
+            model=tiny_model_dir,
+            reward_funcs=[digit_share_reward],
+            args=CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse),
+            train_dataset=arithmetic_train,
+        )
+        trainer.train()
+        runs[reuse] = trainer
+    hook, loss = runs[False], runs[True]
+    assert len(hook.loss_inputs) == len(loss.loss_inputs) == 4
+    for a, b in zip(hook.loss_inputs, loss.loss_inputs):
+        assert torch.equal(a["completion_ids"], b["completion_ids"])  # same samples, same shuffle
+        torch.testing.assert_close(a["advantages"], b["advantages"], atol=1e-5, rtol=1e-5)
+    assert all(h["cw_grpo/extra_forward"] == 1.0 for h in hook.state.log_history if "cw_grpo/extra_forward" in h)
+    assert all(h["cw_grpo/extra_forward"] == 0.0 for h in loss.state.log_history if "cw_grpo/extra_forward" in h)
+    for name, p in hook.model.named_parameters():
+        torch.testing.assert_close(p, loss.model.get_parameter(name), atol=1e-5, rtol=1e-4)
+
+
+def test_loss_that_reads_advantages_first_is_an_error(tiny_model_dir, arithmetic_train, config_kwargs):
+    """If TRL's loss stopped computing the log-probs before reading the advantages, CW-GRPO must not silently
+    train on unweighted advantages."""
+
+    class NoForward(CWGRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            return inputs["advantages"].sum() * 0.0
+
+    trainer = NoForward(
+        model=tiny_model_dir,
+        reward_funcs=[digit_share_reward],
+        args=CWGRPOConfig(**config_kwargs(max_steps=1)),
+        train_dataset=arithmetic_train,
+    )
+    with pytest.raises(RuntimeError, match="cw_reuse_loss_logps=False"):
+        trainer.train()
 
 
 class UnitWeights(CWGRPOTrainer):
@@ -235,26 +288,31 @@ def test_all_groups_degenerate_skips_the_log_probs(tiny_model_dir, arithmetic_tr
 def test_two_process_weights_equal_single_process_weights_of_the_gathered_batch(tiny_model_dir, tmp_path):
     launch("cw_grpo_weights.py", tiny_model_dir, str(tmp_path), str(TESTS))
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
-    assert len(rank0) == len(rank1) == 2
     straddling_differs = False
-    for r0, r1 in zip(rank0, rank1):
-        for key in ("logps", "advantages", "mask", "weights"):
-            assert torch.equal(r0[key], r1[key]), key  # every process saw the same gathered batch
-        logps, advantages, mask = r0["logps"], r0["advantages"], r0["mask"]
-        assert logps.shape[0] == 12 and r0["local"].shape[0] == r1["local"].shape[0] == 6
-        # Single-process recomputation on the gathered batch.
-        weights = covariance_weights(logps, advantages, mask, 4)
-        expected = advantages[:, None] * weights
-        for r, rec in enumerate((r0, r1)):
-            width = rec["local"].size(1)
-            local_expected = expected[6 * r : 6 * (r + 1), :width]
-            assert torch.equal(rec["local"], local_expected)
-            assert not expected[6 * r : 6 * (r + 1), width:].any()  # wider columns are another process's padding
-        # Group 1 (rows 4..7) straddles the processes: statistics over one process's rows would differ.
-        rows = slice(4, 6)
-        local_only = covariance_weights(logps[rows], advantages[rows], mask[rows], 2)
-        if mask[rows].any() and (advantages[4:8].unique().numel() > 1):
-            straddling_differs |= not torch.allclose(local_only, weights[rows], atol=1e-3)
+    for mode in ("hook", "loss"):
+        assert len(rank0[mode]) == len(rank1[mode]) == 2, mode
+        for r0, r1 in zip(rank0[mode], rank1[mode]):
+            for key in ("logps", "advantages", "mask", "weights"):
+                assert torch.equal(r0[key], r1[key]), key  # every process saw the same gathered batch
+            logps, advantages, mask = r0["logps"], r0["advantages"], r0["mask"]
+            assert logps.shape[0] == 12
+            # Single-process recomputation on the gathered batch.
+            weights = covariance_weights(logps, advantages, mask, 4)
+            expected = advantages[:, None] * weights
+            for r, rec in enumerate((r0, r1)):
+                if mode == "hook":  # rows 6r..6r+5, unshuffled
+                    rows, local = torch.arange(6 * r, 6 * r + 6), rec["local"]
+                else:  # shuffled rows tagged with their global index
+                    rows, local = rec["loss_rows"], rec["loss_advantages"]
+                assert sorted(rows.tolist()) == list(range(6 * r, 6 * r + 6))
+                width = local.size(1)
+                assert torch.equal(local, expected[rows, :width])
+                assert not expected[rows, width:].any()  # wider columns are the other process's padding
+            # Group 1 (rows 4..7) straddles the processes: statistics over one process's rows would differ.
+            part = slice(4, 6)
+            local_only = covariance_weights(logps[part], advantages[part], mask[part], 2)
+            if mask[part].any() and advantages[4:8].unique().numel() > 1:
+                straddling_differs |= not torch.allclose(local_only, weights[part], atol=1e-3)
     assert straddling_differs, "the straddling group's weights do not depend on the other process: test is vacuous"
 
 

@@ -15,7 +15,13 @@ Where the pieces come from (spec §3.2):
   (vLLM's ``sampling_per_token_logps``, with ``cw_logps_source="auto"``), else one extra no-grad forward pass of
   the policy over the generation batch. With TRL's defaults (``num_iterations=1``, ``steps_per_generation =
   gradient_accumulation_steps``, no vLLM) that extra forward is what CW-GRPO costs (see
-  ``benchmarks/results/cw_grpo.md``).
+  ``benchmarks/results/cw_grpo.md``);
+* except when every loss call sees a whole generation batch (``steps_per_generation = 1`` or evaluation) and TRL
+  has no ``old_per_token_logps`` (it then uses the loss's own log-probs as the old ones: the policy has not moved
+  since the rollout). The weights are then computed inside the loss, from the log-probs its forward just made,
+  gathered across processes and put back in global row order, before TRL reads the advantages: no extra forward.
+  TRL's ``_compute_loss`` is not copied; ``_get_per_token_logps_and_entropies`` is wrapped, and a loss that did
+  not call it before reading the advantages raises instead of training unweighted.
 """
 
 from __future__ import annotations
@@ -106,6 +112,16 @@ class CWGRPOConfig(GRPOConfig):
         },
     )
 
+    cw_reuse_loss_logps: bool = field(
+        default=True,
+        metadata={
+            "help": "When TRL computes no old_per_token_logps and each loss call sees a whole generation batch "
+            "(steps_per_generation = 1, or evaluation), take the rollout log-probs from the loss's own forward "
+            "(equal in value: the policy has not changed since the rollout) instead of an extra no-grad forward. "
+            "Default True; False always makes the extra forward. Same weights either way."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         if self.cw_scope not in SCOPES:
@@ -166,6 +182,8 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
     }
 
     def __init__(self, *args: Any, **kwargs: Any):
+        self._cw_pending: dict | None = None  # loss inputs whose advantages await the loss's log-probs
+        self._cw_deferred: torch.Tensor | None = None  # gathered "scored" rows of a batch weighted in the loss
         super().__init__(*args, **kwargs)
         self._warned_sampler_logps = False
 
@@ -232,9 +250,18 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             logps, advantages, mask, num_generations, normalize=self.args.cw_normalize, **self.cw_kwargs
         )
 
+    def _defers_to_loss(self, batch: dict[str, Any]) -> bool:
+        """Whether the loss's own forward provides the rollout log-probs (same decision on every process)."""
+        if not self.args.cw_reuse_loss_logps or batch.get("old_per_token_logps") is not None:
+            return False
+        if batch.get("sampling_per_token_logps") is not None and self.args.cw_logps_source == "auto":
+            return False
+        return batch["mode"] == "eval" or self.args.steps_per_generation == 1
+
     # ------------------------------------------------------------------ advantage hook
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """GRPO advantages times the CW weights: (P, G, T) per-token advantages on the gathered batch."""
+        """GRPO advantages times the CW weights: (P, G, T) per-token advantages on the gathered batch (or (P, G)
+        GRPO advantages that the loss weights, see :meth:`compute_loss`)."""
         advantages = super()._compute_advantages(rewards, batch)  # (P, G), TRL's GRPO maths
         num_prompts, num_generations = rewards.shape
         flat = torch.nan_to_num(advantages, nan=0.0).reshape(-1).float()
@@ -243,17 +270,72 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             # advantages are global, so every process skips alike (a forward under ZeRO-3 is collective).
             self._log_degenerate_batch()
             return advantages
+        # Unscorable completions (NaN reward) are trained with advantage 0; keep them out of the statistics.
+        scored = ~torch.isnan(rewards).reshape(-1)
+        if self._defers_to_loss(batch):
+            self._cw_deferred = scored
+            return advantages
         logps, extra_forward = self._rollout_logps(batch)
         mask = self._loss_mask(batch)
         # Pad every process's tensors to the widest completion, then gather: rows in TRL's global order.
-        logps = gather(pad_across_processes(logps.float().contiguous(), dim=1, pad_index=0))
+        logps = gather(pad_across_processes(logps.float().contiguous(), dim=1, pad_index=0)).to(rewards.device)
         mask = gather(pad_across_processes(mask.contiguous(), dim=1, pad_index=0)).to(rewards.device)
-        logps = logps.to(rewards.device)
-        # Unscorable completions (NaN reward) are trained with advantage 0; keep them out of the statistics.
-        mask = mask.bool() & ~torch.isnan(rewards).reshape(-1, 1)
+        mask = mask.bool() & scored[:, None]
         weights = self._covariance_weights(logps, flat, mask, num_generations)
         self._log_weights(logps, flat, mask, weights, num_generations, extra_forward)
         return (flat[:, None] * weights).reshape(num_prompts, num_generations, logps.size(1))
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        scored, self._cw_deferred = self._cw_deferred, None
+        if scored is not None:  # weights come in the loss: tag every row with its global index (TRL shuffles)
+            n = output["completion_ids"].size(0)
+            rows = torch.arange(n, device=output["completion_ids"].device) + self.accelerator.process_index * n
+            output["cw_row"] = rows
+            output["cw_scored"] = scored.to(rows.device)[rows]
+        return output
+
+    # ------------------------------------------------------------------ weights from the loss's log-probs
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "cw_row" not in inputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._cw_pending = inputs
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            pending, self._cw_pending = self._cw_pending, None
+        if pending is not None:
+            raise RuntimeError(
+                "CW-GRPO: TRL's loss did not compute the policy log-probs before reading the advantages, so the "
+                "covariance weights could not be applied. Set cw_reuse_loss_logps=False (one extra forward pass)."
+            )
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        inputs, self._cw_pending = self._cw_pending, None
+        if inputs is not None:  # the loss's policy forward: weight the advantages before TRL reads them
+            inputs["advantages"] = self._weigh_in_loss(inputs, result[0].detach())
+        return result
+
+    @torch.no_grad()
+    def _weigh_in_loss(self, inputs: dict[str, Any], logps: torch.Tensor) -> torch.Tensor:
+        """(B, T) per-token advantages of this process's (shuffled) rows, from the whole gathered batch."""
+        rows, advantages = inputs["cw_row"], inputs["advantages"].float()
+        mask = self._loss_mask(inputs).bool() & inputs["cw_scored"][:, None]
+        all_rows = gather(rows)
+        order = torch.argsort(all_rows)
+        if not torch.equal(all_rows[order], torch.arange(all_rows.numel(), device=all_rows.device)):
+            raise RuntimeError(
+                "CW-GRPO: the loss does not see the whole generation batch; set cw_reuse_loss_logps=False."
+            )
+        all_logps = gather(pad_across_processes(logps.float().contiguous(), dim=1, pad_index=0))[order]
+        all_mask = gather(pad_across_processes(mask.contiguous(), dim=1, pad_index=0))[order].bool()
+        all_advantages = gather(advantages)[order]
+        num_generations = self.num_generations if self.model.training else self.num_generations_eval
+        weights = self._covariance_weights(all_logps, all_advantages, all_mask, num_generations)
+        self._log_weights(all_logps, all_advantages, all_mask, weights, num_generations, False)
+        return (all_advantages[:, None] * weights)[rows, : logps.size(1)].to(inputs["advantages"].dtype)
 
     def _log_degenerate_batch(self) -> None:
         for name, value in (

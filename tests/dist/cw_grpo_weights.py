@@ -1,6 +1,7 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: records, on every rank, the
-gathered rollout log-probs, mask and GRPO advantages CW-GRPO weights, the weights, and this rank's per-token
-advantages, for the test to recompute single-process."""
+"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: trains CW-GRPO twice, with the
+weights made in the advantage hook (extra forward) and in the loss (the loss's own log-probs), and records on
+every rank the gathered rollout log-probs, mask and GRPO advantages the weights were computed from, the weights,
+and this rank's per-token advantages, for the test to recompute single-process."""
 
 import sys
 
@@ -14,7 +15,9 @@ from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
 
 
 class Recording(CWGRPOTrainer):
-    records = []
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records = []
 
     def _covariance_weights(self, logps, advantages, mask, num_generations):
         weights = super()._covariance_weights(logps, advantages, mask, num_generations)
@@ -23,27 +26,36 @@ class Recording(CWGRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        self.records[-1]["local"] = out["advantages"].clone()  # before TRL shuffles the rows
+        if "cw_row" not in out:  # weights made in the hook
+            self.records[-1]["local"] = out["advantages"].clone()  # before TRL shuffles the rows
         return out
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        if "cw_row" in inputs:  # weights made in the loss: rows shuffled, tagged with their global index
+            self.records[-1]["loss_rows"] = inputs["cw_row"].clone()
+            self.records[-1]["loss_advantages"] = inputs["advantages"].clone()
+        return loss
 
 
 def main():
     model_dir, out_dir = sys.argv[1], sys.argv[2]
-    # 6 completions per process, groups of 4: the middle group straddles the two processes. Completions of
-    # different lengths on the two processes exercise the padding to a common width.
-    config = CWGRPOConfig(
-        **tiny_config_kwargs(
+    records = {}
+    for reuse in (False, True):
+        # 6 completions per process, groups of 4: the middle group straddles the two processes. Completions of
+        # different lengths on the two processes exercise the padding to a common width.
+        kwargs = tiny_config_kwargs(
             out_dir, per_device_train_batch_size=6, num_generations=4, max_steps=2, max_completion_length=16
         )
-    )
-    trainer = Recording(
-        model=model_dir,
-        reward_funcs=[digit_share_reward],
-        args=config,
-        train_dataset=make_arithmetic_dataset("train", 32, seed=0),
-    )
-    trainer.train()
-    torch.save(trainer.records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
+        trainer = Recording(
+            model=model_dir,
+            reward_funcs=[digit_share_reward],
+            args=CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse),
+            train_dataset=make_arithmetic_dataset("train", 32, seed=0),
+        )
+        trainer.train()
+        records["loss" if reuse else "hook"] = trainer.records
+    torch.save(records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
 
 
 if __name__ == "__main__":
