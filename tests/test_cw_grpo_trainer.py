@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import digit_share_reward
 from test_distributed import TESTS, launch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from grpo_family import GRPOFamilyTrainer
 from grpo_family.algorithms.cw_grpo import covariance_weights
@@ -16,6 +16,15 @@ from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
 
 TIMING_KEYS = ("time", "runtime", "per_second")
+
+
+def build(trainer_cls, model_dir, config, dataset, reward=digit_share_reward):
+    # The character-level tokenizer explicitly: from the path alone AutoTokenizer builds a Qwen2Tokenizer that
+    # drops newlines of this vocabulary.
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    return trainer_cls(
+        model=model_dir, reward_funcs=[reward], args=config, train_dataset=dataset, processing_class=tokenizer
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- config
@@ -88,9 +97,7 @@ def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(
     temperature = 0.7
     kwargs = config_kwargs(max_steps=1, max_completion_length=16, temperature=temperature, bf16=False)
     config = CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse)
-    trainer = Recording(
-        model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train
-    )
+    trainer = build(Recording, tiny_model_dir, config, arithmetic_train)
     trainer.train()
     (rewards,), (batch,) = trainer.rewards, trainer.batches
     mask = batch["completion_mask"].bool()
@@ -132,12 +139,7 @@ def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_di
     kwargs = config_kwargs(max_steps=2, gradient_accumulation_steps=2, steps_per_generation=1, beta=0.04)
     runs = {}
     for reuse in (False, True):
-        trainer = Recording(
-            model=tiny_model_dir,
-            reward_funcs=[digit_share_reward],
-            args=CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse),
-            train_dataset=arithmetic_train,
-        )
+        trainer = build(Recording, tiny_model_dir, CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse), arithmetic_train)
         trainer.train()
         runs[reuse] = trainer
     hook, loss = runs[False], runs[True]
@@ -159,12 +161,7 @@ def test_loss_that_reads_advantages_first_is_an_error(tiny_model_dir, arithmetic
         def _compute_loss(self, model, inputs):
             return inputs["advantages"].sum() * 0.0
 
-    trainer = NoForward(
-        model=tiny_model_dir,
-        reward_funcs=[digit_share_reward],
-        args=CWGRPOConfig(**config_kwargs(max_steps=1)),
-        train_dataset=arithmetic_train,
-    )
+    trainer = build(NoForward, tiny_model_dir, CWGRPOConfig(**config_kwargs(max_steps=1)), arithmetic_train)
     with pytest.raises(RuntimeError, match="cw_reuse_loss_logps=False"):
         trainer.train()
 
@@ -175,7 +172,7 @@ class UnitWeights(CWGRPOTrainer):
 
 
 def _train(trainer_cls, model_dir, dataset, config):
-    trainer = trainer_cls(model=model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=dataset)
+    trainer = build(trainer_cls, model_dir, config, dataset)
     trainer.train()
     logs = [
         {k: v for k, v in h.items() if not any(t in k for t in TIMING_KEYS) and not k.startswith("cw_grpo/")}
@@ -201,12 +198,8 @@ def test_with_unit_weights_training_is_grpo(tiny_model_dir, arithmetic_train, co
 
 def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
     """old_per_token_logps when TRL has them, else the sampler's ('auto' only, finite only), else a forward."""
-    trainer = CWGRPOTrainer(
-        model=tiny_model_dir,
-        reward_funcs=[digit_share_reward],
-        args=CWGRPOConfig(**config_kwargs(bf16=False)),  # fp32, to compare with plain transformers
-        train_dataset=arithmetic_train,
-    )
+    # fp32, to compare with plain transformers
+    trainer = build(CWGRPOTrainer, tiny_model_dir, CWGRPOConfig(**config_kwargs(bf16=False)), arithmetic_train)
     g = torch.Generator().manual_seed(0)
     batch = {
         "prompt_ids": torch.randint(3, 90, (4, 5), generator=g),
@@ -254,7 +247,7 @@ def test_old_logps_from_trl_are_used_without_extra_forward(tiny_model_dir, arith
             seen.append(out["old_per_token_logps"].clone())
             return out
 
-    trainer = Spy(model=tiny_model_dir, reward_funcs=[digit_share_reward], args=config, train_dataset=arithmetic_train)
+    trainer = build(Spy, tiny_model_dir, config, arithmetic_train)
     trainer.train()
     assert trainer.state.log_history[0]["cw_grpo/extra_forward"] == 0.0
     used, old = seen
@@ -275,7 +268,7 @@ def test_all_groups_degenerate_skips_the_log_probs(tiny_model_dir, arithmetic_tr
             return super()._rollout_logps(batch)
 
     config = CWGRPOConfig(**config_kwargs(max_steps=1))
-    trainer = Spy(model=tiny_model_dir, reward_funcs=[constant_reward], args=config, train_dataset=arithmetic_train)
+    trainer = build(Spy, tiny_model_dir, config, arithmetic_train, reward=constant_reward)
     trainer.train()
     logs = trainer.state.log_history[0]
     assert calls == []

@@ -7,15 +7,15 @@ KL and loss aggregation are TRL's, unchanged.
 
 Where the pieces come from (spec §3.2):
 
-* the weights are computed in the advantage hook, once per generation batch, before TRL shuffles and splits it,
-  on the log-probs, masks and advantages of **every** completion gathered from all processes (a prompt's G
-  completions can straddle processes), so each group's statistics are the group's; every process computes the
-  same weights and keeps its own rows;
+* the weights are computed once per generation batch, in the advantage hook before TRL shuffles and splits it
+  (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
+  processes (a prompt's G completions can straddle processes), so each group's statistics are the group's; every
+  process computes the same weights and keeps its own rows;
 * the log-probs are the rollout policy's: TRL's ``old_per_token_logps`` when it computed them, else the sampler's
   (vLLM's ``sampling_per_token_logps``, with ``cw_logps_source="auto"``), else one extra no-grad forward pass of
-  the policy over the generation batch. With TRL's defaults (``num_iterations=1``, ``steps_per_generation =
-  gradient_accumulation_steps``, no vLLM) that extra forward is what CW-GRPO costs (see
-  ``benchmarks/results/cw_grpo.md``);
+  the policy over the generation batch. With gradient accumulation and TRL's defaults otherwise
+  (``steps_per_generation = gradient_accumulation_steps > 1``, ``num_iterations=1``, no vLLM) that extra forward
+  is what CW-GRPO costs (see ``benchmarks/results/cw_grpo.md``);
 * except when every loss call sees a whole generation batch (``steps_per_generation = 1`` or evaluation) and TRL
   has no ``old_per_token_logps`` (it then uses the loss's own log-probs as the old ones: the policy has not moved
   since the rollout). The weights are then computed inside the loss, from the log-probs its forward just made,

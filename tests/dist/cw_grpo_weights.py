@@ -6,6 +6,7 @@ and this rank's per-token advantages, for the test to recompute single-process."
 import sys
 
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from grpo_family.tasks import make_arithmetic_dataset
 from grpo_family.trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
@@ -52,6 +53,7 @@ def main():
             reward_funcs=[digit_share_reward],
             args=CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse),
             train_dataset=make_arithmetic_dataset("train", 32, seed=0),
+            processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),  # not AutoTokenizer's Qwen2Tokenizer
         )
         trainer.train()
         records["loss" if reuse else "hook"] = trainer.records
