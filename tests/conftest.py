@@ -62,6 +62,7 @@ def tiny_config_kwargs(output_dir, **overrides) -> dict:
         save_strategy="no",
         beta=0.0,
         disable_tqdm=True,
+        bf16=False,  # GRPOConfig defaults to bf16, which on CPU means bf16 autocast
     )
     kwargs.update(overrides)
     return kwargs
