@@ -7,6 +7,7 @@ from trl import GRPOConfig
 
 from .trainers.base import GRPOFamilyTrainer, RewardFunctionError
 from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
+from .trainers.d3s import D3SConfig, D3STrainer
 from .trainers.gpg import GPGConfig, GPGTrainer
 from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
 from .trainers.sgpo import SGPOConfig, SGPOTrainer
@@ -15,6 +16,7 @@ METHODS: dict[str, tuple[type, type]] = {
     "grpo": (GRPOConfig, GRPOFamilyTrainer),
     "ms_grpo": (MSGRPOConfig, MSGRPOTrainer),
     "cw_grpo": (CWGRPOConfig, CWGRPOTrainer),
+    "d3s": (D3SConfig, D3STrainer),
     "sgpo": (SGPOConfig, SGPOTrainer),
     "gpg": (GPGConfig, GPGTrainer),
 }
@@ -30,6 +32,8 @@ def get_method(name: str) -> tuple[type, type]:
 __all__ = [
     "CWGRPOConfig",
     "CWGRPOTrainer",
+    "D3SConfig",
+    "D3STrainer",
     "GPGConfig",
     "GPGTrainer",
     "METHODS",
