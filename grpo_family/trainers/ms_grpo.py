@@ -25,7 +25,7 @@ class MSGRPOConfig(GRPOConfig):
         default=2,
         metadata={"help": "Smallest subgroup size (scale). Default 2, the paper's value; 2 <= tau_min <= G."},
     )
-    weights: Any = field(
+    weights: str = field(
         default="uniform",
         metadata={
             "help": "Scale weights: 'uniform' (paper default), 'global' (larger scales weigh more), 'local' (smaller "
