@@ -47,7 +47,9 @@ BASE_ARGS = dict(
     per_device_train_batch_size=32,
     num_generations=8,
     max_completion_length=48,
-    learning_rate=1e-4,
+    # lr 0: every method samples exactly the same completions as stock TRL in the same repetition, so the ratio
+    # measures each method's own cost rather than the lengths its diverging policy happens to generate.
+    learning_rate=0.0,
     beta=0.0,
     temperature=1.0,
     logging_steps=1,
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> str:
         f"Command: `python benchmarks/speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip() + "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch "
         f"{torch.__version__}, device {args.device}, model {args.model_size}; {args.reps} interleaved repetitions "
-        f"of {args.steps} timed steps (batch {BASE_ARGS['per_device_train_batch_size']}, G="
+        f"of {args.steps} timed steps (learning rate 0, so every method generates the same completions; batch {BASE_ARGS['per_device_train_batch_size']}, G="
         f"{BASE_ARGS['num_generations']}, {BASE_ARGS['max_completion_length']} new tokens, beta {args.beta}).",
         "",
         "| method | median step time (s) | ratio to stock TRL (median of per-rep ratios) | min / max ratio | peak MiB |",
