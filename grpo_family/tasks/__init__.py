@@ -30,7 +30,24 @@ from .tiny_model import (
 DEFAULT_TRAIN_EXAMPLES = 2000
 DEFAULT_EVAL_EXAMPLES = 200
 
-DEFAULT_GRPO_ARGS = {}
+# GRPO settings of the embedded default (`examples/train.py` with no model or dataset), measured from the
+# warm start (0.160 greedy held-out accuracy on 200 eval problems): 0.160 -> 0.200 in 2 min 28 s on 2 CPU cores.
+# Learning rates of 1e-4 and above collapsed the tiny policy (0.160 -> 0.015-0.105); 3e-6..1e-5 rose slightly
+# (0.175-0.200). The gain is small (about 1.5 standard errors on 200 problems): a demo that it runs and learns,
+# not a benchmark.
+DEFAULT_GRPO_ARGS = {
+    "per_device_train_batch_size": 64,
+    "num_generations": 8,
+    "max_completion_length": 40,
+    "learning_rate": 5e-6,
+    "lr_scheduler_type": "constant",
+    "beta": 0.0,
+    "temperature": 1.0,
+    "max_steps": 300,
+    "logging_steps": 10,
+    "save_strategy": "no",
+    "report_to": "none",
+}
 
 __all__ = [
     "DEFAULT_DIFFICULTY",
