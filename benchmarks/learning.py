@@ -1,0 +1,351 @@
+"""Learning benchmark: every method and ``grpo`` on the bundled arithmetic task, same budget, several seeds.
+
+    python benchmarks/learning.py            # full: 6 methods x 3 seeds x 2 settings, ~45 min on 2 CPU cores
+    python benchmarks/learning.py --quick    # the same tables from a few tiny steps, ~2 min (run in CI)
+
+Every run starts from the same warm-started tiny Qwen2 (``load_warm_start(seed=0)``) and trains with the
+embedded default's GRPO settings (``DEFAULT_GRPO_ARGS``: batch 64, G=8, lr 5e-6 constant, beta 0) and each
+method's own defaults (SGPO with its offline programmatic judge), for the same number of steps. Seeds change
+the training-data order and the sampling; the held-out problems are fixed. Two settings:
+
+* ``default``: the embedded default's difficulty (2-3 operations);
+* ``hard``: 4-5 operations and larger operands, where most groups of 8 samples are all wrong, so GRPO's
+  advantages are mostly zero: the regime SGPO (partial credit inside all-wrong groups) and GPG (alpha
+  rescales the batch for its zero-advantage groups) are about.
+
+Recorded per run: greedy held-out accuracy every ``--eval-every`` steps (and at step 0), TRL's per-step
+``entropy`` (mean next-token entropy of the policy over completion tokens) and ``reward``. Reported per method:
+final accuracy (mean, standard deviation and min / max over seeds), steps to reach the threshold (warm-start
+accuracy + ``--threshold-gain``, first evaluation at or above it, in every seed), the entropy's spread across
+steps, and plots. Runs execute in ``--workers`` processes with one torch thread each; a run's numbers depend only
+on its (method, setting, seed), so re-running regenerates the same tables on the same machine and library
+versions. Writes ``benchmarks/results/learning.md``, ``learning.json`` and ``learning_<setting>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+METHOD_NAMES = ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"]
+SETTINGS = {  # setting -> (task difficulty, training steps in a full run)
+    "default": ("default", 150),
+    "hard": ("hard", 100),
+}
+QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
+PAPER_CLAIMS = {  # the papers' own headline results (from ../shared/specs), at their scale, for reference
+    "grpo": "baseline",
+    "ms_grpo": "higher accuracy than GRPO on math and code benchmarks at the same budget",
+    "cw_grpo": "steadier policy entropy (no collapse) and higher accuracy than GRPO on math benchmarks",
+    "d3s": "higher accuracy than GRPO while training on a fraction of the rollouts and tokens",
+    "sgpo": "learns from all-wrong groups: higher accuracy than GRPO, largest for small models / hard data",
+    "gpg": "matches or beats GRPO without ratio, clip, KL or reference model",
+}
+
+
+def run_one(job: dict) -> dict:
+    """Train one (method, setting, seed) from the warm start; return its curves. Runs in a worker process."""
+    import torch
+
+    torch.set_num_threads(1)
+    from transformers import PrinterCallback, TrainerCallback
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    from grpo_family import get_method
+    from grpo_family.tasks import (
+        DEFAULT_GRPO_ARGS,
+        DEFAULT_TRAIN_EXAMPLES,
+        arithmetic_reward,
+        evaluate_accuracy,
+        load_warm_start,
+        make_arithmetic_dataset,
+    )
+
+    method, difficulty, seed, steps = job["method"], job["difficulty"], job["seed"], job["steps"]
+    model, tokenizer = load_warm_start(seed=0)
+    train = make_arithmetic_dataset("train", DEFAULT_TRAIN_EXAMPLES, seed=seed, difficulty=difficulty)
+    held_out = make_arithmetic_dataset("eval", job["eval_examples"], seed=0, difficulty=difficulty)
+    eval_tokens = DEFAULT_GRPO_ARGS["max_completion_length"]
+    accuracy: dict[int, float] = {}
+
+    class HeldOutAccuracy(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % job["eval_every"] == 0 or state.global_step == steps:
+                accuracy[state.global_step] = evaluate_accuracy(model, tokenizer, held_out, max_new_tokens=eval_tokens)
+
+    config_cls, trainer_cls = get_method(method)
+    with tempfile.TemporaryDirectory() as out:
+        args = config_cls(
+            output_dir=out,
+            **{
+                **DEFAULT_GRPO_ARGS,
+                **job["overrides"],
+                "max_steps": steps,
+                "logging_steps": 1,
+                "seed": seed,
+                "use_cpu": True,
+                "bf16": False,
+                "disable_tqdm": True,
+            },
+        )
+        accuracy[0] = evaluate_accuracy(model, tokenizer, held_out, max_new_tokens=eval_tokens)
+        trainer = trainer_cls(
+            model=model,
+            reward_funcs=[arithmetic_reward],
+            args=args,
+            train_dataset=train,
+            processing_class=tokenizer,
+            callbacks=[HeldOutAccuracy()],
+        )
+        trainer.remove_callback(PrinterCallback)  # the per-step log dicts; the curves are returned instead
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+    logs = [row for row in trainer.state.log_history if "entropy" in row]
+    return {
+        **{k: job[k] for k in ("method", "setting", "seed")},
+        "steps": steps,
+        "seconds": round(seconds, 1),
+        "accuracy": {str(k): v for k, v in sorted(accuracy.items())},
+        "entropy": [row["entropy"] for row in logs],
+        # the correctness reward as sampled, comparable across methods (SGPO's `reward` includes its partial credit)
+        "reward": [row["rewards/arithmetic_reward/mean"] for row in logs],
+        "frac_reward_zero_std": [row.get("frac_reward_zero_std") for row in logs],
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _std(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarise(runs: list[dict], threshold_gain: float) -> dict:
+    """Per setting and method: final accuracy over seeds, steps to threshold, entropy spread, reward."""
+    table: dict[str, dict[str, dict]] = {}
+    for setting in dict.fromkeys(r["setting"] for r in runs):
+        in_setting = [r for r in runs if r["setting"] == setting]
+        start = _mean([r["accuracy"]["0"] for r in in_setting])  # every run starts from the same warm start
+        threshold = start + threshold_gain
+        table[setting] = {"start_accuracy": start, "threshold": threshold, "methods": {}}
+        for method in dict.fromkeys(r["method"] for r in in_setting):
+            mine = sorted((r for r in in_setting if r["method"] == method), key=lambda r: r["seed"])
+            finals = [list(r["accuracy"].values())[-1] for r in mine]
+            reached = []
+            for r in mine:
+                hits = [int(step) for step, acc in r["accuracy"].items() if int(step) > 0 and acc >= threshold - 1e-12]
+                reached.append(hits[0] if hits else None)
+            entropy_std = [_std(r["entropy"]) for r in mine]
+            tail = max(1, len(mine[0]["reward"]) // 10)
+            table[setting]["methods"][method] = {
+                "seeds": [r["seed"] for r in mine],
+                "final_accuracy": finals,
+                "final_mean": _mean(finals),
+                "final_std": _std(finals),
+                "steps_to_threshold": reached,
+                "entropy_first": _mean([r["entropy"][0] for r in mine]),
+                "entropy_last": _mean([r["entropy"][-1] for r in mine]),
+                "entropy_std_across_steps": _mean(entropy_std),
+                "entropy_std_min_max": [min(entropy_std), max(entropy_std)],
+                "reward_first": _mean([_mean(r["reward"][:tail]) for r in mine]),
+                "reward_last": _mean([_mean(r["reward"][-tail:]) for r in mine]),
+                "frac_zero_std": _mean([_mean([f for f in r["frac_reward_zero_std"] if f is not None]) for r in mine]),
+                "seconds": _mean([r["seconds"] for r in mine]),
+            }
+    return table
+
+
+def _steps_cell(reached: list[int | None]) -> str:
+    if all(s is not None for s in reached):
+        return f"{statistics.median(reached):g} ({min(reached)}-{max(reached)})"
+    hit = [s for s in reached if s is not None]
+    return f"not reached in {len(reached) - len(hit)} of {len(reached)} seeds" + (
+        f" ({', '.join(map(str, hit))})" if hit else ""
+    )
+
+
+def plot(runs: list[dict], setting: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_acc, ax_ent) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for index, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
+        mine = [r for r in runs if r["setting"] == setting and r["method"] == method]
+        if not mine:
+            continue
+        color = f"C{index}"
+        steps = [int(s) for s in mine[0]["accuracy"]]
+        acc = [[r["accuracy"][str(s)] for s in steps] for r in mine]
+        mean = [_mean(col) for col in zip(*acc)]
+        ax_acc.plot(steps, mean, color=color, label=method, marker="o", markersize=3)
+        ax_acc.fill_between(steps, [min(c) for c in zip(*acc)], [max(c) for c in zip(*acc)], color=color, alpha=0.12)
+        ent = [_mean(col) for col in zip(*(r["entropy"] for r in mine))]
+        ax_ent.plot(range(1, len(ent) + 1), ent, color=color, label=method, linewidth=1)
+    ax_acc.set(
+        xlabel="optimizer step", ylabel="greedy held-out accuracy", title=f"{setting}: accuracy (mean, min-max)"
+    )
+    ax_ent.set(xlabel="optimizer step", ylabel="policy entropy (nats/token)", title=f"{setting}: entropy (seed mean)")
+    ax_acc.legend(fontsize=8)
+    ax_ent.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str:
+    lines = [
+        "# Learning: every method vs GRPO on the bundled arithmetic task",
+        "",
+        f"Command: `{meta['command']}` ({meta['wall_minutes']:.1f} min wall, {meta['workers']} worker processes)",
+        f"Machine: {meta['machine']}",
+        f"Settings: warm-started tiny Qwen2 (`load_warm_start(seed=0)`), `DEFAULT_GRPO_ARGS` {meta['grpo_args']}, "
+        f"each method's default config; seeds {meta['seeds']}; greedy held-out accuracy on {meta['eval_examples']} "
+        f"fixed problems every {meta['eval_every']} steps. Threshold = warm-start accuracy + {meta['threshold_gain']}.",
+        "",
+    ]
+    if meta["quick"]:
+        lines += [
+            "**Quick mode** (`--quick`): a few tiny steps per run, to check the pipeline; the numbers mean nothing.",
+            "",
+        ]
+    for setting, info in table.items():
+        difficulty, _ = SETTINGS[setting]
+        lines += [
+            f"## Setting `{setting}` (task difficulty `{difficulty}`)",
+            "",
+            f"![{setting}](learning_{setting}.png)",
+            "",
+            f"Warm-start accuracy {info['start_accuracy']:.3f}; threshold {info['threshold']:.3f}.",
+            "",
+            "| method | final accuracy, mean ± sd | min / max over seeds | Δ vs grpo | steps to threshold, median (range) "
+            "| entropy first → last | entropy sd across steps (min / max over seeds) | reward first → last 10% "
+            "| share of all-equal groups | s / run |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        grpo_mean = info["methods"].get("grpo", {}).get("final_mean", math.nan)
+        for method, m in info["methods"].items():
+            lines.append(
+                f"| {method} | {m['final_mean']:.3f} ± {m['final_std']:.3f} | {min(m['final_accuracy']):.3f} / "
+                f"{max(m['final_accuracy']):.3f} | {m['final_mean'] - grpo_mean:+.3f} | {_steps_cell(m['steps_to_threshold'])} "
+                f"| {m['entropy_first']:.3f} → {m['entropy_last']:.3f} | {m['entropy_std_across_steps']:.4f} "
+                f"({m['entropy_std_min_max'][0]:.4f} / {m['entropy_std_min_max'][1]:.4f}) "
+                f"| {m['reward_first']:.3f} → {m['reward_last']:.3f} | {m['frac_zero_std']:.2f} | {m['seconds']:.0f} |"
+            )
+        lines.append("")
+    lines += [
+        "## The papers' claims, at their scale (for reference)",
+        "",
+        "| method | paper's headline (see `../shared/specs/<method>.md`) |",
+        "|---|---|",
+        *[f"| {m} | {c} |" for m, c in PAPER_CLAIMS.items()],
+        "",
+    ]
+    text = "\n".join(lines) + "\n" + meta.get("reading", "")
+    path.write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a few tiny steps per run (pipeline check, ~2 min)")
+    parser.add_argument("--methods", nargs="+", default=METHOD_NAMES)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="training steps per run (default: per setting)")
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--eval-examples", type=int, default=200)
+    parser.add_argument("--threshold-gain", type=float, default=0.03)
+    parser.add_argument(
+        "--from-json", default=None, help="rebuild the tables and plots from a learning.json without training again"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes, one torch thread each")
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="default: benchmarks/results (full run), outputs/learning_quick (--quick, so it never overwrites them)",
+    )
+    args = parser.parse_args(argv)
+
+    overrides: dict = {}
+    if args.quick:
+        overrides = QUICK_ARGS
+        args.eval_every, args.eval_examples = 1, 16
+    jobs = [
+        {
+            "method": method,
+            "setting": setting,
+            "difficulty": SETTINGS[setting][0],
+            "seed": seed,
+            "steps": args.steps or (2 if args.quick else SETTINGS[setting][1]),
+            "eval_every": args.eval_every,
+            "eval_examples": args.eval_examples,
+            "overrides": overrides,
+        }
+        for setting in args.settings
+        for seed in args.seeds
+        for method in args.methods
+    ]
+    import torch
+
+    from grpo_family.tasks import DEFAULT_GRPO_ARGS, load_warm_start
+
+    if args.from_json:  # re-tabulate stored runs (e.g. after changing the tables), keeping how they were made
+        stored = json.loads(Path(args.from_json).read_text())
+        runs, meta = stored["runs"], {k: v for k, v in stored["meta"].items() if k != "reading"}
+    else:
+        load_warm_start(seed=0)  # build the cache once, before the workers race for it
+        start = time.perf_counter()
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            runs = list(pool.map(run_one, jobs))
+        grpo_args = {**DEFAULT_GRPO_ARGS, **overrides}
+        shown = ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta")
+        meta = {
+            "command": " ".join(["python benchmarks/learning.py", *(sys.argv[1:] if argv is None else argv)]),
+            "wall_minutes": (time.perf_counter() - start) / 60,
+            "workers": args.workers,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+            "1 thread per worker",
+            "grpo_args": ", ".join(f"{k}={grpo_args[k]}" for k in shown),
+            "seeds": args.seeds,
+            "eval_examples": args.eval_examples,
+            "eval_every": args.eval_every,
+            "threshold_gain": args.threshold_gain,
+            "quick": args.quick,
+        }
+
+    default_dir = ROOT / "outputs" / "learning_quick" if meta["quick"] else ROOT / "benchmarks" / "results"
+    out_dir = Path(args.output_dir or default_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = summarise(runs, meta["threshold_gain"])
+    reading = out_dir / "learning_reading.md"
+    if reading.exists() and not meta["quick"]:  # a hand-written reading of the full run's numbers, kept across re-runs
+        meta["reading"] = reading.read_text()
+    for setting in table:
+        plot(runs, setting, out_dir / f"learning_{setting}.png")
+    write_markdown(runs, table, meta, out_dir / "learning.md")
+    (out_dir / "learning.json").write_text(json.dumps({"meta": meta, "summary": table, "runs": runs}, indent=1))
+    print((out_dir / "learning.md").read_text())
+    return {"meta": meta, "summary": table, "runs": runs}
+
+
+if __name__ == "__main__":
+    main()
