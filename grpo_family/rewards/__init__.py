@@ -13,6 +13,7 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``choice_accuracy``        multiple-choice letter (A-E) equals the gold letter (1/0/None)
 ``qa_exact_match``         SQuAD-normalised exact match, best over gold aliases (1/0/None)
 ``qa_f1``                  SQuAD-normalised token F1, best over gold aliases ([0, 1]/None)
+``code_tests``             fraction of test cases (``test_cases`` column) a sandboxed run of the program passes
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
@@ -29,6 +30,7 @@ import importlib
 from collections.abc import Callable, Iterable
 
 from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
+from .code import CodeTestsReward, Sandbox, code_tests_reward, extract_code, parse_test_cases
 from .extract import answer_region, completion_text, last_boxed, last_tag_content
 from .format import (
     FormatReward,
@@ -73,6 +75,7 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
         choice_accuracy_reward,
         qa_exact_match_reward,
         qa_f1_reward,
+        code_tests_reward,
     )
 }
 
@@ -134,6 +137,11 @@ __all__ = [
     "strip_reasoning",
     "REWARD_FUNCS",
     "ChoiceAccuracyReward",
+    "CodeTestsReward",
+    "Sandbox",
+    "code_tests_reward",
+    "extract_code",
+    "parse_test_cases",
     "FormatReward",
     "MathAccuracyReward",
     "QAReward",

@@ -1,0 +1,1031 @@
+"""Code-execution reward: run the model's program against test cases in a sandboxed subprocess.
+
+``code_tests`` (:class:`CodeTestsReward`) extracts a program from each completion, runs it once per test case in a
+fresh sandboxed interpreter and returns the **fraction of test cases passed** (0.0 .. 1.0).
+
+What is run
+    The program is the last fenced code block labelled ``python`` / ``py`` / ``python3`` (closed with a fence); if
+    there is none, the last closed unlabelled fenced block; if there is none, the whole completion text. A program
+    that does not compile fails every test (0.0), as does an empty one.
+
+Test cases: the ``test_cases`` dataset column, one value per row, in either of two forms
+    *stdin/stdout* (competitive programming: APPS, CodeContests, TACO): a list of ``{"input": str, "output": str}``
+    (or ``{"inputs": [...], "outputs": [...]}``, APPS/TACO's ``input_output``; a JSON string of either is parsed).
+    The program reads ``input`` on stdin; it passes when it exits with status 0 and its stdout equals ``output``
+    after trailing whitespace is stripped from every line and trailing blank lines are dropped.
+
+    *assert statements* (MBPP, HumanEval style): a string of Python (``"assert f(1) == 2\\nassert f(2) == 3"``),
+    or a list of such strings. In a string, every top-level ``assert`` is one test case and is run together with
+    the non-assert statements above it (imports, helpers); a string without a top-level assert (HumanEval's
+    ``def check(candidate): ...`` followed by ``check(f)``) is one test case. A list of strings gives one test
+    case per string. The program runs first, then the test code, in the same namespace; a test passes when the test
+    code finishes without an exception. A program that calls ``exit()`` / ``os._exit()`` before the asserts ran does
+    not pass.
+
+``None`` versus ``0.0``
+    ``None`` (cannot score; TRL leaves the completion out of the advantage statistics) when the row has no usable
+    test cases (missing, empty or malformed ``test_cases``; APPS call-based ``fn_name`` tests are not supported) or
+    when the sandbox itself failed to start (our failure, not the model's). Everything the program does wrong —
+    syntax error, exception, wrong output, timeout, memory or output limit — fails that test case.
+
+The sandbox (:class:`Sandbox`), in layers; each run reports which layers were actually applied
+    * A fresh interpreter: ``python -I -S -B -X utf8`` (isolated mode, no ``site``: the standard library only, no
+      user site-packages, no ``PYTHON*`` variables), started with ``subprocess`` (no ``preexec_fn``, so it is safe
+      from the reward's worker threads), in a new session, with a **minimal environment** (``PATH``, ``LANG``, and
+      ``HOME`` / ``TMPDIR`` set to the run's directory: nothing inherited, so ``HF_TOKEN``, ``OPENAI_API_KEY`` and
+      the like are not visible) and a **fresh temporary directory** as cwd, removed afterwards (also on timeout).
+    * **Resource limits** (``setrlimit`` in the child, before the program runs): ``RLIMIT_CPU`` (about the wall
+      timeout), ``RLIMIT_AS`` (``memory_mb``, per process), ``RLIMIT_FSIZE`` (``disk_mb``), ``RLIMIT_NOFILE``,
+      ``RLIMIT_CORE`` 0 and ``RLIMIT_NPROC`` (``max_processes``; see below), plus ``PR_SET_NO_NEW_PRIVS`` (set-uid
+      programs gain nothing).
+    * A **wall-clock timeout** (``timeout_s``, start-up included) after which the whole process group is killed
+      (SIGKILL), and **capped output**: stdout and stderr are read incrementally and the run is killed as soon as
+      either exceeds ``max_output_bytes``, so a huge output never reaches our memory.
+    * When running **as root with namespaces available** (the usual case in a container or a training node; checked
+      here): new network, mount, PID, IPC and UTS namespaces. *Network*: the new network namespace has only a
+      down loopback, so every connection fails, 127.0.0.1 included. *PID*: the program runs under a small init
+      process of ours that dies with its parent (``PR_SET_PDEATHSIG``), and the kernel kills every process of a
+      PID namespace when its init dies, so nothing (not even a ``setsid()``-ed grandchild) outlives the run; a fresh
+      ``/proc`` shows only the sandbox's own processes. *Mounts* (private, never propagated to the host): the whole
+      filesystem is remounted read-only (``mount_setattr(AT_RECURSIVE)``, Linux >= 5.12), ``/tmp`` is a fresh
+      size-limited ``tmpfs`` (``disk_mb``) holding the run's directory, and a directory others cannot enter on the
+      way to the interpreter's standard library (e.g. ``/root`` for a pyenv install) is covered by an empty
+      ``tmpfs`` with only the standard library bound back read-only — which also hides the rest of it (tokens in
+      ``~/.cache/huggingface``, ``~/.netrc``). Then the program **drops root** to a fresh, otherwise unused uid/gid
+      (random, >= 2^20), so ``RLIMIT_NPROC`` counts only its own processes and threads and is enforced, and it
+      cannot signal or ``ptrace`` anything of ours.
+    * A **Python-level guard** (``python_guard``, an audit hook installed before the program runs): blocks
+      socket creation, process creation (``os.fork``, ``os.system``, ``subprocess``, ``os.exec*``,
+      ``os.posix_spawn``; unless ``allow_subprocesses``), ``ctypes``, and file writes / renames / deletions /
+      mkdirs outside the run's directory. This is a tripwire, not a boundary: CPython's audit hooks can be bypassed
+      by determined code. It is the only network and write protection where namespaces are unavailable.
+
+What it does **not** protect against (it is a process-level sandbox, not a security boundary)
+    Kernel exploits and container escapes (the program shares our kernel); side channels (timing, cache);
+    reading world-readable files (the dataset, checkpoints, other users' world-readable files — a reward-hacking
+    route if expected outputs are readable); ``/proc``-visible host information without a PID namespace; CPU and
+    memory pressure on the machine (limits are per process: up to ``max_processes * memory_mb`` in all; no
+    cgroup); a program that reads the harness's memory to fake a passed assert test. **As root without
+    namespaces** (e.g. Docker's default capabilities: no ``CAP_SYS_ADMIN``) there is no network or filesystem
+    isolation beyond the Python guard, and ``RLIMIT_NPROC`` is not enforced for root; the uid is still dropped when
+    the standard library is readable by it (then ``RLIMIT_NPROC`` holds). **As a non-root user** nothing can be
+    dropped: ``RLIMIT_NPROC`` is set to the user's current task count plus ``max_processes`` (it counts all of the
+    user's processes), other processes of the user can be signalled, and a ``setsid()``-ed child can outlive the
+    run until its CPU limit. For untrusted code in production run the scorer inside a real sandbox (a container
+    with no network and a read-only root, gVisor, nsjail, firejail) or a remote execution service; see the README.
+    ``isolation="strict"`` refuses to run unless the namespaces and the uid drop are in place.
+
+Parallelism and cost
+    Test cases run in a thread pool (``max_workers`` subprocesses at once). Each run costs a Python start-up (tens
+    of milliseconds). Once a program has a syntax error, or (``skip_after_timeout``, default on) has timed out on a
+    test case, its test cases not yet started are counted as failed without running them.
+
+Metrics
+    When TRL passes ``log_metric`` the reward logs, per call, the fraction of completions with no usable test
+    cases (``code/no_tests``), a syntax error (``code/syntax_errors``), at least one timeout (``code/timeouts``),
+    output over the cap (``code/output_overflow``) and a sandbox failure (``code/sandbox_errors``). Running totals
+    are kept in ``.counts``.
+
+Standard library only (no torch, TRL or math-verify), like the rest of :mod:`grpo_family.rewards`. Linux only.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .extract import completion_text
+
+__all__ = [
+    "CodeTestsReward",
+    "RunResult",
+    "Sandbox",
+    "TestCase",
+    "code_tests_reward",
+    "extract_code",
+    "parse_test_cases",
+]
+
+logger = logging.getLogger(__name__)
+
+ISOLATION_MODES = ("auto", "strict", "minimal")
+
+# ------------------------------------------------------------------------------------------------ extraction
+
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+_PYTHON_LABELS = {"python", "py", "python3"}
+
+
+def extract_code(text: str) -> str:
+    """The program in a completion text: the last closed ```` ```python ```` (``py``, ``python3``) block, else the
+    last closed unlabelled fenced block, else the whole text."""
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    for wanted in (lambda label: label in _PYTHON_LABELS, lambda label: label == ""):
+        chosen = [body for label, body in blocks if wanted(label)]
+        if chosen:
+            return chosen[-1]
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ test cases
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test case: ``stdin`` fed to the program and the ``expected`` stdout, or (assert style) ``test_code``
+    run after the program in its namespace."""
+
+    __test__ = False  # not a pytest test class
+
+    stdin: str = ""
+    expected: str | None = None
+    test_code: str | None = None
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return "\n".join(value) + "\n"  # a list of lines
+    return None
+
+
+def _io_cases(inputs: Sequence, outputs: Sequence) -> list[TestCase] | None:
+    if len(inputs) != len(outputs):
+        return None
+    cases = []
+    for stdin, expected in zip(inputs, outputs):
+        stdin, expected = _text(stdin), _text(expected)
+        if stdin is None or expected is None:
+            return None
+        cases.append(TestCase(stdin=stdin, expected=expected))
+    return cases
+
+
+def _assert_cases(source: str) -> list[TestCase] | None:
+    """Split a string of Python into one test case per top-level ``assert`` (with the statements above it)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    if not tree.body:
+        return None
+    if not any(isinstance(node, ast.Assert) for node in tree.body):
+        return [TestCase(test_code=source)]
+    setup: list[str] = []
+    cases = []
+    for node in tree.body:
+        segment = ast.get_source_segment(source, node) or ast.unparse(node)
+        if isinstance(node, ast.Assert):
+            cases.append(TestCase(test_code="\n".join([*setup, segment]) + "\n"))
+        else:
+            setup.append(segment)
+    return cases
+
+
+def parse_test_cases(value: Any) -> list[TestCase] | None:
+    """The test cases of one row (see the module docstring for the formats); None when there are none usable."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if not stripped:
+            return None
+        if stripped[0] in "[{":
+            try:
+                value = json.loads(stripped)
+            except ValueError:
+                return None
+        else:
+            return _assert_cases(value)
+    if isinstance(value, dict):
+        if "fn_name" in value:
+            return None  # APPS call-based tests: not supported
+        if "inputs" in value and "outputs" in value:
+            if not isinstance(value["inputs"], (list, tuple)) or not isinstance(value["outputs"], (list, tuple)):
+                return None
+            return _io_cases(value["inputs"], value["outputs"]) or None
+        if "input" in value and "output" in value:
+            return _io_cases([value["input"]], [value["output"]])
+        return None
+    if isinstance(value, (list, tuple)) and value:
+        if all(isinstance(v, dict) and "input" in v and "output" in v for v in value):
+            return _io_cases([v["input"] for v in value], [v["output"] for v in value])
+        if all(isinstance(v, str) for v in value):
+            cases = []
+            for source in value:
+                if not source.strip():
+                    continue
+                try:
+                    ast.parse(source)
+                except (SyntaxError, ValueError):
+                    return None
+                cases.append(TestCase(test_code=source))
+            return cases or None
+    return None
+
+
+def normalize_output(text: str) -> str:
+    """Output as compared: trailing whitespace stripped from every line, trailing blank lines dropped."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ the sandbox
+
+# Run by ``python -I -S -B -X utf8 -c`` as the sandbox's first process, in the run's directory, where the parent
+# left ``sandbox.json`` (settings), ``program.py`` and, for assert tests, ``test.py``. It applies the layers the
+# module docstring lists, writes a JSON report of what it applied as the first line of the status pipe, runs the
+# program (and test code), and writes ``done <nonce>`` there if they finished without an exception.
+_SANDBOX_MAIN = r"""
+import json, os, signal, sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+CLONE = {"net": 0x40000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000, "uts": 0x04000000}
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}  # only where the number is known to be right
+
+
+def exit_code(status):
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def load_libc(report):
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        libc.unshare.argtypes = [ctypes.c_int]
+        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        return ctypes, libc
+    except Exception as e:
+        report["notes"].append(f"ctypes unavailable: {e}")
+        return None, None
+
+
+def mount(ctypes, libc, source, target, fstype, flags, data=None):
+    enc = lambda s: None if s is None else os.fsencode(s)
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def readonly_root(ctypes, libc):
+    # mount_setattr("/", AT_RECURSIVE, {MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID}): every mount below / read-only.
+    number = SYS_MOUNT_SETATTR.get(os.uname().machine)
+    if number is None:
+        raise OSError("mount_setattr syscall number unknown on this architecture")
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+
+    attr = MountAttr(0x1 | 0x2, 0, 0, 0)
+    ret = libc.syscall(ctypes.c_long(number), ctypes.c_int(-100), ctypes.c_char_p(b"/"), ctypes.c_uint(0x8000),
+                       ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount_setattr: {os.strerror(err)}")
+
+
+def blocked_ancestor(path):
+    # The first directory on the way to ``path`` that others cannot enter (e.g. /root, mode 0700), or None.
+    parts = os.path.realpath(path).split(os.sep)[1:]
+    current = ""
+    for part in parts:
+        current += os.sep + part
+        if not os.stat(current).st_mode & 0o001:
+            return current
+    return None
+
+
+def stdlib_dirs():
+    dirs = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)})
+    return [d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs if o != d)]
+
+
+def setup_mounts(ctypes, libc, cfg, workdir, report, in_pid_ns):
+    try:
+        readonly_root(ctypes, libc)
+        report["readonly_root"] = True
+    except OSError as e:
+        report["notes"].append(str(e))
+    # Cover a directory others cannot enter on the way to the standard library, binding the library back.
+    by_ancestor = {}
+    for d in stdlib_dirs():
+        ancestor = blocked_ancestor(d)
+        if ancestor is not None:
+            by_ancestor.setdefault(ancestor, []).append(d)
+    for ancestor, dirs in by_ancestor.items():
+        fds = [(d, os.open(d, os.O_PATH | os.O_DIRECTORY)) for d in dirs]
+        mount(ctypes, libc, "tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+        for d, fd in fds:
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            mount(ctypes, libc, f"/proc/self/fd/{fd}", d, None, MS_BIND | MS_REC)
+            mount(ctypes, libc, None, d, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            os.close(fd)
+        report["hidden"].append(ancestor)
+    size = f"size={cfg['disk_mb']}m"
+    mount(ctypes, libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=1777")
+    if not report["readonly_root"]:
+        for shared in ("/var/tmp", "/dev/shm"):
+            if os.path.isdir(shared):
+                mount(ctypes, libc, "tmpfs", shared, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=1777")
+    if os.path.isdir(workdir):  # not under /tmp: a tmpfs of its own
+        mount(ctypes, libc, "tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=700")
+    else:
+        os.makedirs(workdir, mode=0o700)
+    report["private_tmp"] = True
+    if in_pid_ns:
+        mount(ctypes, libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def readable_as(uid, paths):
+    os.setegid(uid)
+    os.seteuid(uid)
+    try:
+        return all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in paths) and os.access(
+            os.__file__, os.R_OK, effective_ids=True)
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+def user_task_count(uid):
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{name}/task"))
+            except OSError:
+                pass
+    return count
+
+
+def install_guard(workdir, allow_subprocesses):
+    root = os.path.realpath(workdir)
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    blocked = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
+               "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function", "ctypes.cdata"}
+    if not allow_subprocesses:
+        blocked |= {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+                    "subprocess.Popen", "os.startfile"}
+    blocked = frozenset(blocked)
+    blocked_modules = frozenset({"ctypes", "_ctypes"})
+    path_events = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1),
+                   "os.symlink": (1,), "os.link": (1,), "os.chmod": (0,), "os.chown": (0,),
+                   "os.truncate": (0,), "os.utime": (0,), "os.mkfifo": (0,), "os.mknod": (0,)}
+    realpath, fspath, fsdecode = os.path.realpath, os.fspath, os.fsdecode
+
+    def inside(path):
+        if isinstance(path, int):
+            return True  # an open file descriptor
+        p = realpath(fsdecode(fspath(path)))
+        return p == root or p.startswith(root + "/") or p == "/dev/null"
+
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            writing = (isinstance(flags, int) and flags & write_flags) or (
+                isinstance(mode, str) and any(c in mode for c in "wax+"))
+            if writing and path is not None and not inside(path):
+                raise PermissionError(f"sandbox: writing outside the run's directory is blocked: {path!r}")
+        elif event in blocked:
+            raise PermissionError(f"sandbox: {event} is blocked")
+        elif event == "import" and args[0] in blocked_modules:
+            raise ImportError(f"sandbox: importing {args[0]} is blocked")
+        elif event in path_events:
+            for i in path_events[event]:
+                if i < len(args) and args[i] is not None and not inside(args[i]):
+                    raise PermissionError(f"sandbox: {event} outside the run's directory is blocked")
+
+    sys.addaudithook(hook)
+
+
+def main():
+    with open("sandbox.json", encoding="utf-8") as f:
+        cfg = json.load(f)
+    os.unlink("sandbox.json")
+    with open("program.py", "rb") as f:
+        program = f.read()
+    test = None
+    if cfg["has_test"]:
+        with open("test.py", "rb") as f:
+            test = f.read()
+    status_fd, nonce = cfg["status_fd"], cfg.pop("nonce").encode()
+    workdir = os.getcwd()
+    report = {"euid": os.geteuid(), "namespaces": [], "readonly_root": False, "private_tmp": False, "hidden": [],
+              "uid": None, "nproc_limit": None, "no_new_privs": False, "python_guard": False, "notes": []}
+    ctypes, libc = load_libc(report) if cfg["os_layers"] else (None, None)
+    in_pid_ns = mounts_ok = False
+    if libc is not None and os.geteuid() == 0:
+        if libc.unshare(sum(CLONE.values())) == 0:
+            report["namespaces"] = list(CLONE)
+        else:
+            for name, flag in CLONE.items():
+                if libc.unshare(flag) == 0:
+                    report["namespaces"].append(name)
+                else:
+                    report["notes"].append(f"unshare {name}: {os.strerror(ctypes.get_errno())}")
+        if "mnt" in report["namespaces"]:
+            try:  # never propagate our mounts to the host
+                mount(ctypes, libc, None, "/", None, MS_REC | MS_PRIVATE)
+                mounts_ok = True
+            except OSError as e:
+                report["notes"].append(str(e))
+        if "pid" in report["namespaces"]:
+            alive_r, alive_w = os.pipe()
+            child = os.fork()
+            if child:  # stays outside; our exit tells the parent that the whole namespace is gone
+                os.close(alive_r)
+                # The parent's SIGTERM means "stop": kill the init; the kernel then kills every process of the
+                # namespace and the init's exit (our waitpid) waits for them all.
+                signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGKILL))
+                _, status = os.waitpid(child, 0)
+                os._exit(exit_code(status))
+            os.close(alive_w)
+            libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # our parent dies -> we die -> the namespace dies
+            import select
+            if select.select([alive_r], [], [], 0)[0]:
+                os._exit(137)  # the parent died before the prctl took effect
+            os.close(alive_r)
+            in_pid_ns = True
+        if mounts_ok:
+            try:
+                setup_mounts(ctypes, libc, cfg, workdir, report, in_pid_ns)
+            except OSError as e:
+                report["notes"].append(str(e))
+        if in_pid_ns:  # we are the namespace's init: run the program in a child, reap, exit with its status
+            child = os.fork()
+            if child:
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, 0)
+                    except ChildProcessError:
+                        os._exit(1)
+                    if pid == child:
+                        os._exit(exit_code(status))
+    os.chdir(workdir)
+    uid = cfg["uid"]
+    if os.geteuid() == 0 and uid is not None and cfg["os_layers"]:
+        try:
+            if report["hidden"] or readable_as(uid, stdlib_dirs()):
+                os.chown(workdir, uid, uid)
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                report["uid"] = uid
+            else:
+                report["notes"].append("uid not dropped: the standard library is not readable by another uid")
+        except OSError as e:
+            report["notes"].append(f"uid not dropped: {e}")
+    if libc is None:
+        ctypes, libc = load_libc(report)
+    if libc is not None and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+        report["no_new_privs"] = True
+    import resource
+    def limit(which, soft, hard=None):
+        hard = soft if hard is None else hard
+        current_hard = resource.getrlimit(which)[1]
+        if current_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current_hard), min(hard, current_hard)
+        resource.setrlimit(which, (soft, hard))
+    limit(resource.RLIMIT_CPU, cfg["cpu_s"], cfg["cpu_s"] + 1)
+    limit(resource.RLIMIT_AS, cfg["memory_mb"] << 20)
+    limit(resource.RLIMIT_FSIZE, cfg["disk_mb"] << 20)
+    limit(resource.RLIMIT_NOFILE, 256)
+    limit(resource.RLIMIT_CORE, 0)
+    if report["uid"] is not None:
+        nproc = cfg["max_processes"]
+    elif os.geteuid() != 0:
+        nproc = user_task_count(os.geteuid()) + cfg["max_processes"]  # RLIMIT_NPROC counts the whole user
+    else:
+        nproc = None  # not enforced for root
+    if nproc is not None:
+        limit(resource.RLIMIT_NPROC, nproc)
+        report["nproc_limit"] = nproc
+    del ctypes, libc
+    for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[name]
+    import traceback  # imported before the guard so that errors are always reported
+    if cfg["python_guard"]:
+        install_guard(workdir, cfg["allow_subprocesses"])
+        report["python_guard"] = True
+    os.write(status_fd, (json.dumps(report) + "\n").encode())
+    del cfg
+    try:
+        code = compile(program, "program.py", "exec")
+    except (SyntaxError, ValueError) as e:
+        os.write(status_fd, b"syntax\n")
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        os._exit(1)
+    namespace = {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__}
+    completed, status = False, 0
+    try:
+        exec(code, namespace)
+        if test is not None:
+            exec(compile(test, "test.py", "exec"), namespace)
+        completed = True
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if completed:
+        os.write(status_fd, b"done " + nonce + b"\n")
+    os._exit(status if 0 <= status <= 255 else 1)
+
+
+main()
+"""
+
+_STATUS_CAP = 1 << 16
+
+
+@dataclass
+class RunResult:
+    """What one sandboxed run did. ``stdout`` / ``stderr`` are decoded (invalid UTF-8 replaced) and at most
+    ``max_output_bytes`` long; ``completed`` is True when the program (and test code) finished without an exception
+    or ``exit()``; ``isolation`` is the child's report of the layers it applied (empty when it never got that far);
+    ``error`` is set when the sandbox itself failed (not the program)."""
+
+    returncode: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    output_overflow: bool = False
+    completed: bool = False
+    syntax_error: bool = False
+    duration_s: float = 0.0
+    isolation: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+def _mapped_ids(path: str) -> list[tuple[int, int]]:
+    """``[(first, last)]`` ids usable in our user namespace (``/proc/self/uid_map`` inside ranges)."""
+    ranges = []
+    try:
+        with open(path) as f:
+            for line in f:
+                inside, _, count = (int(x) for x in line.split())
+                ranges.append((inside, inside + count - 1))
+    except (OSError, ValueError):
+        pass
+    return ranges
+
+
+_UID_LOW, _UID_HIGH = 1 << 20, (1 << 31) - 2
+_NOBODY = 65534
+
+
+def _pick_sandbox_uid() -> int | None:
+    """A fresh uid (= gid) for one run: random in [2^20, 2^31) when mapped (so each run's RLIMIT_NPROC counts only
+    its own processes), else ``nobody`` when mapped, else None."""
+    uids, gids = _mapped_ids("/proc/self/uid_map"), _mapped_ids("/proc/self/gid_map")
+
+    def mapped(i: int) -> bool:
+        return any(a <= i <= b for a, b in uids) and any(a <= i <= b for a, b in gids)
+
+    if mapped(_UID_LOW) and mapped(_UID_HIGH):
+        return _UID_LOW + secrets.randbelow(_UID_HIGH - _UID_LOW)
+    return _NOBODY if mapped(_NOBODY) else None
+
+
+class Sandbox:
+    """Runs Python programs in a sandboxed subprocess; see the module docstring for the layers.
+
+    Args:
+        timeout_s: wall-clock seconds per run (interpreter start-up included); ``RLIMIT_CPU`` is this rounded up.
+        memory_mb: address-space limit per process (``RLIMIT_AS``).
+        max_processes: processes and threads the program may have at once (``RLIMIT_NPROC``; see the docstring for
+            when it is enforced).
+        max_output_bytes: cap on stdout and on stderr; a run that writes more is killed.
+        disk_mb: largest file (``RLIMIT_FSIZE``) and size of the private ``/tmp`` tmpfs.
+        isolation: ``"auto"`` (every layer this machine allows, a warning listing the missing ones), ``"strict"``
+            (:meth:`check` raises unless namespaces and the uid drop are in place) or ``"minimal"`` (no namespaces
+            and no uid drop: environment, temporary directory, rlimits, timeout, output cap and Python guard only).
+        python_guard: install the audit-hook guard (see the docstring).
+        allow_subprocesses: let the guard allow process creation (still bounded by ``max_processes``).
+        python: interpreter to run (default: this one).
+        tmp_root: where run directories are created (default: :func:`tempfile.gettempdir`).
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        max_processes: int = 8,
+        max_output_bytes: int = 1 << 20,
+        disk_mb: int = 64,
+        isolation: Literal["auto", "strict", "minimal"] = "auto",
+        python_guard: bool = True,
+        allow_subprocesses: bool = False,
+        python: str | None = None,
+        tmp_root: str | None = None,
+    ):
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {', '.join(ISOLATION_MODES)}, got {isolation!r}")
+        for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb), ("max_processes", max_processes),
+                            ("max_output_bytes", max_output_bytes), ("disk_mb", disk_mb)):  # fmt: skip
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = int(memory_mb)
+        self.max_processes = int(max_processes)
+        self.max_output_bytes = int(max_output_bytes)
+        self.disk_mb = int(disk_mb)
+        self.isolation = isolation
+        self.python_guard = python_guard
+        self.allow_subprocesses = allow_subprocesses
+        self.python = python or sys.executable
+        self.tmp_root = tmp_root
+
+    def __repr__(self) -> str:
+        return (
+            f"Sandbox(timeout_s={self.timeout_s}, memory_mb={self.memory_mb}, max_processes={self.max_processes}, "
+            f"isolation={self.isolation!r}, python_guard={self.python_guard})"
+        )
+
+    def _settings(self, status_fd: int, nonce: str, has_test: bool) -> dict:
+        os_layers = self.isolation != "minimal"
+        return {
+            "status_fd": status_fd,
+            "nonce": nonce,
+            "has_test": has_test,
+            "os_layers": os_layers,
+            "uid": _pick_sandbox_uid() if os_layers and os.geteuid() == 0 else None,
+            "cpu_s": max(1, math.ceil(self.timeout_s)),
+            "memory_mb": self.memory_mb,
+            "disk_mb": self.disk_mb,
+            "max_processes": self.max_processes,
+            "python_guard": self.python_guard,
+            "allow_subprocesses": self.allow_subprocesses,
+        }
+
+    def run(self, program: str, stdin: str = "", test_code: str | None = None) -> RunResult:
+        """Run ``program`` with ``stdin`` (then ``test_code`` in its namespace, if given) in a fresh sandbox."""
+        if sys.platform != "linux":
+            raise RuntimeError("the code-execution sandbox needs Linux")
+        start = time.monotonic()
+        result = RunResult()
+        try:
+            workdir = tempfile.mkdtemp(prefix="grpo_code_", dir=self.tmp_root)
+        except OSError as e:
+            result.error = f"cannot create a temporary directory: {e}"
+            return result
+        status_r = status_w = -1
+        proc = None
+        try:
+            nonce = secrets.token_hex(16)
+            status_r, status_w = os.pipe()
+            with open(os.path.join(workdir, "program.py"), "w", encoding="utf-8", errors="surrogatepass") as f:
+                f.write(program)
+            if test_code is not None:
+                with open(os.path.join(workdir, "test.py"), "w", encoding="utf-8") as f:
+                    f.write(test_code)
+            with open(os.path.join(workdir, "sandbox.json"), "w", encoding="utf-8") as f:
+                json.dump(self._settings(status_w, nonce, test_code is not None), f)
+            stdin_path = os.path.join(workdir, "stdin.txt")
+            with open(stdin_path, "w", encoding="utf-8", errors="surrogatepass") as f:
+                f.write(stdin)
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+            with open(stdin_path, "rb") as stdin_file:
+                proc = subprocess.Popen(
+                    [self.python, "-I", "-S", "-B", "-X", "utf8", "-c", _SANDBOX_MAIN],
+                    stdin=stdin_file,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=(status_w,),
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            os.close(status_w)
+            status_w = -1
+            self._collect(proc, status_r, start, nonce, result)
+        except OSError as e:
+            result.error = f"cannot run the sandbox: {e}"
+        finally:
+            if proc is not None:
+                if "pid" in result.isolation.get("namespaces", ()) and not _exited(proc.pid):
+                    # Ask our process outside the PID namespace to kill its init and to exit once the
+                    # namespace is empty, so that nothing of the run outlives this call.
+                    proc.send_signal(signal.SIGTERM)
+                    end = time.monotonic() + 5.0
+                    while not _exited(proc.pid) and time.monotonic() < end:
+                        time.sleep(0.005)
+                _kill_group(proc)
+                for stream in (proc.stdout, proc.stderr):
+                    if stream is not None:
+                        stream.close()
+                proc.wait()
+                if result.returncode is None and not result.timed_out and not result.output_overflow:
+                    result.returncode = proc.returncode
+            for fd in (status_r, status_w):
+                if fd >= 0:
+                    os.close(fd)
+            _remove_tree(workdir)
+            result.duration_s = time.monotonic() - start
+        if proc is not None and not result.isolation and not result.timed_out and result.error is None:
+            # The child died before it could run the program: our failure, not the program's.
+            result.error = f"the sandbox failed to start: {result.stderr.strip()[-500:] or 'no output'}"
+        return result
+
+    def _collect(self, proc: subprocess.Popen, status_r: int, start: float, nonce: str, result: RunResult) -> None:
+        """Read stdout, stderr and the status pipe until the child exits (or the deadline / output cap)."""
+        buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), status_r: bytearray()}
+        caps = {proc.stdout.fileno(): self.max_output_bytes, proc.stderr.fileno(): self.max_output_bytes}
+        caps[status_r] = _STATUS_CAP
+        deadline = start + self.timeout_s
+        exited_at = None
+        with selectors.DefaultSelector() as selector:
+            for fd in buffers:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                now = time.monotonic()
+                if now >= deadline:
+                    if exited_at is None:
+                        result.timed_out = True
+                    break
+                for key, _ in selector.select(min(deadline - now, 0.05)):
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        selector.unregister(key.fd)
+                        continue
+                    buf = buffers[key.fd]
+                    buf += data
+                    if len(buf) > caps[key.fd]:
+                        del buf[caps[key.fd] :]
+                        if key.fd != status_r:
+                            result.output_overflow = True
+                        selector.unregister(key.fd)
+                if result.output_overflow:
+                    break
+                if exited_at is None and _exited(proc.pid):
+                    # Give stragglers holding our pipes a moment, then stop reading (they are killed next).
+                    exited_at = time.monotonic()
+                    deadline = min(deadline, exited_at + 0.5)
+        result.stdout = buffers[proc.stdout.fileno()].decode("utf-8", errors="replace")
+        result.stderr = buffers[proc.stderr.fileno()].decode("utf-8", errors="replace")
+        lines = bytes(buffers[status_r]).decode("utf-8", errors="replace").splitlines()
+        if lines:
+            try:
+                result.isolation = json.loads(lines[0])
+            except ValueError:
+                result.isolation = {}
+        result.syntax_error = "syntax" in lines[1:]
+        result.completed = f"done {nonce}" in lines[1:]
+
+    def check(self) -> dict:
+        """Run an empty program and return the isolation report (what this machine allows). Raises RuntimeError
+        when the sandbox cannot start, or, with ``isolation="strict"``, when a layer is missing."""
+        result = self.run("")
+        if result.error is not None or result.returncode != 0:
+            raise RuntimeError(f"the code sandbox does not work here: {result.error or result.stderr[-500:]}")
+        missing = missing_layers(result.isolation, self)
+        if self.isolation == "strict" and missing:
+            raise RuntimeError(
+                "isolation='strict' but the code sandbox lacks: " + "; ".join(missing) + ". Run as root with "
+                "CAP_SYS_ADMIN (e.g. a container started with --cap-add SYS_ADMIN, or a VM), or use "
+                "isolation='auto' and an outer sandbox (see the README)."
+            )
+        return result.isolation
+
+
+def missing_layers(report: dict, sandbox: Sandbox) -> list[str]:
+    """Human-readable list of the layers a run's isolation report lacks (empty for the full set)."""
+    if sandbox.isolation == "minimal":
+        return []
+    missing = []
+    for ns, what in (("net", "network namespace (no network)"), ("pid", "PID namespace"), ("mnt", "mount namespace")):
+        if ns not in report.get("namespaces", []):
+            missing.append(what)
+    if "mnt" in report.get("namespaces", []) and not report.get("readonly_root"):
+        missing.append("read-only root filesystem")
+    if report.get("uid") is None:
+        missing.append("uid drop (RLIMIT_NPROC not enforced as root)" if report.get("euid") == 0 else "uid drop")
+    return missing
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited, without reaping it (its pid, our process-group id, stays reserved)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the run's process group (the child is a session leader; not yet reaped, so the id is still ours)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _remove_tree(path: str) -> None:
+    def make_writable_and_retry(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=make_writable_and_retry)
+    if os.path.exists(path):
+        logger.warning("could not remove the sandbox directory %s", path)
+
+
+# ------------------------------------------------------------------------------------------------ the reward
+
+_WARNED: set[tuple] = set()
+_WARN_LOCK = threading.Lock()
+
+
+class CodeTestsReward:
+    """TRL reward function: fraction of test cases the completion's program passes (see the module docstring).
+
+    Args:
+        timeout_s, memory_mb, max_processes, max_output_bytes, disk_mb, isolation, python_guard,
+        allow_subprocesses, python, tmp_root: the :class:`Sandbox` settings.
+        max_workers: test cases run at once (each is a subprocess); default ``min(4, cpu count)``.
+        max_tests: use at most this many test cases per row (the first ones); None for all.
+        skip_after_timeout: once a program times out on a test case, count its not-yet-started ones as failed.
+        name: the function name TRL logs the reward under.
+
+    Called as ``reward(completions, test_cases=[...])``. Instances are picklable.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        max_processes: int = 8,
+        max_output_bytes: int = 1 << 20,
+        disk_mb: int = 64,
+        max_workers: int | None = None,
+        max_tests: int | None = None,
+        skip_after_timeout: bool = True,
+        isolation: Literal["auto", "strict", "minimal"] = "auto",
+        python_guard: bool = True,
+        allow_subprocesses: bool = False,
+        python: str | None = None,
+        tmp_root: str | None = None,
+        name: str = "code_tests",
+    ):
+        self.sandbox = Sandbox(
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_processes=max_processes,
+            max_output_bytes=max_output_bytes,
+            disk_mb=disk_mb,
+            isolation=isolation,
+            python_guard=python_guard,
+            allow_subprocesses=allow_subprocesses,
+            python=python,
+            tmp_root=tmp_root,
+        )
+        if max_workers is not None and max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+        if max_tests is not None and max_tests < 1:
+            raise ValueError(f"max_tests must be >= 1 or None, got {max_tests}")
+        self.max_workers = max_workers or min(4, os.cpu_count() or 1)
+        self.max_tests = max_tests
+        self.skip_after_timeout = skip_after_timeout
+        self.__name__ = name
+        self.counts: Counter[str] = Counter()
+        self._checked = False
+
+    def __repr__(self) -> str:
+        return f"CodeTestsReward(name={self.__name__!r}, {self.sandbox!r}, max_workers={self.max_workers})"
+
+    def _check_once(self) -> None:
+        """Probe the sandbox once per instance: strict mode raises, auto mode warns (once per process)."""
+        if self._checked:
+            return
+        report = self.sandbox.check()
+        self._checked = True
+        missing = missing_layers(report, self.sandbox)
+        key = (self.sandbox.isolation, tuple(missing))
+        with _WARN_LOCK:
+            if missing and key not in _WARNED:
+                _WARNED.add(key)
+                warnings.warn(
+                    f"{self.__name__}: the code sandbox runs without: {'; '.join(missing)} (not root, or no "
+                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see the README).",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+
+    def __call__(
+        self,
+        completions: list,
+        test_cases: list | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        if test_cases is None:
+            raise ValueError(
+                f"{self.__name__} needs the test cases in a 'test_cases' dataset column (a list of "
+                "{'input': ..., 'output': ...} or a string of assert statements per row); rename your column"
+            )
+        if len(test_cases) != len(completions):
+            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(test_cases)} test_cases rows")
+        suites = [parse_test_cases(value) for value in test_cases]
+        if self.max_tests is not None:
+            suites = [s[: self.max_tests] if s else s for s in suites]
+        programs = [extract_code(completion_text(c)) for c in completions]
+        if any(suites):
+            self._check_once()
+
+        results: list[list[RunResult | None]] = [[None] * len(s) if s else [] for s in suites]
+        stop = [False] * len(completions)  # the program cannot pass any more test cases (syntax error, timeout)
+        stop_lock = threading.Lock()
+
+        def run_one(i: int, j: int) -> None:
+            with stop_lock:
+                if stop[i]:
+                    return
+            case = suites[i][j]
+            result = self.sandbox.run(programs[i], case.stdin, case.test_code)
+            results[i][j] = result
+            if result.syntax_error or (result.timed_out and self.skip_after_timeout):
+                with stop_lock:
+                    stop[i] = True
+
+        jobs = [(i, j) for i, suite in enumerate(suites) if suite for j in range(len(suite))]
+        if jobs:
+            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs)), thread_name_prefix="code") as pool:
+                for future in [pool.submit(run_one, i, j) for i, j in jobs]:
+                    future.result()
+
+        rewards: list[float | None] = []
+        batch: Counter[str] = Counter()
+        for suite, runs in zip(suites, results):
+            if not suite:
+                batch["no_tests"] += 1
+                rewards.append(None)
+                continue
+            done = [r for r in runs if r is not None]
+            if any(r.error is not None for r in done):
+                batch["sandbox_errors"] += 1
+                rewards.append(None)
+                continue
+            batch["syntax_errors"] += any(r.syntax_error for r in done)
+            batch["timeouts"] += any(r.timed_out for r in done)
+            batch["output_overflow"] += any(r.output_overflow for r in done)
+            passed = sum(_passed(case, r) for case, r in zip(suite, runs) if r is not None)
+            rewards.append(passed / len(suite))
+
+        batch["total"] = len(completions)
+        self.counts.update(batch)
+        if log_metric is not None and completions:
+            for key in ("no_tests", "syntax_errors", "timeouts", "output_overflow", "sandbox_errors"):
+                log_metric(f"code/{key}", batch[key] / len(completions))
+        return rewards
+
+
+def _passed(case: TestCase, result: RunResult) -> bool:
+    if result.timed_out or result.output_overflow or result.error is not None:
+        return False
+    if case.test_code is not None:
+        return result.completed and result.returncode == 0
+    return result.returncode == 0 and normalize_output(result.stdout) == normalize_output(case.expected or "")
+
+
+code_tests_reward = CodeTestsReward()
