@@ -249,6 +249,21 @@ def test_skip_after_timeout_saves_the_remaining_runs(tmp_root):
     assert reward.counts["timeouts"] == 1
 
 
+def test_syntax_error_runs_once_and_max_tests(tmp_root):
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=1, max_tests=2)
+    runs = []
+    real_run = reward.sandbox.run
+    reward.sandbox.run = lambda *args: runs.append(args) or real_run(*args)
+    assert reward([fenced("print(1 +)\n"), fenced(ADD)], test_cases=[ADD_TESTS, ADD_TESTS]) == [0.0, 1.0]
+    runs = [args for args in runs if args != ("",)]  # not the first call's check of the sandbox
+    assert len(runs) == 1 + 2  # the broken program ran once; the other ran its first 2 of 3 test cases
+
+
+def test_signalling_other_processes_is_blocked(sandbox):
+    result = run_bounded(sandbox, f"import os, signal\nos.kill({os.getpid()}, signal.SIGTERM)\n")
+    assert result.returncode != 0 and "signalling other processes is blocked" in result.stderr
+
+
 # ----------------------------------------------------------------------------------------------- hostile programs
 
 

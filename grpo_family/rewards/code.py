@@ -392,6 +392,7 @@ def install_guard(workdir, allow_subprocesses):
         blocked |= {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                     "subprocess.Popen", "os.startfile"}
     blocked = frozenset(blocked)
+    own_pid = os.getpid()
     blocked_modules = frozenset({"ctypes", "_ctypes"})
     path_events = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1),
                    "os.symlink": (1,), "os.link": (1,), "os.chmod": (0,), "os.chown": (0,),
@@ -413,6 +414,8 @@ def install_guard(workdir, allow_subprocesses):
                 raise PermissionError(f"sandbox: writing outside the run's directory is blocked: {path!r}")
         elif event in blocked:
             raise PermissionError(f"sandbox: {event} is blocked")
+        elif event in ("os.kill", "os.killpg") and not allow_subprocesses and args[0] not in (own_pid, 0):
+            raise PermissionError(f"sandbox: signalling other processes is blocked")
         elif event == "import" and args[0] in blocked_modules:
             raise ImportError(f"sandbox: importing {args[0]} is blocked")
         elif event in path_events:
@@ -742,7 +745,7 @@ class Sandbox:
                 if "pid" in result.isolation.get("namespaces", ()) and not _exited(proc.pid):
                     # Ask our process outside the PID namespace to kill its init and to exit once the
                     # namespace is empty, so that nothing of the run outlives this call.
-                    proc.send_signal(signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)  # not proc.send_signal: that may reap it
                     end = time.monotonic() + 5.0
                     while not _exited(proc.pid) and time.monotonic() < end:
                         time.sleep(0.005)
