@@ -38,8 +38,9 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       timeout), ``RLIMIT_AS`` (``memory_mb``, per process), ``RLIMIT_FSIZE`` (``disk_mb``), ``RLIMIT_NOFILE``,
       ``RLIMIT_CORE`` 0 and ``RLIMIT_NPROC`` (``max_processes``; see below), plus ``PR_SET_NO_NEW_PRIVS`` (set-uid
       programs gain nothing).
-    * A **wall-clock timeout** (``timeout_s``, start-up included) after which the whole process group is killed
-      (SIGKILL), and **capped output**: stdout and stderr are read incrementally and the run is killed as soon as
+    * A **wall-clock timeout** (``timeout_s``, counted from when the program starts: the sandbox's own start-up is
+      not charged; one that does not start within 30 s is a sandbox failure) after which everything the run started
+      is killed, and **capped output**: stdout and stderr are read incrementally and the run is killed as soon as
       either exceeds ``max_output_bytes``, so a huge output never reaches our memory.
     * When running **as root with namespaces available** (the usual case in a container or a training node; checked
       here): new network, mount, PID, IPC and UTS namespaces. *Network*: the new network namespace has only a
@@ -98,6 +99,7 @@ import math
 import os
 import re
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -573,6 +575,7 @@ main()
 """
 
 _STATUS_CAP = 1 << 16
+_STARTUP_TIMEOUT_S = 30.0  # for the sandbox to get ready (not charged to the program's timeout_s)
 
 
 @dataclass
@@ -628,7 +631,8 @@ class Sandbox:
     """Runs Python programs in a sandboxed subprocess; see the module docstring for the layers.
 
     Args:
-        timeout_s: wall-clock seconds per run (interpreter start-up included); ``RLIMIT_CPU`` is this rounded up.
+        timeout_s: wall-clock seconds the program may run (start-up not included); ``RLIMIT_CPU`` is this rounded
+            up, plus one second.
         memory_mb: address-space limit per process (``RLIMIT_AS``).
         max_processes: processes and threads the program may have at once (``RLIMIT_NPROC``; see the docstring for
             when it is enforced).
@@ -688,7 +692,7 @@ class Sandbox:
             "has_test": has_test,
             "os_layers": os_layers,
             "uid": _pick_sandbox_uid() if os_layers and os.geteuid() == 0 else None,
-            "cpu_s": max(1, math.ceil(self.timeout_s)),
+            "cpu_s": math.ceil(self.timeout_s) + 1,
             "memory_mb": self.memory_mb,
             "disk_mb": self.disk_mb,
             "max_processes": self.max_processes,
@@ -771,7 +775,10 @@ class Sandbox:
         buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), status_r: bytearray()}
         caps = {proc.stdout.fileno(): self.max_output_bytes, proc.stderr.fileno(): self.max_output_bytes}
         caps[status_r] = _STATUS_CAP
-        deadline = start + self.timeout_s
+        # Start-up (interpreter, namespaces, mounts) is not charged to the program: its clock starts when the child
+        # reports that it is about to run it (the status pipe's first line).
+        deadline = start + _STARTUP_TIMEOUT_S
+        program_started = False
         exited_at = None
         with selectors.DefaultSelector() as selector:
             for fd in buffers:
@@ -779,8 +786,10 @@ class Sandbox:
             while selector.get_map():
                 now = time.monotonic()
                 if now >= deadline:
-                    if exited_at is None:
+                    if exited_at is None and program_started:
                         result.timed_out = True
+                    elif exited_at is None:
+                        result.error = f"the sandbox did not start within {_STARTUP_TIMEOUT_S:.0f} s"
                     break
                 for key, _ in selector.select(min(deadline - now, 0.05)):
                     data = os.read(key.fd, 65536)
@@ -794,12 +803,22 @@ class Sandbox:
                         if key.fd != status_r:
                             result.output_overflow = True
                         selector.unregister(key.fd)
+                if not program_started and b"\n" in buffers[status_r]:
+                    program_started = True
+                    if exited_at is None:
+                        deadline = time.monotonic() + self.timeout_s
                 if result.output_overflow:
                     break
                 if exited_at is None and _exited(proc.pid):
                     # Give stragglers holding our pipes a moment, then stop reading (they are killed next).
                     exited_at = time.monotonic()
                     deadline = min(deadline, exited_at + 0.5)
+        # The status pipe may hold lines not read yet (we stopped on another pipe's overflow or the deadline).
+        while len(buffers[status_r]) < _STATUS_CAP and select.select([status_r], [], [], 0)[0]:
+            data = os.read(status_r, 65536)
+            if not data:
+                break
+            buffers[status_r] += data
         result.stdout = buffers[proc.stdout.fileno()].decode("utf-8", errors="replace")
         result.stderr = buffers[proc.stderr.fileno()].decode("utf-8", errors="replace")
         lines = bytes(buffers[status_r]).decode("utf-8", errors="replace").splitlines()
