@@ -42,7 +42,7 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       not charged; one that does not start within 30 s is a sandbox failure) after which everything the run started
       is killed, and **capped output**: stdout and stderr are read incrementally and the run is killed as soon as
       either exceeds ``max_output_bytes``, so a huge output never reaches our memory.
-    * When running **as root with namespaces available** (the usual case in a container or a training node; checked
+    * When running **as root with namespaces available** (a privileged container or a training node; the case tested
       here): new network, mount, PID, IPC and UTS namespaces. *Network*: the new network namespace has only a
       down loopback, so every connection fails, 127.0.0.1 included. *PID*: the program runs under a small init
       process of ours that dies with its parent (``PR_SET_PDEATHSIG``), and the kernel kills every process of a
@@ -57,7 +57,7 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       cannot signal or ``ptrace`` anything of ours.
     * A **Python-level guard** (``python_guard``, an audit hook installed before the program runs): blocks
       socket creation, process creation (``os.fork``, ``os.system``, ``subprocess``, ``os.exec*``,
-      ``os.posix_spawn``; unless ``allow_subprocesses``), ``ctypes``, and file writes / renames / deletions /
+      ``os.posix_spawn``) and signals to other processes (unless ``allow_subprocesses``), ``ctypes``, and file writes / renames / deletions /
       mkdirs outside the run's directory. This is a tripwire, not a boundary: CPython's audit hooks can be bypassed
       by determined code. It is the only network and write protection where namespaces are unavailable.
 
@@ -68,11 +68,12 @@ What it does **not** protect against (it is a process-level sandbox, not a secur
     memory pressure on the machine (limits are per process: up to ``max_processes * memory_mb`` in all; no
     cgroup); a program that reads the harness's memory to fake a passed assert test. **As root without
     namespaces** (e.g. Docker's default capabilities: no ``CAP_SYS_ADMIN``) there is no network or filesystem
-    isolation beyond the Python guard, and ``RLIMIT_NPROC`` is not enforced for root; the uid is still dropped when
+    isolation beyond the Python guard, the program can read ``/proc/<our pid>/environ`` (our launch environment),
+    a ``setsid()``-ed child escapes the final kill, and ``RLIMIT_NPROC`` is not enforced for root; the uid is still dropped when
     the standard library is readable by it (then ``RLIMIT_NPROC`` holds). **As a non-root user** nothing can be
     dropped: ``RLIMIT_NPROC`` is set to the user's current task count plus ``max_processes`` (it counts all of the
     user's processes), other processes of the user can be signalled, and a ``setsid()``-ed child can outlive the
-    run until its CPU limit. For untrusted code in production run the scorer inside a real sandbox (a container
+    run (a sleeping one indefinitely; a busy one until its CPU limit). For untrusted code in production run the scorer inside a real sandbox (a container
     with no network and a read-only root, gVisor, nsjail, firejail) or a remote execution service; see the README.
     ``isolation="strict"`` refuses to run unless the namespaces and the uid drop are in place.
 
