@@ -8,17 +8,24 @@ Each repetition builds one trainer per method (stock TRL included) from the same
 trains it for ``--steps`` optimizer steps; the order of the methods rotates between repetitions so drift in the
 machine's speed hits all of them alike. Per-step time is TRL's own ``step_time`` metric (generation + scoring
 + forward/backward + optimizer), the first step of each run dropped as warm-up. A method's figure is the median
-over repetitions of (its step time / stock TRL's step time in the same repetition). Peak memory is reported on
-CUDA only (``torch.cuda.max_memory_allocated``); CPU allocations are not tracked per run.
+over repetitions of (its step time / stock TRL's step time in the same repetition). On a shared machine wall-clock
+time drifts with other jobs, so the process CPU time of each step (one torch thread by default on CPU, ``--threads``)
+is reported beside it: it moves much less with the machine's load. Peak memory: on CUDA
+``torch.cuda.max_memory_allocated`` per run; on CPU the peak resident set size of the process during the run
+(``VmHWM`` after resetting it through ``/proc/self/clear_refs``) minus the resident size before the trainer was
+built, i.e. what the run itself added (model copies, activations, optimizer state), measured in a fresh
+subprocess per method (``--steps`` steps) because memory freed by an earlier run in the same process is reused. Both are given as ratios to stock TRL in the same repetition.
 Writes ``benchmarks/results/speed.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+from transformers import PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from grpo_family import METHODS  # noqa: E402
@@ -75,7 +82,41 @@ def model_path(size: str, workdir: Path) -> str:
     return str(path)
 
 
+class StepCPUTime(TrainerCallback):
+    """Process CPU seconds of each optimizer step (all threads), beside TRL's wall-clock ``step_time``."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.process_time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.process_time() - self._start)
+
+
+def _rss_mib(field: str) -> float | None:
+    """``VmRSS`` / ``VmHWM`` of this process in MiB (Linux), else None."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
 def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, extra: dict) -> dict:
+    gc.collect()
+    baseline, reset = _rss_mib("VmRSS"), _reset_peak_rss()
     config_cls, trainer_cls = (GRPOConfig, GRPOTrainer) if name == "stock_trl" else METHODS[name]
     args = config_cls(
         output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda",
@@ -87,14 +128,26 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     trainer = trainer_cls(
         model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, processing_class=tokenizer
     )
+    cpu_time = StepCPUTime()
+    trainer.add_callback(cpu_time)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
-    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
-    return {"step_time": statistics.median(step_times), "wall": wall, "peak_mib": peak}
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        high = _rss_mib("VmHWM") if reset else None
+        peak = None if high is None or baseline is None else high - baseline
+    del trainer
+    return {
+        "step_time": statistics.median(step_times),
+        "cpu_time": statistics.median(cpu_time.times[1:]),
+        "wall": wall,
+        "peak_mib": peak,
+    }
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -104,13 +157,22 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--model-size", default="tiny", choices=["tiny", *MODEL_SIZES])
+    parser.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: fresh-process memory run
+    parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1: CPU time ~ busy time)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient for every method (GPG needs 0)")
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "speed.md"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-speed-"))
-    model = model_path(args.model_size, workdir)
+    model = args.model_dir or model_path(args.model_size, workdir)
     dataset = make_arithmetic_dataset("train", 2000, seed=0)
+    if args.memory_of:
+        run = run_once(args.memory_of, model, dataset, args.steps + 1, args.device, workdir, {"beta": args.beta})
+        print("PEAK_MIB", run["peak_mib"])
+        return ""
     names = ["stock_trl", *args.methods]
     results: dict[str, list[dict]] = {n: [] for n in names}
     for rep in range(args.reps):
@@ -119,7 +181,20 @@ def main(argv: list[str] | None = None) -> str:
             results[name].append(
                 run_once(name, model, dataset, args.steps + 1, args.device, workdir, {"beta": args.beta})
             )
-        print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {results[n][-1]['step_time']:.3f}s" for n in names))
+        print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {results[n][-1]['cpu_time']:.3f}s CPU" for n in names))
+
+    if args.device == "cpu":  # peak memory from one fresh process per method (see the module docstring)
+        for name in names:
+            child = subprocess.run(
+                [sys.executable, __file__, "--memory-of", name, "--model-dir", model, "--steps", str(args.steps)]
+                + ["--threads", str(args.threads), "--beta", str(args.beta)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            peak = float(child.stdout.rsplit("PEAK_MIB", 1)[1].split()[0])
+            for run in results[name]:
+                run["peak_mib"] = peak
 
     lines = [
         "# Training-step time vs stock `trl.GRPOTrainer`",
@@ -130,18 +205,40 @@ def main(argv: list[str] | None = None) -> str:
         f"of {args.steps} timed steps (learning rate 0, so every method generates the same completions; batch {BASE_ARGS['per_device_train_batch_size']}, G="
         f"{BASE_ARGS['num_generations']}, {BASE_ARGS['max_completion_length']} new tokens, beta {args.beta}).",
         "",
-        "| method | median step time (s) | ratio to stock TRL (median of per-rep ratios) | min / max ratio | peak MiB |",
-        "|---|---|---|---|---|",
+        "| method | median step wall time (s) | wall ratio to stock TRL (median of per-rep ratios) | min / max "
+        "| median step CPU time (s) | CPU-time ratio (median) | min / max | peak memory (MiB) | memory ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    stock = [r["step_time"] for r in results["stock_trl"]]
+
+    def ratios(name: str, key: str) -> list[float]:
+        return [r[key] / s[key] for r, s in zip(results[name], results["stock_trl"])]
+
     for name in names:
-        times = [r["step_time"] for r in results[name]]
-        ratios = [t / s for t, s in zip(times, stock)]
-        peak = results[name][-1]["peak_mib"]
+        wall, cpu = ratios(name, "step_time"), ratios(name, "cpu_time")
+        peaks = [r["peak_mib"] for r in results[name]]
+        stock_peaks = [r["peak_mib"] for r in results["stock_trl"]]
+        if None in peaks or None in stock_peaks:
+            memory = "n/a | n/a"
+        else:
+            memory = (
+                f"{statistics.median(peaks):.0f} | {statistics.median(p / s for p, s in zip(peaks, stock_peaks)):.2f}"
+            )
         lines.append(
-            f"| {name} | {statistics.median(times):.3f} | {statistics.median(ratios):.3f} | "
-            f"{min(ratios):.3f} / {max(ratios):.3f} | {'n/a' if peak is None else f'{peak:.0f}'} |"
+            f"| {name} | {statistics.median(r['step_time'] for r in results[name]):.3f} | {statistics.median(wall):.3f} "
+            f"| {min(wall):.3f} / {max(wall):.3f} | {statistics.median(r['cpu_time'] for r in results[name]):.3f} "
+            f"| {statistics.median(cpu):.3f} | {min(cpu):.3f} / {max(cpu):.3f} | {memory} |"
         )
+    lines += [
+        "",
+        f"Threads: {torch.get_num_threads()} torch thread(s). Load average when the run ended: "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}. Peak memory: "
+        + (
+            "`torch.cuda.max_memory_allocated` per run."
+            if args.device == "cuda"
+            else "peak resident set size of a fresh process during a run of each method minus its size before the "
+            "trainer was built (what the run added)."
+        ),
+    ]
     table = "\n".join(lines) + "\n"
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(table)
