@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +12,6 @@ from trl import GRPOConfig
 from ..algorithms.grpo import group_advantages
 from ..algorithms.ms_grpo import multiscale_advantages, num_subgroups, validate_multiscale_options
 from .base import GRPOFamilyTrainer
-
-_RNG_FILE = "ms_grpo_generator.pt"
 
 
 @dataclass
@@ -134,14 +131,11 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
         self.log_method_metric("abs_diff_to_grpo", (advantages - grpo).abs().mean().item())
         return advantages
 
-    # The scale generator is part of the training state: save it with every checkpoint, restore it on resume.
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        if self.args.should_save:
-            torch.save(self.scale_generator.get_state(), os.path.join(output_dir, _RNG_FILE))
+    # The scale generator is part of the training state: saved with every checkpoint, restored on resume.
+    def _resume_state(self) -> dict[str, Any]:
+        return {**super()._resume_state(), "ms_grpo_generator": self.scale_generator.get_state()}
 
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        path = os.path.join(checkpoint, _RNG_FILE) if checkpoint else None
-        if path and os.path.exists(path):
-            self.scale_generator.set_state(torch.load(path))
+    def _restore_resume_state(self, state: dict[str, Any]) -> None:
+        super()._restore_resume_state(state)
+        if "ms_grpo_generator" in state:
+            self.scale_generator.set_state(state["ms_grpo_generator"].cpu())
