@@ -42,11 +42,13 @@ class TrainScriptArguments(ScriptArguments):
     dataset_preset: str = field(
         default="auto",
         metadata={
-            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa or prompt (see grpo_family.collator)."
+            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa, code or prompt (see grpo_family.collator)."
         },
     )
     question_column: str | None = field(default=None, metadata={"help": "Column holding the question."})
-    answer_column: str | None = field(default=None, metadata={"help": "Column holding the gold answer."})
+    answer_column: str | None = field(
+        default=None, metadata={"help": "Column holding the gold answer (the test cases for the code preset)."}
+    )
     solution_column: str | None = field(default=None, metadata={"help": "Column holding a reference solution."})
     options_column: str | None = field(default=None, metadata={"help": "Column holding multiple-choice options."})
     system_prompt: str | None = field(default=None, metadata={"help": "System prompt (collator default if unset)."})

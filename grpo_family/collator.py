@@ -35,11 +35,17 @@ preset        columns (first present wins)                gold
 ``qa``        ``question``, ``answer``/``answers``        the answer as is: a string or a list of aliases (a
                                                           SQuAD ``{"text": [...]}`` dict becomes its list).
                                                           HotpotQA, NQ, SQuAD, and any question/answer data
+``code``      ``question``/``problem``/``prompt``/        no ``answer``: the tests go to a ``test_cases``
+              ``text``, ``test_cases``/``tests``/         column, as is, for the ``code_tests`` reward (a list
+              ``input_output``/``test_list``/``test``     of ``{"input", "output"}``, APPS
+                                                          ``{"inputs", "outputs"}``, assert strings as in MBPP /
+                                                          HumanEval; see :mod:`grpo_family.rewards.code`)
 ``prompt``    ``prompt``, ``answer``                      passed through unchanged (the bundled tasks); a system
                                                           message is added only when ``system_prompt`` is given
 ============  ==========================================  ======================================================
 
-Auto-detection, in order: ``prompt`` + ``answer`` -> ``prompt``; an ``options``/``choices`` column -> ``choice``;
+Auto-detection, in order: a test column (``test_cases``, ``tests``, ``input_output``, ``test_list``) -> ``code``;
+``prompt`` + ``answer`` -> ``prompt``; an ``options``/``choices`` column -> ``choice``;
 ``prompt`` + ``solution``/``reward_model`` -> ``dapo``; ``problem`` -> ``math``; ``question`` + ``answer`` whose
 first rows contain ``####`` -> ``gsm8k``; ``question`` + ``answer``/``answers`` -> ``qa``. Column overrides
 (``question_column=`` ...) take part in the detection; with only overrides to go on, ``qa`` (gold as is) is used.
@@ -63,6 +69,7 @@ from .rewards.extract import last_boxed
 __all__ = [
     "BOXED_SYSTEM_PROMPT",
     "CHOICE_SYSTEM_PROMPT",
+    "CODE_SYSTEM_PROMPT",
     "DatasetFormatError",
     "MATH_SYSTEM_PROMPT",
     "PRESETS",
@@ -93,6 +100,11 @@ CHOICE_SYSTEM_PROMPT = (
     REASONING_SYSTEM_PROMPT + " The question is multiple choice: inside the <answer> tags write only the letter of "
     "the correct option."
 )
+CODE_SYSTEM_PROMPT = (
+    "Solve the programming problem in Python. Think it through first, then give the complete program in one "
+    "```python code block at the end; it reads standard input and writes standard output unless the problem asks "
+    "for a function."
+)
 
 # ``system_prompt=`` also accepts these names. "none" (or "") means no system message.
 SYSTEM_PROMPTS: dict[str, str] = {
@@ -100,10 +112,11 @@ SYSTEM_PROMPTS: dict[str, str] = {
     "math": MATH_SYSTEM_PROMPT,
     "boxed": BOXED_SYSTEM_PROMPT,
     "choice": CHOICE_SYSTEM_PROMPT,
+    "code": CODE_SYSTEM_PROMPT,
     "none": "",
 }
 
-PRESETS = ("gsm8k", "math", "dapo", "choice", "qa", "prompt")
+PRESETS = ("gsm8k", "math", "dapo", "choice", "qa", "code", "prompt")
 _ALIASES = {
     "math500": "math",
     "math-500": "math",
@@ -121,6 +134,10 @@ _ALIASES = {
     "hotpotqa": "qa",
     "nq": "qa",
     "squad": "qa",
+    "apps": "code",
+    "taco": "code",
+    "mbpp": "code",
+    "humaneval": "code",
     "bundled": "prompt",
     "passthrough": "prompt",
 }
@@ -130,6 +147,7 @@ _DEFAULT_SYSTEM = {
     "dapo": MATH_SYSTEM_PROMPT,
     "choice": CHOICE_SYSTEM_PROMPT,
     "qa": REASONING_SYSTEM_PROMPT,
+    "code": CODE_SYSTEM_PROMPT,
     "prompt": "",
 }
 
@@ -140,6 +158,7 @@ _QUESTION = {
     "dapo": ("prompt",),
     "choice": ("question", "problem", "stem"),
     "qa": ("question", "query", "problem"),
+    "code": ("question", "problem", "prompt", "text", "description"),
     "prompt": ("prompt",),
 }
 _GOLD = {
@@ -148,6 +167,7 @@ _GOLD = {
     "dapo": ("solution", "reward_model", "answer", "ground_truth"),
     "choice": ("answer_idx", "answerKey", "answer_key", "answer", "label"),
     "qa": ("answer", "answers", "gold"),
+    "code": ("test_cases", "tests", "input_output", "test_list", "test"),
     "prompt": ("answer",),
 }
 _OPTIONS = ("options", "choices")
@@ -250,6 +270,8 @@ def _how_to_map(preset: str) -> str:
 def detect_preset(dataset, *, question_column=None, answer_column=None, options_column=None) -> str:
     """The preset ``"auto"`` picks for ``dataset`` (see the module docstring); DatasetFormatError if none fits."""
     cols = set(_columns(dataset))
+    if cols & set(_GOLD["code"][:-1]):  # "test" alone is too generic to detect on
+        return "code"
     has_gold = "answer" in cols or answer_column is not None
     if "prompt" in cols and has_gold and question_column is None:
         return "prompt"
@@ -341,7 +363,9 @@ def _plan(dataset, preset, question_column, answer_column, solution_column, opti
     if a is None and not (preset == "math" and s is not None):
         if preset == "math":
             raise _missing(preset, "gold answer", gold_candidates + ("solution",), cols, "answer_column")
-        raise _missing(preset, "gold answer", gold_candidates, cols, "answer_column")
+        raise _missing(
+            preset, "test cases" if preset == "code" else "gold answer", gold_candidates, cols, "answer_column"
+        )
     system = _system_text(system_prompt, preset)
 
     if preset == "gsm8k":
@@ -394,6 +418,16 @@ def _plan(dataset, preset, question_column, answer_column, solution_column, opti
             rendered = format_options(row[o])
             body = "\n".join(f"{letter}. {text}" for letter, text in rendered)
             out = {"prompt": _messages(system, f"{row[q]}\n\n{body}"), "answer": _choice_gold(row[a], row[o])}
+            if s is not None:
+                out["solution"] = row[s]
+            return out
+
+        return row_fn
+
+    if preset == "code":
+
+        def row_fn(row):  # the tests stay as they are: the code_tests reward parses every supported form
+            out = {"prompt": _messages(system, _user_text(row[q])), "test_cases": row[a]}
             if s is not None:
                 out["solution"] = row[s]
             return out
@@ -477,7 +511,7 @@ def prepare_dataset(
         return _pass_through(dataset, system_prompt, question_column, answer_column, solution_column)
     row_fn = _plan(dataset, name, question_column, answer_column, solution_column, options_column, system_prompt)
     mapped = _map(dataset, row_fn, remove=_columns(dataset), desc=f"grpo_family: preparing {name} prompts")
-    order = [c for c in ("prompt", "answer", "solution") if c in (mapped.column_names or ())]
+    order = [c for c in ("prompt", "answer", "test_cases", "solution") if c in (mapped.column_names or ())]
     if order and list(mapped.column_names) != order:
         mapped = mapped.select_columns(order)
     _warn_missing_gold(mapped, name)
@@ -531,7 +565,7 @@ def _pass_through(dataset, system_prompt, question_column, answer_column, soluti
 def _warn_missing_gold(mapped, preset: str) -> None:
     if not hasattr(mapped, "_fingerprint"):
         return  # an IterableDataset: counting would consume it
-    golds = mapped["answer"]
+    golds = mapped["test_cases" if preset == "code" else "answer"]
     missing = sum(1 for g in golds if g is None or (isinstance(g, list | str) and len(g) == 0))
     if missing:
         logger.warning(

@@ -251,3 +251,32 @@ def test_prepared_rows_feed_the_rewards():
     assert choice_accuracy_reward(completions=["<answer>D</answer>"], answer=med["answer"]) == [1.0]
     squad = prep(SQUAD)
     assert qa_exact_match_reward(completions=["<answer>the Denver Broncos</answer>"], answer=squad["answer"]) == [1.0]
+
+
+def test_code_preset_keeps_the_tests_for_the_code_reward():
+    from grpo_family.rewards import code_tests_reward
+
+    mbpp = Dataset.from_list(
+        [{"text": "Write add(a, b).", "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], "task_id": 1}]
+    )
+    apps = Dataset.from_list(
+        [{"question": "Print the sum of two numbers.", "input_output": '{"inputs": ["1 2\\n"], "outputs": ["3\\n"]}'}]
+    )
+    assert detect_preset(mbpp) == detect_preset(apps) == "code"
+    prepared_mbpp, prepared_apps = prepare_dataset(mbpp), prepare_dataset(apps, preset="apps")
+    assert prepared_mbpp.column_names == prepared_apps.column_names == ["prompt", "test_cases"]
+    assert prepared_mbpp[0]["prompt"][-1] == {"role": "user", "content": "Write add(a, b)."}
+    assert prepared_mbpp[0]["prompt"][0]["role"] == "system"
+    good_function = "```python\ndef add(a, b):\n    return a + b\n```"
+    good_program = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    scores = code_tests_reward(
+        [good_function, "```python\ndef add(a, b):\n    return a - b\n```"],
+        test_cases=list(prepared_mbpp["test_cases"]) * 2,
+    )
+    assert scores == [1.0, 0.5]  # a - b passes only add(0, 0) == 0
+    assert code_tests_reward([good_program], test_cases=list(prepared_apps["test_cases"])) == [1.0]
+
+
+def test_code_preset_without_tests_names_the_flag():
+    with pytest.raises(DatasetFormatError, match="test cases.*answer_column"):
+        prepare_dataset(Dataset.from_list([{"question": "Print 1."}]), preset="code")
