@@ -9,9 +9,10 @@ schedule, the RNG of generation sampling and every method's own state must all c
 
 Each method runs with settings under which its state matters between step 2 and step 4: MS-GRPO in the accelerated
 (sampled) mode, D3S with a schedule that changes every step, SGPO with the programmatic judge and an epoch window
-that closes at step 4, GPG with beta_th resampling that draws extra prompts. The last tests show the comparison is
-not vacuous: a checkpoint without the MS-GRPO generator, without the global RNG state, or a sampler that forgets the
-epoch gives different weights.
+that closes at step 4, GPG with beta_th resampling that draws extra prompts. Further tests show the comparison is
+not vacuous (a checkpoint without the MS-GRPO generator, without the global RNG state, or a sampler that forgets the
+epoch gives different weights), resume inside a generation batch (steps_per_generation > gradient accumulation,
+num_iterations > 1: TRL's buffered generations go into the checkpoint), and a 2-process resume (slow).
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import digit_share_reward, tiny_config_kwargs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from grpo_family import METHODS, GRPOFamilyTrainer, MSGRPOTrainer
 from grpo_family.tasks import arithmetic_reward
+from grpo_family.trainers.base import EpochAlignedSampler
 
 TESTS = Path(__file__).resolve().parent
 MAX_STEPS = 4
@@ -165,7 +170,8 @@ def test_resume_is_lossless(method, uninterrupted, tiny_model_dir, tiny_tokenize
 
 # ---------------------------------------------------------------------------------------------------- not vacuous
 def _assert_resume_differs(method, uninterrupted, tiny_model_dir, tiny_tokenizer, dataset, checkpoint, tmp_path):
-    """Resuming from ``checkpoint`` gives other final weights and other step-3 metrics than the uninterrupted run."""
+    """Resuming from ``checkpoint`` gives other final weights than the uninterrupted run; returns the step-3 logs
+    (resumed, uninterrupted)."""
     expected_weights, expected_logs, _ = uninterrupted(method)
     weights, logs = _resume(method, tiny_model_dir, tiny_tokenizer, dataset, checkpoint, tmp_path / "resumed")
     assert any(not torch.equal(weights[k], expected_weights[k]) for k in weights)
@@ -223,6 +229,38 @@ def test_resume_with_trls_sampler_trains_on_other_prompts(
         "grpo", uninterrupted, tiny_model_dir, tiny_tokenizer, dataset, checkpoint, tmp_path
     )
     assert resumed["num_tokens"] != expected["num_tokens"]  # other prompts, other prompt lengths
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    num_samples=st.integers(1, 12),
+    batch_size=st.integers(1, 4),
+    mini_repeat_count=st.integers(1, 3),
+    repeat_count=st.integers(1, 3),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 2**31),
+    resume_epoch=st.integers(0, 3),
+)
+def test_epoch_aligned_sampler_is_trls_order_and_resumes_at_any_epoch(
+    num_samples, batch_size, mini_repeat_count, repeat_count, shuffle, seed, resume_epoch
+):
+    def trl_sampler():
+        return RepeatSampler(list(range(num_samples)), mini_repeat_count, batch_size, repeat_count, shuffle, seed)
+
+    reference = trl_sampler()
+    passes = [list(reference) for _ in range(resume_epoch + 2)]  # TRL: epoch e = the e-th pass of one sampler
+    trainer_state = {"epoch": 0}
+    aligned = EpochAlignedSampler(trl_sampler(), lambda: trainer_state["epoch"])
+    assert len(aligned) == len(reference)
+    for epoch in range(resume_epoch + 2):  # an uninterrupted run: TRL's order, epoch by epoch
+        trainer_state["epoch"] = epoch
+        assert list(aligned) == passes[epoch]
+    # A run resumed in `resume_epoch` builds a new sampler: the same order from there on.
+    trainer_state["epoch"] = resume_epoch
+    resumed = EpochAlignedSampler(trl_sampler(), lambda: trainer_state["epoch"])
+    assert list(resumed) == passes[resume_epoch]
+    trainer_state["epoch"] = resume_epoch + 1
+    assert list(resumed) == passes[resume_epoch + 1]
 
 
 # ---------------------------------------------------------------------------------------------------- mid-buffer
