@@ -41,13 +41,20 @@ def _check_rewards(rewards: torch.Tensor) -> None:
 
 
 def _nan_mean_std(x: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """NaN-aware mean and Bessel-corrected std; std is 0 where fewer than 2 values are finite."""
+    """NaN-aware mean and Bessel-corrected std; std is 0 where fewer than 2 values are finite.
+
+    The squares are taken of deviations divided by their largest magnitude, so the std neither overflows
+    (|x - mean| above ~1.8e19 in float32) nor underflows to 0 for tiny but distinct values.
+    """
     valid = ~torch.isnan(x)
-    count = valid.sum(dim=dim, keepdim=dim is not None)
+    keep = dim is not None
+    count = valid.sum(dim=dim, keepdim=keep)
     zeros = torch.zeros_like(x)
-    mean = torch.where(valid, x, zeros).sum(dim=dim, keepdim=dim is not None) / count.clamp(min=1)
-    sq = torch.where(valid, (x - mean) ** 2, zeros).sum(dim=dim, keepdim=dim is not None)
-    std = torch.sqrt(sq / (count - 1).clamp(min=1))
+    mean = torch.where(valid, x, zeros).sum(dim=dim, keepdim=keep) / count.clamp(min=1)
+    deviation = torch.where(valid, x - mean, zeros)
+    unit = deviation.abs().amax(dim=dim if keep else tuple(range(x.dim())), keepdim=keep)
+    unit = torch.where(unit > 0, unit, torch.ones_like(unit))
+    std = torch.sqrt(((deviation / unit) ** 2).sum(dim=dim, keepdim=keep) / (count - 1).clamp(min=1)) * unit
     return mean, torch.where(count > 1, std, torch.zeros_like(std))
 
 

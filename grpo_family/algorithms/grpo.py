@@ -3,29 +3,67 @@
 ``A_i = (r_i - mean(group)) / (std(group) + eps)``, with NaN rewards (unscorable completions) left out of
 the statistics and given advantage 0. The operations mirror ``trl.GRPOTrainer`` one for one (NaN-aware mean,
 Bessel-corrected NaN-aware std, ``+1e-4``), so ``grpo`` through ``GRPOFamilyTrainer`` trains bit-for-bit like
-stock TRL.
+stock TRL, with two repairs that only touch inputs where TRL's float arithmetic goes wrong:
+
+* a group whose scorable rewards are all equal gets advantage exactly 0 and std exactly 0. TRL's float mean of
+  equal values can be off by an ulp, and dividing that residue by a std of the same size gives such a group
+  advantages of order 1 when the rewards are large (float32 rewards of 6578.0 in a group of 5: |A| = 0.76);
+* a variance whose squares overflow (|r - mean| above ~1.8e19 in float32) or underflow below the smallest
+  normal float is recomputed on rescaled deviations, instead of giving a spread group a zero (or inf) std.
+
+Anywhere else the operations, and so the bits, are TRL's.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["group_advantages", "nanstd", "normalize_then_sum_advantages", "zero_std_mask"]
+__all__ = ["group_advantages", "is_constant", "nanstd", "normalize_then_sum_advantages", "zero_std_mask"]
+
+
+def _nan_extreme(x: torch.Tensor, dim: int | None, largest: bool) -> torch.Tensor:
+    """NaN-ignoring max (or min) along ``dim`` (every dim for None), keepdim; -inf (inf) where all are NaN."""
+    fill = float("-inf") if largest else float("inf")
+    filled = torch.where(torch.isnan(x), fill, x)
+    dims = tuple(range(x.dim())) if dim is None else dim
+    return filled.amax(dim=dims, keepdim=True) if largest else filled.amin(dim=dims, keepdim=True)
+
+
+def is_constant(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Boolean, reduced over ``dim`` with keepdim: the non-NaN values are all equal (or there are none).
+
+    Exact (a comparison, no arithmetic), so it is the test for a degenerate group that rounding cannot fool.
+    """
+    return ~(_nan_extreme(x, dim, True) > _nan_extreme(x, dim, False))
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None, *, ddof: int = 1, keepdim: bool = False) -> torch.Tensor:
     """NaN-aware standard deviation with ``ddof`` (TRL's ``nanstd`` for ``ddof=1``).
 
-    NaN where fewer than ``ddof + 1`` finite values are present (the caller maps that to a zero advantage).
+    NaN where fewer than ``ddof + 1`` finite values are present (the caller maps that to a zero advantage);
+    exactly 0 where the non-NaN values are all equal. TRL's arithmetic everywhere else, except that a variance
+    that overflowed or underflowed is recomputed on deviations divided by their largest magnitude.
     """
     mean = torch.nanmean(x, dim=dim, keepdim=True)
-    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    deviation = x - mean
+    variance = torch.nanmean(deviation**2, dim=dim, keepdim=True)
     count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
+    constant = is_constant(x, dim) & (count > 0)
+    variance = torch.where(constant, torch.zeros_like(variance), variance)  # not an ulp of noise from the mean
+    rescale = (torch.isinf(variance) | (variance < torch.finfo(variance.dtype).tiny)) & ~constant
+    unit = None
+    if bool(rescale.any()):  # rare: |x - mean| beyond ~1.8e19 or below ~1e-19 (float32)
+        largest = _nan_extreme(deviation.abs(), dim, True)
+        unit = torch.where(rescale & (largest > 0), largest, torch.ones_like(largest))
+        variance = torch.where(rescale, torch.nanmean((deviation / unit) ** 2, dim=dim, keepdim=True), variance)
     if ddof:
-        correction = count / (count - ddof)
+        # in the variance's dtype: int / int is float32, which cost float64 input 3e-8 of relative precision
+        correction = count.to(variance.dtype) / (count - ddof).to(variance.dtype)
         correction = torch.where(count > ddof, correction, torch.full_like(correction, float("nan")))
         variance = variance * correction
     std = torch.sqrt(variance)
+    if unit is not None:
+        std = std * unit
     if keepdim:
         return std
     return std.squeeze(dim) if dim is not None else std.reshape(())
@@ -63,6 +101,8 @@ def group_advantages(rewards: torch.Tensor, *, scale: str = "group", ddof: int =
     advantages = rewards - torch.nanmean(rewards, dim=1, keepdim=True)
     if scale != "none":
         advantages = advantages / (std + eps)
+    # A group of equal rewards has advantage exactly 0, not the float mean's rounding residue over its std.
+    advantages = torch.where(is_constant(rewards, 1), torch.zeros_like(advantages), advantages)
     return torch.nan_to_num(advantages, nan=0.0)
 
 
@@ -90,7 +130,10 @@ def normalize_then_sum_advantages(
     else:
         std_k = torch.zeros_like(mean_k)
     z = (rewards_per_func - mean_k) / (std_k + eps)
+    z = torch.where(is_constant(rewards_per_func, 1), torch.zeros_like(z), z)  # exact 0 for a constant group
     summed = (z * weights.to(z.device)).nansum(dim=-1)
     summed[torch.isnan(rewards_per_func).all(dim=-1)] = torch.nan
     std = nanstd(summed) if summed.numel() > 1 else torch.zeros(())
-    return torch.nan_to_num((summed - torch.nanmean(summed)) / (std + eps), nan=0.0)
+    advantages = (summed - torch.nanmean(summed)) / (std + eps)
+    advantages = torch.where(is_constant(summed), torch.zeros_like(advantages), advantages)
+    return torch.nan_to_num(advantages, nan=0.0)

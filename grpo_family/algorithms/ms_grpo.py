@@ -376,10 +376,14 @@ def _pattern_scales(counts: tuple, values: tuple, tau_min: int, std: str, eps: f
 
 
 def _pattern_key(counts, values, eps):
-    """Cache key of a value pattern: shift-invariant differences, also scale-free when eps = 0 (§10 P5)."""
-    diffs = [v - values[0] for v in values]
-    if eps == 0 and diffs[-1] > 0:
-        diffs = [d / diffs[-1] for d in diffs]
+    """Cache key of a value pattern: differences to the value of smallest magnitude (shift-invariant, e.g.
+    {0, 1} and {1, 2} share a table, and no difference between two values is rounded away, as a shift by the
+    smallest value would for {-1e20, 0, 1e-6}), also scale-free when eps = 0 (§10 P5)."""
+    anchor = min(values, key=abs)
+    diffs = [v - anchor for v in values]
+    spread = values[-1] - values[0]
+    if eps == 0 and spread > 0:
+        diffs = [d / spread for d in diffs]
     return tuple(int(k) for k in counts), tuple(diffs)
 
 
@@ -436,9 +440,9 @@ def _two_valued_fast(rewards, w: tuple, tau_min, std, eps):
 # ----------------------------------------------------------------------------------------- subset engine
 
 
-def _subset_scales(xc, ids, bad, members, tau, std, eps):
+def _subset_scales(xc, x, ids, bad, members, tau, std, eps):
     """Sums of ``A_i(S)`` over the given subgroups containing i, per scale, and their numbers:
-    ``([b, J, G], [b or 1, J, G])``.
+    ``([b, J, G], [b or 1, J, G])``. ``xc``: the rewards centred on their group mean; ``x``: as given.
 
     ``members``: 0/1 float64 ``[J, n, G]`` (shared) or ``[b, J, n, G]`` (per prompt): n subgroups of size
     ``tau`` (``[J]`` or ``[b, J]``) per scale, all-zero padding rows being inert. Subgroups holding an
@@ -477,7 +481,11 @@ def _subset_scales(xc, ids, bad, members, tau, std, eps):
         bi, ji, ni = fragile.nonzero(as_tuple=True)
         m = members[ji, ni] if members.dim() == 3 else members[bi, ji, ni]  # [F, G]
         tf = (tau[ji] if tau.dim() == 1 else tau[bi, ji])[:, None]
-        dev = (xc[bi] - (xc[bi] * m).sum(1, keepdim=True) / tf) * m
+        # Two passes on the rewards as given, shifted by one member's value: the group-mean centring of ``xc``
+        # rounds away a subgroup's spread when its rewards are tiny next to others in the group (1e-6 and 1e20).
+        xf, on = x[bi], m > 0
+        y = torch.where(on, xf - xf.gather(1, m.argmax(1, keepdim=True)), 0.0)
+        dev = torch.where(on, y - y.sum(1, keepdim=True) / tf, 0.0)
         var_f = (dev * dev).sum(1, keepdim=True) / (tf if std == "population" else tf - 1)
         out.index_put_((bi, ji), dev / (var_f.sqrt() + eps), accumulate=True)
     return out, cnt
@@ -511,7 +519,7 @@ def _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups):
         for a in range(0, B, step):
             r = slice(a, a + step)
             m, t = (members[r], tau[r]) if per_row else (members, tau)
-            s, cnt = _subset_scales(xc[r], ids[r], None if bad is None else bad[r], m, t, std, eps)
+            s, cnt = _subset_scales(xc[r], x[r], ids[r], None if bad is None else bad[r], m, t, std, eps)
             wk = w[r, :, None] * (cnt > 0)
             num[r] += (wk * s / cnt.clamp_min(1)).sum(1)
             den[r] += wk.sum(1)
@@ -624,6 +632,20 @@ def _random_rows(G: int, tau: int, K: int, n: int, generator, device) -> torch.T
     return torch.zeros(n, K, G, dtype=torch.float64, device=device).scatter_(-1, idx, 1.0)
 
 
+def _rescale_extreme(rewards: torch.Tensor, eps: float) -> tuple[torch.Tensor, float]:
+    """Divide float64 rewards and eps by one power of two when the largest finite |reward| is above 2**500
+    (squares would overflow: NaN advantages at 1e300) or below 2**-500 (squares underflow). Exact, and every
+    z-score ``(r - mu) / (sigma + eps)`` is unchanged by it; a no-op in the usual range."""
+    finite = rewards[torch.isfinite(rewards)]
+    if finite.numel() == 0:
+        return rewards, eps
+    top = float(finite.abs().max())
+    if top == 0 or 2.0**-500 <= top <= 2.0**500:
+        return rewards, eps
+    exponent = math.frexp(top)[1]  # top = m * 2**exponent with 0.5 <= m < 1
+    return rewards * math.ldexp(1.0, -exponent), math.ldexp(eps, -exponent)
+
+
 # ---------------------------------------------------------------------------------------------- public
 
 
@@ -668,6 +690,8 @@ def multiscale_advantages(
         subgroups_per_scale=subgroups_per_scale, partition=partition, selection=selection, draw=draw, method=method,
     )  # fmt: skip
     eps, dtype = float(eps), rewards.dtype
+    if dtype == torch.float64:  # float32/16 rewards cannot leave the safe range once cast to float64
+        rewards, eps = _rescale_extreme(rewards, eps)
     accelerated = num_scales is not None or subgroups_per_scale is not None
     if not accelerated and method != "enumerate" and B > 0:
         w = _scale_weights(G, tau_min, _weights_key(weights))
