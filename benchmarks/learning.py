@@ -211,6 +211,41 @@ def plot(runs: list[dict], setting: str, path: Path) -> None:
     plt.close(fig)
 
 
+def entropy_section(runs: list[dict]) -> list[str]:
+    """CW-GRPO's central claim (steadier policy entropy than GRPO), seed by seed on the same seeds."""
+    pairs = {}
+    for r in runs:
+        if r["method"] in ("grpo", "cw_grpo"):
+            pairs.setdefault((r["setting"], r["seed"]), {})[r["method"]] = r["entropy"]
+    rows = [(key, p) for key, p in sorted(pairs.items()) if len(p) == 2]
+    if not rows:
+        return []
+    lines = [
+        "## Policy entropy, CW-GRPO vs GRPO (same seeds)",
+        "",
+        "CW-GRPO's claim is a steadier entropy than GRPO's. Per run: the standard deviation of the per-step "
+        "entropy across steps, its range (max - min), and the change from the mean of the first 10% of steps to "
+        "the mean of the last 10%.",
+        "",
+        "| setting | seed | sd across steps, grpo / cw_grpo | range, grpo / cw_grpo | drift, grpo / cw_grpo |",
+        "|---|---|---|---|---|",
+    ]
+    for (setting, seed), p in rows:
+        g, c = p["grpo"], p["cw_grpo"]
+
+        def drift(e: list[float]) -> float:
+            k = max(1, len(e) // 10)
+            return _mean(e[-k:]) - _mean(e[:k])
+
+        lines.append(
+            f"| {setting} | {seed} | {_std(g):.4f} / {_std(c):.4f} | {max(g) - min(g):.3f} / {max(c) - min(c):.3f} "
+            f"| {drift(g):+.3f} / {drift(c):+.3f} |"
+        )
+    steadier = sum(_std(p["cw_grpo"]) < _std(p["grpo"]) for _, p in rows)
+    lines += ["", f"CW-GRPO's entropy had the smaller spread in {steadier} of {len(rows)} runs.", ""]
+    return lines
+
+
 def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str:
     lines = [
         "# Learning: every method vs GRPO on the bundled arithmetic task",
@@ -251,6 +286,7 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
                 f"| {m['reward_first']:.3f} → {m['reward_last']:.3f} | {m['frac_zero_std']:.2f} | {m['seconds']:.0f} |"
             )
         lines.append("")
+    lines += entropy_section(runs)
     lines += [
         "## The papers' claims, at their scale (for reference)",
         "",
