@@ -25,6 +25,7 @@ versions. Writes ``benchmarks/results/learning.md``, ``learning.json`` and ``lea
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -33,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,6 +46,11 @@ SETTINGS = {  # setting -> (task difficulty, training steps in a full run)
     "default": ("default", 150),
     "hard": ("hard", 100),
 }
+# Per-method changes to the method's defaults, to keep a full run within its time budget. GPG's resampling
+# (beta_th=0.6) draws up to max_generation_rounds=20 batches per optimizer step until 60% of the groups are
+# informative; on the hard setting (~94% all-wrong groups) it would hit 20 rounds on every step, 20x the cost of
+# the others. Capped at 4 rounds here; the tables report the completions each method sampled per step.
+METHOD_OVERRIDES = {"gpg": {"max_generation_rounds": 4}}
 QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
 PAPER_CLAIMS = {  # the papers' own headline results (from ../shared/specs/<method>.md §8-9), at their scale
     "grpo": "the baseline every paper compares against",
@@ -117,6 +123,7 @@ def run_one(job: dict) -> dict:
         trainer.train()
         seconds = time.perf_counter() - start
     logs = [row for row in trainer.state.log_history if "entropy" in row]
+    rounds = [row.get(f"{method}/rounds", 1.0) for row in logs]  # GPG's generation rounds per step
     return {
         **{k: job[k] for k in ("method", "setting", "seed")},
         "steps": steps,
@@ -126,7 +133,33 @@ def run_one(job: dict) -> dict:
         # the correctness reward as sampled, comparable across methods (SGPO's `reward` includes its partial credit)
         "reward": [row["rewards/arithmetic_reward/mean"] for row in logs],
         "frac_reward_zero_std": [row.get("frac_reward_zero_std") for row in logs],
+        "completions_per_step": _mean(rounds) * args.per_device_train_batch_size,
     }
+
+
+def run_all(jobs: list[dict], workers: int, cache: Path | None) -> list[dict]:
+    """Every job's run, in job order. Finished runs are kept in ``cache`` (one JSON per job, keyed by the job's
+    description), so an interrupted benchmark resumes where it stopped; the longest jobs (GPG's) start first."""
+    results: dict[int, dict] = {}
+    pending = []
+    for index, job in enumerate(jobs):
+        key = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
+        path = None if cache is None else cache / f"{job['method']}-{job['setting']}-{job['seed']}-{key}.json"
+        if path is not None and path.exists():
+            results[index] = json.loads(path.read_text())
+        else:
+            pending.append((index, job, path))
+    pending.sort(key=lambda item: item[1]["method"] != "gpg")
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_one, job): (index, path) for index, job, path in pending}
+        for future in as_completed(futures):
+            index, path = futures[future]
+            results[index] = future.result()
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(results[index]))
+            print(f"[learning] {len(results)}/{len(jobs)} runs done", flush=True)
+    return [results[i] for i in range(len(jobs))]
 
 
 def _mean(values: list[float]) -> float:
@@ -168,6 +201,7 @@ def summarise(runs: list[dict], threshold_gain: float) -> dict:
                 "reward_last": _mean([_mean(r["reward"][-tail:]) for r in mine]),
                 "frac_zero_std": _mean([_mean([f for f in r["frac_reward_zero_std"] if f is not None]) for r in mine]),
                 "seconds": _mean([r["seconds"] for r in mine]),
+                "completions_per_step": _mean([r.get("completions_per_step", math.nan) for r in mine]),
             }
     return table
 
@@ -253,7 +287,9 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
         f"Command: `{meta['command']}` ({meta['wall_minutes']:.1f} min wall, {meta['workers']} worker processes)",
         f"Machine: {meta['machine']}",
         f"Settings: warm-started tiny Qwen2 (`load_warm_start(seed=0)`), `DEFAULT_GRPO_ARGS` {meta['grpo_args']}, "
-        f"each method's default config; seeds {meta['seeds']}; greedy held-out accuracy on {meta['eval_examples']} "
+        "each method's default config except "
+        + ", ".join(f"{m}: {k}={v}" for m, o in METHOD_OVERRIDES.items() for k, v in o.items())
+        + f" (see `METHOD_OVERRIDES`); seeds {meta['seeds']}; greedy held-out accuracy on {meta['eval_examples']} "
         f"fixed problems every {meta['eval_every']} steps. Threshold = warm-start accuracy + {meta['threshold_gain']}.",
         "",
     ]
@@ -273,8 +309,8 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
             "",
             "| method | final accuracy, mean ± sd | min / max over seeds | Δ vs grpo | steps to threshold, median (range) "
             "| entropy first → last | entropy sd across steps (min / max over seeds) | reward first → last 10% "
-            "| share of all-equal groups | s / run |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| share of all-equal groups | completions sampled / step | s / run |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         grpo_mean = info["methods"].get("grpo", {}).get("final_mean", math.nan)
         for method, m in info["methods"].items():
@@ -283,7 +319,7 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
                 f"{max(m['final_accuracy']):.3f} | {m['final_mean'] - grpo_mean:+.3f} | {_steps_cell(m['steps_to_threshold'])} "
                 f"| {m['entropy_first']:.3f} → {m['entropy_last']:.3f} | {m['entropy_std_across_steps']:.4f} "
                 f"({m['entropy_std_min_max'][0]:.4f} / {m['entropy_std_min_max'][1]:.4f}) "
-                f"| {m['reward_first']:.3f} → {m['reward_last']:.3f} | {m['frac_zero_std']:.2f} | {m['seconds']:.0f} |"
+                f"| {m['reward_first']:.3f} → {m['reward_last']:.3f} | {m['frac_zero_std']:.2f} | {m['completions_per_step']:.0f} | {m['seconds']:.0f} |"
             )
         lines.append("")
     lines += entropy_section(runs)
@@ -313,6 +349,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--from-json", default=None, help="rebuild the tables and plots from a learning.json without training again"
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="retrain every run (a full run keeps finished runs in outputs/learning_runs/)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="worker processes, one torch thread each")
     parser.add_argument(
         "--output-dir",
@@ -334,7 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
             "steps": args.steps or (2 if args.quick else SETTINGS[setting][1]),
             "eval_every": args.eval_every,
             "eval_examples": args.eval_examples,
-            "overrides": overrides,
+            "overrides": {**overrides, **METHOD_OVERRIDES.get(method, {})},
         }
         for setting in args.settings
         for seed in args.seeds
@@ -350,8 +391,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         load_warm_start(seed=0)  # build the cache once, before the workers race for it
         start = time.perf_counter()
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            runs = list(pool.map(run_one, jobs))
+        cache = None if args.fresh or args.quick else ROOT / "outputs" / "learning_runs"
+        runs = run_all(jobs, args.workers, cache)
         grpo_args = {**DEFAULT_GRPO_ARGS, **overrides}
         shown = ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta")
         meta = {
