@@ -210,7 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
     results["accuracy_before"] = score()
     if results["accuracy_before"] is not None:
         print(f"[{script_args.method}] held-out accuracy before training: {results['accuracy_before']:.3f}")
-    trainer.train()
+    # `--resume_from_checkpoint <dir>` (or `true` for the latest in output_dir) continues an interrupted run.
+    resume = training_args.resume_from_checkpoint
+    trainer.train(resume_from_checkpoint=True if resume in ("true", "True") else resume)
     results["accuracy_after"] = score()
     if results["accuracy_after"] is not None:
         print(f"[{script_args.method}] held-out accuracy after training:  {results['accuracy_after']:.3f}")

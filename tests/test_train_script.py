@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -69,3 +70,35 @@ def test_dataset_without_the_needed_column_fails_at_start(tiny_model_dir, tmp_pa
         train.main(base)
     with pytest.raises(ValueError, match=r"(?s)'question'.*Columns found.*--question_column"):
         train.main([*base, "--dataset_preset", "gsm8k"])
+
+
+def test_resume_from_checkpoint_flag_continues_the_run(tiny_model_dir, tmp_path):
+    """--resume_from_checkpoint reaches trainer.train: resuming a finished 1-step run with max_steps=1 trains
+    nothing (a fresh start would take a step, here with a different learning rate and weight decay, and change the
+    weights)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    data = str(_gsm8k_like(tmp_path / "gsm"))
+    base = [
+        sys.executable, str(ROOT / "examples" / "train.py"), "--method", "grpo", "--model_name_or_path", tiny_model_dir,
+        "--dataset_name", data, "--reward_funcs", "math_accuracy", "--max_steps", "1", "--num_eval_examples", "2",
+        "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "8",
+        "--output_dir", str(out), "--report_to", "none", "--save_strategy", "steps", "--save_steps", "1",
+    ]  # fmt: skip
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    first = subprocess.run(base + ["--learning_rate", "1e-5"], capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stderr[-4000:]
+    checkpoint = load_file(out / "checkpoint-1" / "model.safetensors")
+    resumed = subprocess.run(
+        # weight decay moves the weights even if every advantage is 0 (a random model scores 0 everywhere)
+        base
+        + ["--learning_rate", "0.5", "--weight_decay", "0.1", "--resume_from_checkpoint", str(out / "checkpoint-1")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    final = load_file(out / "model.safetensors")
+    assert all(torch.equal(final[name], checkpoint[name]) for name in checkpoint)
