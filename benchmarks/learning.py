@@ -233,11 +233,17 @@ def plot(runs: list[dict], setting: str, path: Path) -> None:
         ax_acc.plot(steps, mean, color=color, label=method, marker="o", markersize=3)
         ax_acc.fill_between(steps, [min(c) for c in zip(*acc)], [max(c) for c in zip(*acc)], color=color, alpha=0.12)
         ent = [_mean(col) for col in zip(*(r["entropy"] for r in mine))]
-        ax_ent.plot(range(1, len(ent) + 1), ent, color=color, label=method, linewidth=1)
+        window = max(1, min(10, len(ent) // 5))  # per-step values swing with the batch's prompts: smooth them
+        smooth = [_mean(ent[max(0, i - window + 1) : i + 1]) for i in range(len(ent))]
+        ax_ent.plot(range(1, len(ent) + 1), smooth, color=color, label=method, linewidth=1.2)
     ax_acc.set(
         xlabel="optimizer step", ylabel="greedy held-out accuracy", title=f"{setting}: accuracy (mean, min-max)"
     )
-    ax_ent.set(xlabel="optimizer step", ylabel="policy entropy (nats/token)", title=f"{setting}: entropy (seed mean)")
+    ax_ent.set(
+        xlabel="optimizer step",
+        ylabel="policy entropy (nats/token)",
+        title=f"{setting}: entropy (seed mean, 10-step rolling mean)",
+    )
     ax_acc.legend(fontsize=8)
     ax_ent.legend(fontsize=8)
     fig.tight_layout()
