@@ -34,7 +34,11 @@ def is_constant(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
 
     Exact (a comparison, no arithmetic), so it is the test for a degenerate group that rounding cannot fool.
     """
-    return ~(_nan_extreme(x, dim, True) > _nan_extreme(x, dim, False))
+    nan = torch.isnan(x)
+    dims = tuple(range(x.dim())) if dim is None else dim
+    highest = torch.where(nan, float("-inf"), x).amax(dim=dims, keepdim=True)
+    lowest = torch.where(nan, float("inf"), x).amin(dim=dims, keepdim=True)
+    return ~(highest > lowest)
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None, *, ddof: int = 1, keepdim: bool = False) -> torch.Tensor:
@@ -44,11 +48,16 @@ def nanstd(x: torch.Tensor, dim: int | None = None, *, ddof: int = 1, keepdim: b
     exactly 0 where the non-NaN values are all equal. TRL's arithmetic everywhere else, except that a variance
     that overflowed or underflowed is recomputed on deviations divided by their largest magnitude.
     """
+    return _nanstd(x, dim, ddof, keepdim)
+
+
+def _nanstd(x: torch.Tensor, dim: int | None, ddof: int, keepdim: bool, constant: torch.Tensor | None = None):
+    """``nanstd``; ``constant`` = ``is_constant(x, dim)`` when the caller has it already."""
     mean = torch.nanmean(x, dim=dim, keepdim=True)
     deviation = x - mean
     variance = torch.nanmean(deviation**2, dim=dim, keepdim=True)
     count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
-    constant = is_constant(x, dim) & (count > 0)
+    constant = (is_constant(x, dim) if constant is None else constant) & (count > 0)
     variance = torch.where(constant, torch.zeros_like(variance), variance)  # not an ulp of noise from the mean
     rescale = (torch.isinf(variance) | (variance < torch.finfo(variance.dtype).tiny)) & ~constant
     unit = None
@@ -69,10 +78,11 @@ def nanstd(x: torch.Tensor, dim: int | None = None, *, ddof: int = 1, keepdim: b
     return std.squeeze(dim) if dim is not None else std.reshape(())
 
 
-def _scale(rewards: torch.Tensor, scale: str, ddof: int) -> torch.Tensor:
+def _scale(rewards: torch.Tensor, scale: str, ddof: int, constant: torch.Tensor | None = None) -> torch.Tensor:
+    """The std each advantage is divided by; ``constant`` = ``is_constant(rewards, 1)`` if already computed."""
     if scale in ("group", "none"):
         if rewards.size(1) > 1:
-            return nanstd(rewards, dim=1, ddof=ddof, keepdim=True).expand_as(rewards)
+            return _nanstd(rewards, 1, ddof, True, constant).expand_as(rewards)
         return torch.zeros_like(rewards)
     if scale == "batch":
         if rewards.numel() > 1:
@@ -97,12 +107,14 @@ def group_advantages(rewards: torch.Tensor, *, scale: str = "group", ddof: int =
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be (num_prompts, num_generations), got shape {tuple(rewards.shape)}.")
-    std = _scale(rewards, scale, ddof)
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}.")
+    constant = is_constant(rewards, 1)
     advantages = rewards - torch.nanmean(rewards, dim=1, keepdim=True)
     if scale != "none":
-        advantages = advantages / (std + eps)
+        advantages = advantages / (_scale(rewards, scale, ddof, constant) + eps)
     # A group of equal rewards has advantage exactly 0, not the float mean's rounding residue over its std.
-    advantages = torch.where(is_constant(rewards, 1), torch.zeros_like(advantages), advantages)
+    advantages = torch.where(constant, torch.zeros_like(advantages), advantages)
     return torch.nan_to_num(advantages, nan=0.0)
 
 
