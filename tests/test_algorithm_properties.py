@@ -21,7 +21,7 @@ dtype, finiteness (or NaN exactly where the contract puts it) and the spec's inv
 | ms_grpo | ``draw_scales`` | bool (B, R); one drawn scale inside each interval per prompt; per_batch rows equal; all True without M; reproducible |
 | ms_grpo | ``diverse_subgroups`` | min(k, C(G, tau)) distinct sorted size-tau tuples, first (0..tau-1), deterministic |
 | ms_grpo | ``num_subgroups`` | equals the interval/binomial formula and the size of ``diverse_subgroups``; <= the exhaustive count |
-| cw_grpo | ``covariance_weights`` | shape; dtype rule; finite; 0 on (garbage-filled) padding; >= 0; valid weights sum to the valid-token count per scope; detached; raw kernel in [0, 1]; affine invariance (eps 0) for scales 1e-30..1e30 and sign flips; permutation equivariance in a group |
+| cw_grpo | ``covariance_weights`` | shape; dtype rule; finite; 0 on (garbage-filled) padding; >= 0; valid weights sum to the valid-token count per scope; detached; raw kernel in [0, 1]; affine invariance ``w(a l + b, k A + d; eps * abs(a k)) = w(l, A; eps)`` for a, k from 1e-30 to 1e30 and sign flips; permutation equivariance in a group |
 | cw_grpo | ``covariance_stats`` / ``CovarianceStats`` | field shapes; terms finite and 0 on padding; token counts; covariance = mean term; sigma >= 0; degenerate on constant advantages and <= 1 token; degenerate -> weights 1 |
 | d3s | ``max_variance_subset`` | sorted unique indices, size min(k, n); variance = brute-force maximum at every magnitude; same indices after scaling by 1e-30 / 1e30; permutation leaves the chosen variance unchanged |
 | d3s | ``select_rollouts`` | pooled size min(k*B, N), group size min(k, G) per group; (N,) and (B, G) inputs agree; drop_degenerate_groups drops exactly the all-equal groups |
@@ -46,7 +46,11 @@ above ~1.8e19 made ``group_advantages`` / ``nanstd`` / ``normalize_then_sum_adva
 (group, batch) return zero advantages (the variance overflowed to inf); tiny rewards with eps = 0 gave
 advantages of +-3.4e38 (the variance underflowed to 0); a group of equal float32 rewards such as 6578.0 got
 advantages of order 1 in ``group_advantages`` (the float mean of equal values is off by an ulp, divided by a
-std of the same size); float64 rewards above ~1e154 gave ``multiscale_advantages`` wrong values and NaN at 1e300.
+std of the same size); float64 rewards above ~1e154 gave ``multiscale_advantages`` wrong values and NaN at 1e300;
+a group holding rewards of very different sizes (e.g. 2.5e-31, 0.55, 6.5 and -3.4e26) gave distinct rewards equal
+advantages, broke the zero-sum (by 0.5 in one float32 case) and made the two exact engines disagree (the
+group-mean centring rounded the small rewards' differences away); ``nanstd``
+of float64 input lost 3e-8 of relative precision (its ddof correction was computed in float32).
 """
 
 from __future__ import annotations
@@ -1091,3 +1095,21 @@ def test_regression_multiscale_float64_beyond_squares(magnitude):
         expected = multiscale_advantages(unit, eps=0.0, generator=torch.Generator().manual_seed(0), **kw)
         got = multiscale_advantages(unit * magnitude, eps=0.0, generator=torch.Generator().manual_seed(0), **kw)
         torch.testing.assert_close(got, expected)
+
+
+def test_regression_multiscale_group_of_very_different_magnitudes():
+    """The group-mean centring rounded the small rewards' differences away: distinct rewards got equal advantages,
+    and the value-class tables and the enumeration disagreed (found at float32, as cast to float64 here)."""
+    r = torch.tensor([[0.55075, 2.7036e-06, 6.4725, 2.49e-31, -3.354e26]], dtype=F64)
+    a = multiscale_advantages(r)
+    order = torch.argsort(r[0])
+    assert bool((a[0, order][1:] > a[0, order][:-1]).all()), "strict order preservation (P7)"
+    r = torch.tensor([[5.6355e28, 1.1431e-15, 8.5901e-30, 7.0559e27, -3.4056e-01, -1.2720e11]], dtype=F64)
+    counts, enumerated = (multiscale_advantages(r, method=m) for m in ("counts", "enumerate"))
+    torch.testing.assert_close(counts, enumerated)
+    assert abs(float(counts.sum())) < 1e-12 and abs(float(multiscale_advantages(r).sum())) < 1e-12
+
+
+def test_regression_float64_nanstd_keeps_float64_precision():
+    x = torch.tensor([[1.5409961082440434, -0.2934289057609464, -2.1787893820745577, 0.5684312772806678]], dtype=F64)
+    assert math.isclose(float(nanstd(x, dim=1)), ref_std(x[0].tolist(), 1), rel_tol=1e-14)
