@@ -122,14 +122,22 @@ def load_real(script_args, training_args, model_args):
     from grpo_family.collator import prepare_dataset
     from grpo_family.rewards import get_reward_funcs
 
-    # trust_remote_code stays off: only architectures that transformers itself ships are loaded.
+    # trust_remote_code stays off (only architectures transformers itself ships are loaded) unless asked for with
+    # trust_remote_code set in --model_init_kwargs (a JSON dict; TRL's ModelConfig has no flag for it), which runs
+    # Python code from the model repository; the tokenizer then follows the same choice.
+    trust = bool((training_args.model_init_kwargs or {}).get("trust_remote_code", False))
+    if trust:
+        logger.warning("trust_remote_code: the model repository's own Python code will run on this machine.")
     training_args.model_init_kwargs = {
         **(training_args.model_init_kwargs or {}),
         "revision": model_args.model_revision,
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
+        "trust_remote_code": trust,
     }
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=trust
+    )
     raw = load_dataset(script_args.dataset_name, name=script_args.dataset_config)
     columns = dict(
         preset=script_args.dataset_preset,

@@ -39,10 +39,12 @@ def _clean(s: str) -> str:
 def _letter_of(region: str, letters: str) -> str | None:
     """The letter a short answer region names: ``"C"``, ``"(C)"``, ``"C."``, ``"C) text"``, ``"C. text"``."""
     s = _clean(region)
-    if re.fullmatch(r"[\(\[]?\s*[A-Za-z]\s*[\)\]]?\s*[.:]?", s):
+    # Patterns here never put two unbounded whitespace runs next to each other: a completion with a long run of
+    # spaces would otherwise make the regex backtrack quadratically (or worse) before failing.
+    if re.fullmatch(r"[\(\[]?\s*[A-Za-z](?:\s*[\)\]])?\s*[.:]?", s):
         letter = re.search(r"[A-Za-z]", s).group(0).upper()
         return letter if letter in letters else None
-    m = re.match(r"[\(\[]?\s*([A-Z])\s*(?:[\)\]][\s.:]*|[.:]\s+|\s*$)", s)
+    m = re.match(r"[\(\[]?\s*([A-Z])(?:\s*[\)\]][\s.:]*|\s*[.:]\s+|\s*$)", s)
     if m and m.group(1) in letters:
         return m.group(1)
     return None
@@ -50,8 +52,8 @@ def _letter_of(region: str, letters: str) -> str | None:
 
 def _anchored(region: str, letters: str) -> str | None:
     pattern = re.compile(
-        r"(?i:answer|option|choice)\s*(?i:is|:|=)?\s*(?i:option|choice)?\s*[:\-]?\s*"
-        r"[\*\$\s]*(?:\\text\s*\{\s*)?[\(\[]?\s*([" + re.escape(letters) + r"])(?![A-Za-z0-9])"
+        r"(?i:answer|option|choice)(?:\s*(?i:is|:|=))?(?:\s*(?i:option|choice))?(?:\s*[:\-])?"
+        r"[\*\$\s]*(?:\\text\s*\{\s*)?(?:[\(\[]\s*)?([" + re.escape(letters) + r"])(?![A-Za-z0-9])"
     )
     matches = list(pattern.finditer(region))
     return matches[-1].group(1) if matches else None

@@ -34,7 +34,7 @@ __all__ = [
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
-_ANCHOR = re.compile(r"(?i:answer\s*(?:is|:))\s*:?\s*(.+)")
+_ANCHOR = re.compile(r"(?i:answer\s*(?:is|:))(?:\s*:)?\s*(.+)")  # no two adjacent \s*: linear on long whitespace
 _SPECIAL = {"yes", "no", "noanswer"}
 
 

@@ -71,8 +71,9 @@ DEFAULT_DIFFICULTY = DIFFICULTIES["default"]
 # splits never overlap whatever the seeds.
 _EVAL_BUCKETS = 10
 
-_STEP_RE = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)\s*\.?\s*$")
-_ANSWER_LINE_RE = re.compile(r"^\s*answer\s*:\s*(-?\d+)\s*\.?\s*$", re.IGNORECASE)
+# No two unbounded whitespace runs side by side: "1+2=3" + 10^5 spaces + "x" would backtrack quadratically.
+_STEP_RE = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)(?:\s*\.)?\s*$")
+_ANSWER_LINE_RE = re.compile(r"^\s*answer\s*:\s*(-?\d+)(?:\s*\.)?\s*$", re.IGNORECASE)
 _ANSWER_RE = re.compile(r"answer\s*:\s*(-?\d+)", re.IGNORECASE)
 _EXPR_RE = re.compile(r"\d+(?:\s*[-+*]\s*\d+)+")
 
@@ -166,7 +167,13 @@ def _text(completion) -> str:
 def extract_answer(text: str) -> int | None:
     """The integer after the last `Answer:` in `text`, or None."""
     matches = _ANSWER_RE.findall(text)
-    return int(matches[-1]) if matches else None
+    return _to_int(matches[-1]) if matches else None
+
+
+def _to_int(digits: str) -> int | None:
+    """``int(digits)``, or None for a number too long to convert (Python refuses > 4300 digits: a ValueError that
+    would make a reward or the step checker raise on a model's runaway number)."""
+    return int(digits) if len(digits) <= 1000 else None
 
 
 def arithmetic_reward(completions, answer, **kwargs) -> list[float | None]:
@@ -246,7 +253,7 @@ def check_steps(problem_or_solution, response) -> int | None:
         for j, line in enumerate(steps):
             answer = _ANSWER_LINE_RE.match(line)
             if answer is not None:
-                if int(answer.group(1)) != gold:
+                if _to_int(answer.group(1)) != gold:
                     return j + 1
             elif done >= len(computations) or "".join(line.split()).rstrip(".") != computations[done]:
                 return j + 1
@@ -259,11 +266,11 @@ def check_steps(problem_or_solution, response) -> int | None:
     for j, line in enumerate(steps):
         answer = _ANSWER_LINE_RE.match(line)
         if answer is not None:
-            if int(answer.group(1)) != gold:
+            if _to_int(answer.group(1)) != gold:
                 return j + 1
             continue
         step = _STEP_RE.match(line)
-        if step is None:
+        if step is None or any(len(step.group(g)) > 1000 for g in (1, 3, 4)):  # no such number in a problem
             return j + 1
         a, op, b, c = int(step.group(1)), step.group(2), int(step.group(3)), int(step.group(4))
         if _apply(a, op, b) != c:

@@ -7,10 +7,12 @@ default hook is TRL's own maths (``algorithms.grpo``), so ``grpo`` here trains b
 
 The base class also contains trouble instead of letting it corrupt a run:
 
-* reward functions are guarded: an exception or a non-finite value on some completions turns them into
-  "unscorable" (NaN reward, zero advantage) with a warning and a ``reward_errors/<name>`` metric; a function
-  that fails on *every* completion of the first batch is a set-up bug and stops the run before any update,
-  with its name in the message;
+* rows with an empty prompt stop the run at init (:func:`is_empty_prompt`), before any generation;
+* reward functions (sync or async) are guarded: an exception or a non-finite or non-numeric value on some
+  completions turns them into "unscorable" (NaN reward, zero advantage) with a warning and a
+  ``reward_errors/<name>`` metric; so does a non-finite value of a reward model; a function that fails on *every*
+  completion of the first batch (or returns the wrong number of values, or no number at all) is a set-up bug and
+  stops the run before any update, with its name in the message;
 * a step whose gradients are not finite is skipped (no parameter changes) and counted in ``skipped_steps``.
 """
 
@@ -21,13 +23,14 @@ import inspect
 import logging
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from accelerate.utils import gather, pad_across_processes
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import nanstd
+from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
 
@@ -39,6 +42,55 @@ _RESUME_STATE_FILE = "grpo_family_state_{}.pt"
 _TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
 
+class _UnpickledSecret(str):
+    """A token string that works as one in memory but is pickled as ``""`` and shown as ``'<redacted>'``.
+
+    Copies (``copy``/``deepcopy``) are the object itself, so only serialisation drops the value."""
+
+    def __reduce__(self):
+        return (str, ("",))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self) -> str:
+        return "'<redacted>'"
+
+
+def _card_value(value: Any) -> Any:
+    """A config value as a public model card may show it: credentials in a URL (``https://user:key@host``, e.g. a
+    judge's ``judge_base_url``) are masked."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", value) if isinstance(value, str) else value
+
+
+def _blank_content(content: Any) -> bool:
+    if content is None:
+        return True
+    if isinstance(content, str):
+        return not content.strip()
+    if isinstance(content, list):  # content parts: an image (or any non-text part) is content
+        return all(
+            isinstance(part, dict) and part.get("type", "text") == "text" and not str(part.get("text") or "").strip()
+            for part in content
+        )
+    return False
+
+
+def is_empty_prompt(prompt: Any) -> bool:
+    """Whether a ``prompt`` column entry asks nothing: a blank string, or a message list whose user messages (all
+    messages when there is no user message) have no text and no image. Other types are not judged (False)."""
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, list):
+        messages = [m for m in prompt if isinstance(m, dict)]
+        users = [m for m in messages if m.get("role") == "user"]
+        return all(_blank_content(m.get("content")) for m in users or messages)
+    return False
+
+
 class RewardFunctionError(RuntimeError):
     """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
 
@@ -46,9 +98,12 @@ class RewardFunctionError(RuntimeError):
 class GuardedReward:
     """Wraps a synchronous TRL reward function so one bad completion cannot stop a run.
 
-    If the function raises on the batch, it is called again one completion at a time and only the completions
-    that still fail become ``None`` ("cannot score"). Non-finite values also become ``None``. If every completion
-    fails while ``strict`` is set (the first generation batch), a :class:`RewardFunctionError` names the function.
+    If the function raises on the batch (or, after the first batch, returns the wrong number of values), it is
+    called again one completion at a time and only the completions that still fail become ``None`` ("cannot
+    score"). Values that are not finite numbers (NaN, inf, a string, a list, ...) also become ``None``, and every
+    value passed on is a plain ``float``. On the first generation batch (``strict``) a function that fails on
+    every completion, returns the wrong number of values, or returns no number at all is a set-up bug: a
+    :class:`RewardFunctionError` names it before any update.
     """
 
     def __init__(self, func: Callable, name: str, on_error: Callable[[str, int, str], None]):
@@ -57,51 +112,121 @@ class GuardedReward:
         self.on_error = on_error
         self.strict = True
 
+    @staticmethod
+    def _row_kwargs(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+        return {k: (v[i : i + 1] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
+
+    @staticmethod
+    def _single(value: Any) -> Any:
+        """The one value of a one-completion call, or None."""
+        try:
+            return value[0] if value is not None and len(value) == 1 else None
+        except TypeError:  # not a sequence
+            return None
+
     def _call_rows(self, completions: list, kwargs: dict[str, Any]) -> list:
         n = len(completions)
         out = []
         for i in range(n):
-            row = {k: (v[i : i + 1] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
             try:
-                value = self.func(completions=completions[i : i + 1], **row)
-                out.append(value[0] if value is not None and len(value) == 1 else None)
+                out.append(
+                    self._single(self.func(completions=completions[i : i + 1], **self._row_kwargs(kwargs, i, n)))
+                )
             except Exception:  # noqa: BLE001 - a reward function may raise anything
                 out.append(None)
         return out
 
+    def _counted(self, values: Any, n: int) -> list:
+        """``values`` as a list of ``n``; a :class:`RewardFunctionError` otherwise."""
+        try:
+            values = list(values) if values is not None else None
+        except TypeError:  # e.g. a bare float
+            values, got = None, type(values).__name__
+        else:
+            got = "None" if values is None else len(values)
+        if values is None or len(values) != n:
+            raise RewardFunctionError(
+                f"Reward function '{self.__name__}' returned {got} values for {n} completions; it must return "
+                "one value (a float, or None for 'cannot score') per completion."
+            )
+        return values
+
+    def _after_failure(self, error: Exception, values: list, n: int) -> None:
+        """Report the completions a batch-level failure left unscored; on the first batch, a total failure stops."""
+        failures = sum(v is None for v in values)
+        if self.strict and failures == n:
+            raise RewardFunctionError(
+                f"Reward function '{self.__name__}' failed on every completion of the first batch "
+                f"({type(error).__name__}: {error}). Fix the function (or the dataset columns it reads) before "
+                "training."
+            ) from error
+        self.on_error(self.__name__, failures, f"{type(error).__name__}: {error}")
+
+    def _clean(self, values: list) -> list[float | None]:
+        """Plain floats; ``None`` for None, non-finite and non-numeric values (counted and reported)."""
+        cleaned: list[float | None] = []
+        nonfinite, nonnumeric = 0, []
+        for value in values:
+            number = None
+            if value is not None:
+                try:
+                    if isinstance(value, str | bytes):  # float("nan") / float("1") would accept text
+                        raise TypeError
+                    number = float(value)
+                except Exception:  # noqa: BLE001 - a list, a dict, a multi-element tensor, ...
+                    nonnumeric.append(type(value).__name__)
+                else:
+                    if not math.isfinite(number):
+                        number, nonfinite = None, nonfinite + 1
+            cleaned.append(number)
+        if nonnumeric and self.strict and len(nonnumeric) == len(values):
+            raise RewardFunctionError(
+                f"Reward function '{self.__name__}' returned no number on the first batch (values of type "
+                f"{sorted(set(nonnumeric))}); it must return a float, or None for 'cannot score', per completion."
+            )
+        if nonnumeric:
+            self.on_error(self.__name__, len(nonnumeric), f"non-numeric reward ({', '.join(sorted(set(nonnumeric)))})")
+        if nonfinite:
+            self.on_error(self.__name__, nonfinite, "non-finite reward")
+        self.strict = False
+        return cleaned
+
     def __call__(self, completions: list, **kwargs: Any) -> list:
         n = len(completions)
         try:
-            values = self.func(completions=completions, **kwargs)
-            values = list(values) if values is not None else None
-            if values is None or len(values) != n:
-                got = "None" if values is None else len(values)
-                raise RewardFunctionError(
-                    f"Reward function '{self.__name__}' returned {got} values for {n} completions; it must return "
-                    "one value (a float, or None for 'cannot score') per completion."
-                )
+            values = self._counted(self.func(completions=completions, **kwargs), n)
         except Exception as error:  # noqa: BLE001 - contained below
             if isinstance(error, RewardFunctionError) and self.strict:
                 raise
             values = self._call_rows(completions, kwargs)
-            failures = sum(v is None for v in values)
-            if self.strict and failures == n:
-                raise RewardFunctionError(
-                    f"Reward function '{self.__name__}' failed on every completion of the first batch "
-                    f"({type(error).__name__}: {error}). Fix the function (or the dataset columns it reads) before "
-                    "training."
-                ) from error
-            self.on_error(self.__name__, failures, f"{type(error).__name__}: {error}")
-        cleaned = []
-        bad = 0
-        for value in values:
-            if value is not None and not math.isfinite(float(value)):
-                value, bad = None, bad + 1
-            cleaned.append(value)
-        if bad:
-            self.on_error(self.__name__, bad, "non-finite reward")
-        self.strict = False
-        return cleaned
+            self._after_failure(error, values, n)
+        return self._clean(values)
+
+
+class AsyncGuardedReward(GuardedReward):
+    """:class:`GuardedReward` for an ``async`` reward function (TRL awaits it on its event loop)."""
+
+    async def _call_rows_async(self, completions: list, kwargs: dict[str, Any]) -> list:
+        n = len(completions)
+        out = []
+        for i in range(n):
+            try:
+                value = await self.func(completions=completions[i : i + 1], **self._row_kwargs(kwargs, i, n))
+                out.append(self._single(value))
+            except Exception:  # noqa: BLE001
+                out.append(None)
+        return out
+
+    async def __call__(self, completions: list, **kwargs: Any) -> list:
+        n = len(completions)
+        try:
+            values = self._counted(await self.func(completions=completions, **kwargs), n)
+        except Exception as error:  # noqa: BLE001 - contained below
+            if isinstance(error, RewardFunctionError) and self.strict:
+                raise
+            values = await self._call_rows_async(completions, kwargs)
+            self._after_failure(error, values, n)
+        return self._clean(values)
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
@@ -157,14 +282,45 @@ class GRPOFamilyTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self._check_prompts()
         self._check_reward_columns()
         for i, func in enumerate(self.reward_funcs):
-            if not isinstance(func, torch.nn.Module) and not inspect.iscoroutinefunction(func):
-                self.reward_funcs[i] = GuardedReward(func, self.reward_func_names[i], self._on_reward_error)
+            if not isinstance(func, torch.nn.Module):
+                guard = AsyncGuardedReward if is_async_callable(func) else GuardedReward
+                self.reward_funcs[i] = guard(func, self.reward_func_names[i], self._on_reward_error)
         self._reward_context: dict[str, Any] | None = None
         self._skip_nonfinite_steps = self.is_deepspeed_enabled is False
+        if getattr(self.args, "hub_token", None) and not isinstance(self.args.hub_token, _UnpickledSecret):
+            # transformers pickles the whole config into training_args.bin of every checkpoint and of the final
+            # model (and uploads it with push_to_hub): keep the token usable in memory, never written to disk.
+            self.args.hub_token = _UnpickledSecret(self.args.hub_token)
 
     # ------------------------------------------------------------------ validation before training
+    def _check_prompts(self) -> None:
+        """Fail at start on rows with an empty prompt (see :func:`is_empty_prompt`).
+
+        TRL would generate from a chat template with no question in it, or from zero tokens, which crashes
+        ``generate`` whenever a whole batch is empty: a random crash hours into a run. Streamed datasets cannot be
+        scanned up front and are not checked.
+        """
+        named = [("training set", self.train_dataset)]
+        if isinstance(self.eval_dataset, dict):
+            named += [(f"evaluation set {key!r}", value) for key, value in self.eval_dataset.items()]
+        elif self.eval_dataset is not None:
+            named.append(("evaluation set", self.eval_dataset))
+        for name, dataset in named:
+            if "prompt" not in (getattr(dataset, "column_names", None) or ()) or not hasattr(dataset, "_fingerprint"):
+                continue
+            empty = [i for i, prompt in enumerate(dataset["prompt"]) if is_empty_prompt(prompt)]
+            if empty:
+                shown = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
+                raise ValueError(
+                    f"{len(empty)} of {len(dataset)} rows of the {name} have an empty prompt (no question text; rows "
+                    f"{shown}). Drop them before training: `dataset = dataset.filter(lambda row: not "
+                    "is_empty_prompt(row['prompt']))` with `from grpo_family.trainers.base import is_empty_prompt`, "
+                    "or point the collator's question_column= at the column that holds the questions."
+                )
+
     def _check_reward_columns(self) -> None:
         """Fail at start if a reward function needs a column the training set does not have."""
         dataset = self.train_dataset
@@ -260,6 +416,19 @@ class GRPOFamilyTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ advantage hook
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # Guarded functions never return inf or NaN by accident, but a reward *model*'s logits can: its non-finite
+        # values become "unscorable" too (an inf would otherwise turn a whole group's advantages into NaN).
+        models = [i for i, f in enumerate(self.reward_funcs) if isinstance(f, torch.nn.Module)]
+        if models:
+            bad = ~torch.isfinite(rewards_per_func[:, models])
+            if bool(bad.any()):
+                for column, i in enumerate(models):
+                    if bool(bad[:, column].any()):
+                        self._on_reward_error(
+                            self.reward_func_names[i], int(bad[:, column].sum()), "non-finite reward"
+                        )
+                rewards_per_func = rewards_per_func.clone()
+                rewards_per_func[:, models] = rewards_per_func[:, models].masked_fill(bad, math.nan)
         self._reward_context = {
             "inputs": inputs,
             "prompts": prompts,
@@ -346,7 +515,9 @@ class GRPOFamilyTrainer(GRPOTrainer):
             return
         base_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
         method_fields = [f.name for f in dataclasses.fields(self.args) if f.name not in base_fields]
-        rows = [(name, getattr(self.args, name)) for name in (*method_fields, *self._CARD_HYPERPARAMETERS)]
+        rows = [
+            (name, _card_value(getattr(self.args, name))) for name in (*method_fields, *self._CARD_HYPERPARAMETERS)
+        ]
         final = {}
         for entry in self.state.log_history:  # the last value of each metric (secrets never reach the logs)
             final.update({k: v for k, v in entry.items() if isinstance(v, int | float)})

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import re
 import textwrap
 import threading
 import time
@@ -242,6 +243,13 @@ class SGPOConfig(GRPOConfig):
                 "the other processes wait for the main process's judge inside a collective that times out after "
                 "ddp_timeout. Lower judge_batch_timeout or raise ddp_timeout."
             )
+        if self.judge_api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.judge_api_key_env):
+            # Not echoed: this is most likely the key itself, which must not reach a log or a traceback.
+            raise ValueError(
+                "judge_api_key_env must be the NAME of the environment variable holding the judge API key (default "
+                "'JUDGE_API_KEY'), not the key itself: export the key (e.g. `export JUDGE_API_KEY=...`) and pass "
+                "the variable's name. The value given is not a valid variable name."
+            )
         if self.judge_temperature is not None and self.judge_temperature < 0:
             raise ValueError(f"judge_temperature must be >= 0 or None, got {self.judge_temperature}.")
         if self.judge_temperature == 0 and self.num_judge_votes > 1:
@@ -295,7 +303,15 @@ def _problem_text(row: dict, column: str | None) -> str:
 
 def _clean_verdict(verdict: Any, num_steps: int) -> tuple[Any, int, str]:
     """``(first_error, calls, reason)`` from whatever a judge returned: a :class:`JudgeVerdict`-like object or a
-    bare verdict. Anything but ``None``, NaN or an int in ``1..K`` is a failure."""
+    bare verdict. Anything but ``None``, NaN or an int in ``1..K`` is a failure; never raises (it runs on the main
+    process between two collectives, where an exception would leave the other processes waiting)."""
+    try:
+        return _read_verdict(verdict, num_steps)
+    except Exception as error:  # noqa: BLE001 - e.g. a verdict object whose attributes raise
+        return math.nan, 1, f"unreadable verdict ({type(error).__name__}: {error})"
+
+
+def _read_verdict(verdict: Any, num_steps: int) -> tuple[Any, int, str]:
     value = getattr(verdict, "first_error", verdict)
     votes = getattr(verdict, "votes", None)
     calls = len(votes) if isinstance(votes, list) else 1

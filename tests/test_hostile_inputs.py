@@ -1,0 +1,557 @@
+"""Hostile and broken inputs (issue 10, part 2): each gets a clear outcome.
+
+Either an error that names the problem before training starts, or -- during training -- the affected completions
+become unscorable (NaN reward, zero advantage) with a warning and a metric; never a crash mid-run, a hang, or a NaN
+in the weights. The table of what each input gets is ``benchmarks/results/hostile_inputs.md``.
+
+"Bounded" below means: the call returns within a generous wall-clock limit, checked from a watchdog thread so that
+a regression fails the test instead of hanging the suite. The limits are one to two orders of magnitude above the
+normal cost on a busy 2-core machine and far below what the quadratic or exponential behaviours they guard against
+take (minutes to hours on a 1 MB input); they are not performance measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from conftest import digit_share_reward
+from datasets import Dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_judges import FakeOpenAI, ScriptedLM, completion
+
+from grpo_family import METHODS, RewardFunctionError
+from grpo_family.rewards import get_reward_funcs, reward_names
+from grpo_family.rewards.judges import (
+    JudgeRequest,
+    OpenAICompatibleJudge,
+    ProgrammaticJudge,
+    PromptTemplate,
+    TransformersJudge,
+    parse_verdict,
+    strip_reasoning,
+)
+from grpo_family.rewards.math import MathAccuracyReward
+from grpo_family.rewards.steps import split_steps
+from grpo_family.rewards.timeout import get_runner
+from grpo_family.trainers.base import GuardedReward, is_empty_prompt
+from grpo_family.trainers.sgpo import _clean_verdict
+
+MB = 1_000_000
+
+
+def bounded(seconds: float, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` run in a daemon thread (so also off the main thread); fails if it takes longer than
+    ``seconds`` instead of hanging, and re-raises what it raised."""
+    box: dict[str, Any] = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def is_fail(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+# ------------------------------------------------------------------------------------------------ hostile texts
+# Each id names what the text attacks. The 1 MB ones with many unclosed tags / long whitespace runs took minutes to
+# hours before the fixes in rewards/extract.py, choice.py, qa.py and judges.py (regex backtracking).
+HOSTILE_TEXTS = {
+    "empty": "",
+    "whitespace_only": " \n\t\r\n ",
+    "1MB_plain": "x" * MB,
+    "1MB_unclosed_answer_tags": "<answer>" * (MB // 8),
+    "1MB_unclosed_think_tags": "<think>" * (MB // 7),
+    "1MB_stray_think_closes": "</think>" * (MB // 8),
+    "1MB_mismatched_think_blocks": "<think>x</thinking>" * (MB // 19),
+    "1MB_unclosed_boxes": "\\boxed{" * (MB // 7),
+    "1MB_nested_braces": "\\boxed{" + "{" * (MB // 2) + "}" * (MB // 2) + "}",
+    "1MB_digits_in_a_box": "\\boxed{" + "9" * MB + "}",
+    "1MB_lines": "1+2=3\n" * (MB // 6),
+    "anchor_then_300k_spaces": "The answer is" + " " * 300_000 + "!",
+    "anchor_then_300k_newlines": "Answer:" + "\n" * 300_000,
+    "letter_then_300k_spaces": "C" + " " * 300_000 + "x",
+    "step_then_300k_spaces": "1+2=3" + " " * 300_000 + "x",
+    "verdict_then_300k_spaces": "FIRST_ERROR_STEP:" + " " * 300_000 + "x",
+    "5000_digit_answer": "Answer: " + "9" * 5000 + "\n\\boxed{" + "9" * 5000 + "}",
+    "lone_surrogates": "\ud800 step one\n\n\udfff <answer>A</answer> \\boxed{4\udcff}",
+    "surrogateescape_bytes": bytes(range(128, 256)).decode("utf-8", errors="surrogateescape") + " Answer: 4",
+    "nul_and_control_chars": "\x00\x1b[2J\x7f<answer>\x00</answer>\u202e\ufeff",
+}
+TEXT_IDS = list(HOSTILE_TEXTS)
+TEXTS = list(HOSTILE_TEXTS.values())
+
+# Gold answers / columns each reward reads.
+REWARD_COLUMNS = {
+    "choice_accuracy": {"answer": "A"},
+    "code_tests": {"test_cases": [{"input": "", "output": "4\n"}]},
+}
+
+
+@pytest.mark.parametrize("name", reward_names())
+def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging(name):
+    """Every reward in the registry, on every hostile text (as a plain string and as a chat message): one value per
+    completion, each a float in [0, 1] or None, returned in bounded time."""
+    func = get_reward_funcs([name])[0]
+    completions = TEXTS + [[{"role": "assistant", "content": text}] for text in TEXTS]
+    if name == "math_accuracy":  # its own deadline bounds each item; a short one keeps the test short
+        func = MathAccuracyReward(timeout=2.0)
+        completions = TEXTS
+    columns = REWARD_COLUMNS.get(name, {"answer": "4"})
+    kwargs = {column: [value] * len(completions) for column, value in columns.items()}
+    values = bounded(300 if name == "math_accuracy" else 60, func, completions=completions, **kwargs)
+    assert len(values) == len(completions)
+    for text_id, value in zip(TEXT_IDS * 2, values):
+        assert value is None or (isinstance(value, float) and 0.0 <= value <= 1.0), (text_id, value)
+
+
+@pytest.mark.parametrize("text", TEXTS, ids=TEXT_IDS)
+def test_step_splitting_and_reasoning_stripping_are_bounded(text):
+    for splitter in ("paragraph", "line", "sentence"):
+        steps = bounded(30, split_steps, text, splitter=splitter, max_steps=8)
+        assert len(steps) <= 8 and all(step.strip() for step in steps)
+    assert isinstance(bounded(30, strip_reasoning, text), str)
+    assert is_fail(bounded(30, parse_verdict, text, 3)) or bounded(30, parse_verdict, text, 3) in (None, 1, 2, 3)
+
+
+# ------------------------------------------------------------------------------------------------ math parser
+# Answers that make a LaTeX / sympy parser slow or explode: 10^4 nested braces, 10^3 nested \frac, power towers
+# whose value has more digits than atoms in the universe, a float exponent of ten million.
+SLOW_MATH = {
+    "10^4_nested_braces": "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
+    "10^3_nested_fracs": "\\boxed{" + "\\frac{1}{" * 1000 + "2" + "}" * 1000 + "}",
+    "power_tower_latex": "\\boxed{10^{10^{10^{10}}}}",
+    "power_tower_plain": "The final answer is 10^10^10^10",
+    "nine_tower": "\\boxed{9^{9^{9^{9}}}}",
+    "1e9999999": "\\boxed{1e9999999}",
+    "huge_factorial": "\\boxed{100000000!}",
+}
+
+
+def test_slow_math_answers_are_bounded_by_the_timeout_off_the_main_thread():
+    """From a non-main thread (where math-verify's signal.alarm timeouts cannot work) each pathological answer
+    costs at most the deadline (plus restarting the killed worker) and scores None (timeout) or 0.0, never hangs."""
+    get_runner("process", 1, preload=("grpo_family.rewards.math",)).map(abs, [(1,)], 120)  # worker started
+    reward = MathAccuracyReward(timeout=1.5)
+    texts = list(SLOW_MATH.values()) + ["\\boxed{4}"]
+    values = bounded(len(texts) * 30, reward, [[{"role": "assistant", "content": t}] for t in texts], answer=["4"] * 8)
+    assert values[-1] == 1.0  # the pool still serves after the timeouts
+    for name, value in zip(SLOW_MATH, values):
+        assert value in (None, 0.0), (name, value)
+    assert reward.counts["timeouts"] >= 1 and reward.counts["total"] == len(texts)
+
+
+def test_slow_gold_answer_is_bounded_too():
+    reward = MathAccuracyReward(timeout=1.5)
+    values = bounded(60, reward, ["\\boxed{4}"], answer=[SLOW_MATH["power_tower_latex"]])
+    assert values in ([None], [0.0])
+
+
+# ------------------------------------------------------------------------------------------------ judges
+HOSTILE_REQUESTS = [
+    JudgeRequest(problem=text, reference_solution=text, gold_answer=text, steps=(text, "2+2=4"))
+    for text in ("\udcff\ud800", "{steps} {problem} {{}}", "x" * MB, "\x00")
+] + [JudgeRequest(problem="Compute 1+2.", reference_solution=None, gold_answer=None, steps=())]
+
+
+def test_judge_prompts_are_built_for_hostile_requests():
+    """The prompt renders and JSON-encodes (surrogates escaped, so the HTTP body is valid ASCII) for any text."""
+    template = PromptTemplate.load()
+    for request in HOSTILE_REQUESTS:
+        messages = bounded(30, template.messages, request)
+        body = json.dumps({"messages": messages}).encode()
+        assert json.loads(body)["messages"] == messages
+    # Placeholders inside the inserted text are not expanded again.
+    system, user = template.render(HOSTILE_REQUESTS[1])
+    assert "{steps} {problem} {{}}" in user
+
+
+def test_openai_judge_sends_hostile_requests_and_survives_garbage_answers():
+    garbage = [
+        completion("FIRST_ERROR_STEP: " + "9" * 5000),  # int() refuses > 4300 digits
+        completion("<think>" * 20_000 + "FIRST_ERROR_STEP: 1"),  # unclosed reasoning: no verdict
+        completion({"nested": "dict"}),
+        completion([7, None, {"no": "text"}]),  # content parts without text
+        [1, 2, 3],  # JSON, but not an object
+        "just a string",
+        {"choices": [{"message": "not a dict"}]},
+        b"\xff\xfe\x00 not utf-8",
+        json.dumps(completion("\udcff FIRST_ERROR_STEP: \ud800")).encode(),  # escaped lone surrogates
+        completion("x" * MB),
+    ]
+    server = FakeOpenAI()
+    try:
+        server.behave = lambda body, headers, n: (200, garbage[n % len(garbage)], 0.0)
+        judge = OpenAICompatibleJudge(server.url, "judge", max_retries=0, timeout=10.0, concurrency=4)
+        verdicts = bounded(120, judge.judge, [HOSTILE_REQUESTS[0]] * len(garbage) + HOSTILE_REQUESTS[1:])
+    finally:
+        server.close()
+    assert len(verdicts) == len(garbage) + len(HOSTILE_REQUESTS) - 1
+    assert all(v.failed for v in verdicts[: len(garbage)])  # garbage is a failure (NaN reward), never a crash
+    assert verdicts[-1].first_error is None and verdicts[-1].num_calls == 0  # nothing to judge: no request
+    sent = [r["body"]["messages"] for r in server.requests]
+    assert any("\udcff" in m[-1]["content"] for m in sent)  # the surrogates arrived, JSON-escaped
+
+
+def test_transformers_judge_survives_hostile_requests_and_garbage_output(tiny_tokenizer):
+    for text in ("FIRST_ERROR_STEP: " + "9" * 5000, "\udcff" * 10, "<think>" * 5000):
+        judge = TransformersJudge(ScriptedLM(tiny_tokenizer, "garbage"), tiny_tokenizer)
+        judge._generate = lambda prompts, text=text: [[text] for _ in prompts]  # what the model "said"
+        requests = [r for r in HOSTILE_REQUESTS if len(r.problem) < 1000]  # tokenizing 1 MB is slow, not hostile
+        verdicts = bounded(60, judge.judge, requests)
+        assert len(verdicts) == len(requests)
+        assert all(v.failed for v in verdicts[:-1]) and not verdicts[-1].failed
+
+
+def test_programmatic_judge_on_hostile_steps():
+    judge = ProgrammaticJudge()
+    requests = [JudgeRequest("Compute 1+2.", None, "3", (text,)) for text in TEXTS if text.strip()] + HOSTILE_REQUESTS
+    verdicts = bounded(120, judge.judge, requests)
+    assert len(verdicts) == len(requests)
+    for verdict in verdicts:
+        assert verdict.failed or verdict.first_error is None or verdict.first_error == 1
+
+
+GARBAGE_VERDICTS = [
+    "",
+    "the second step looks off",
+    "FIRST_ERROR_STEP: 0",
+    "FIRST_ERROR_STEP: -1",
+    "FIRST_ERROR_STEP: 4",  # K = 3
+    "FIRST_ERROR_STEP: " + "9" * 5000,
+    "FIRST_ERROR_STEP: 1e3",
+    "FIRST_ERROR_STEP: nan",
+    "FIRST_ERROR_STEP: two",
+    "<think>FIRST_ERROR_STEP: 2",  # only inside an unclosed reasoning block
+    "<think>FIRST_ERROR_STEP: 2</think>",  # only inside reasoning
+    "\udcff\ud800",
+    None,
+    42,
+    b"FIRST_ERROR_STEP: 2",
+]
+
+
+@pytest.mark.parametrize("text", GARBAGE_VERDICTS, ids=range(len(GARBAGE_VERDICTS)))
+def test_garbage_judge_output_is_a_failure_verdict(text):
+    assert is_fail(parse_verdict(text, 3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300), st.integers(1, 20))
+def test_parse_verdict_never_raises_and_stays_in_range(text, num_steps):
+    verdict = parse_verdict(text, num_steps)
+    assert verdict is None or is_fail(verdict) or (isinstance(verdict, int) and 1 <= verdict <= num_steps)
+
+
+class RaisingAttribute:
+    @property
+    def first_error(self):
+        raise RuntimeError("broken verdict object")
+
+
+@pytest.mark.parametrize(
+    "verdict", [math.inf, 2.0, "2", 10**100, True, -3, [2], object(), RaisingAttribute()], ids=lambda v: repr(v)[:20]
+)
+def test_sgpo_turns_any_garbage_verdict_object_into_a_failure(verdict):
+    value, _, reason = _clean_verdict(verdict, 3)
+    assert is_fail(value) and reason
+
+
+# ------------------------------------------------------------------------------------------------ empty prompts
+EMPTY_PROMPTS = {
+    "blank_string": "  \n",
+    "empty_user_message": [{"role": "user", "content": ""}],
+    "system_prompt_but_blank_question": [{"role": "system", "content": "Think."}, {"role": "user", "content": " "}],
+    "blank_text_parts": [{"role": "user", "content": [{"type": "text", "text": ""}]}],
+    "no_content_key": [{"role": "user"}],
+}
+
+
+def test_is_empty_prompt():
+    for prompt in EMPTY_PROMPTS.values():
+        assert is_empty_prompt(prompt)
+    assert not is_empty_prompt("Compute 1+2.")
+    assert not is_empty_prompt([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}])
+    assert not is_empty_prompt([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": ""}]}])
+
+
+@pytest.mark.parametrize("kind", list(EMPTY_PROMPTS))
+def test_empty_prompts_fail_at_init_naming_the_rows(kind, tiny_model_dir, tiny_tokenizer, config_kwargs):
+    """An empty prompt would make TRL generate from a template with no question, or from zero tokens -- which
+    crashes ``generate`` whenever a whole batch is empty. It is refused before training, with the rows and the fix."""
+    good = {
+        "blank_string": "Compute 1+2.",
+        "blank_text_parts": [{"role": "user", "content": [{"type": "text", "text": "Compute 1+2."}]}],
+    }.get(kind, [{"role": "user", "content": "Compute 1+2."}])
+    rows = [{"prompt": EMPTY_PROMPTS[kind] if i in (3, 5) else good, "answer": "3"} for i in range(8)]
+    config_cls, trainer_cls = METHODS["grpo"]
+    with pytest.raises(ValueError, match=r"2 of 8 rows of the training set have an empty prompt .*rows 3, 5.*filter"):
+        trainer_cls(
+            model=tiny_model_dir,
+            reward_funcs=[digit_share_reward],
+            args=config_cls(**config_kwargs()),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tiny_tokenizer,
+        )
+
+
+# ------------------------------------------------------------------------------------------------ hostile rewards
+def counter_reward(name: str, bad: Callable[[int], Any], *, every: int = 3) -> Callable:
+    """A reward that returns ``bad(n)`` (or raises, if ``bad`` raises) for every ``every``-th completion it sees
+    (counted over all calls, row-wise retries included) and a digit-share score for the others."""
+    seen = [0]
+
+    def reward(completions, **kwargs):
+        out = []
+        for score in digit_share_reward(completions):
+            seen[0] += 1
+            out.append(bad(len(completions)) if seen[0] % every == 0 else score)
+        return out
+
+    reward.__name__ = name
+    return reward
+
+
+def _raise(n):
+    raise RuntimeError("reward server unavailable")
+
+
+def wrong_count_after_first_batch(completions, **kwargs):
+    wrong_count_after_first_batch.calls += 1
+    scores = digit_share_reward(completions)
+    return scores[:-1] if wrong_count_after_first_batch.calls > 1 and len(scores) > 1 else scores
+
+
+async def async_raising_reward(completions, **kwargs):
+    """Async: a batch call always times out; retried one by one, every third completion still does."""
+    async_raising_reward.calls += 1
+    if len(completions) > 1 or async_raising_reward.calls % 3 == 0:
+        raise TimeoutError("async scorer timed out")
+    return digit_share_reward(completions)
+
+
+def hostile_rewards() -> list[Callable]:
+    wrong_count_after_first_batch.calls = async_raising_reward.calls = 0
+    return [
+        digit_share_reward,  # sane, first: SGPO's correctness reward
+        counter_reward("raises_reward", _raise),
+        counter_reward("none_reward", lambda n: None),
+        counter_reward("nan_reward", lambda n: math.nan),
+        counter_reward("inf_reward", lambda n: math.inf),
+        counter_reward("neg_inf_reward", lambda n: -math.inf),
+        counter_reward("string_reward", lambda n: "0.5"),
+        counter_reward("list_reward", lambda n: [0.5]),
+        wrong_count_after_first_batch,
+        async_raising_reward,
+    ]
+
+
+CONTAINED = ["raises_reward", "nan_reward", "inf_reward", "neg_inf_reward", "string_reward", "list_reward"]
+
+
+def train_and_record(method, model_dir, tokenizer, dataset, config_kwargs, rewards, trainer_kwargs=None, **overrides):
+    """Train ``method`` for the config's steps, recording each generation batch's advantages and completion ids."""
+    config_cls, trainer_cls = METHODS[method]
+    trainer = trainer_cls(
+        model=model_dir,
+        reward_funcs=rewards,
+        args=config_cls(**config_kwargs(**overrides)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        **(trainer_kwargs or {}),
+    )
+    trainer.recorded = []
+    original = trainer._generate_and_score_completions
+
+    def record(inputs):
+        out = original(inputs)
+        trainer.recorded.append({"advantages": out["advantages"].clone(), "completion_ids": out["completion_ids"]})
+        return out
+
+    trainer._generate_and_score_completions = record
+    initial = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train()
+    return trainer, initial
+
+
+def logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_hostile_rewards_are_contained_in_every_method(
+    method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, caplog
+):
+    """Ten reward functions at once -- raising, None, NaN, +-inf, a string, a list, the wrong count after the first
+    batch, an async one that raises -- through two real steps of each method: training finishes, every advantage
+    and weight stays finite, and each misbehaving function has its ``reward_errors/<name>`` metric and warning."""
+    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.base"):
+        trainer, initial = train_and_record(
+            method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, hostile_rewards()
+        )
+    assert trainer.state.global_step == 2
+    assert all(torch.isfinite(r["advantages"]).all() for r in trainer.recorded)
+    weights = trainer.model.state_dict()
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    assert any(not torch.equal(initial[k], weights[k]) for k in initial), "nothing was trained"
+    assert all(math.isfinite(loss) for loss in logged(trainer, "loss"))
+    for name in CONTAINED:
+        assert sum(logged(trainer, f"reward_errors/{name}")) > 0, name
+        assert f"Reward function '{name}' could not score" in caplog.text, name
+    assert logged(trainer, "reward_errors/wrong_count_after_first_batch")  # the second batch fell back to rows
+    assert sum(logged(trainer, "reward_errors/async_raising_reward")) > 0
+    assert not logged(trainer, "skipped_steps")  # nothing non-finite reached the gradients
+
+
+@pytest.mark.parametrize(
+    "reward, match",
+    [
+        (counter_reward("always_raises", _raise, every=1), r"always_raises.*failed on every completion.*RuntimeError"),
+        (lambda completions, **kw: [0.5], r"returned 1 values for 8 completions"),
+        (counter_reward("all_strings", lambda n: "high", every=1), r"all_strings.*no number.*\['str'\]"),
+        (lambda completions, **kw: 0.5, r"returned float values for 8"),
+    ],
+    ids=["raises_always", "wrong_count", "all_strings", "not_a_list"],
+)
+def test_unusable_reward_stops_before_any_update(
+    reward, match, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs
+):
+    with pytest.raises(RewardFunctionError, match=match):
+        train_and_record("grpo", tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, [reward])
+
+
+def test_reward_model_inf_logits_are_unscorable(tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs):
+    """A reward *model* (an nn.Module TRL calls itself) whose logits are inf / NaN: unscorable, metric, finite run."""
+    from transformers import AutoModelForSequenceClassification
+
+    scorer = AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1)
+    scorer.config.pad_token_id = tiny_tokenizer.pad_token_id
+    calls = [0]
+
+    def poison(module, args, output):  # every other completion's score is inf, then NaN
+        calls[0] += 1
+        logits = output.logits.clone()
+        logits[::2, 0] = math.inf if calls[0] == 1 else math.nan
+        output.logits = logits
+        return output
+
+    scorer.register_forward_hook(poison)
+    trainer, _ = train_and_record(
+        "grpo",
+        tiny_model_dir,
+        tiny_tokenizer,
+        arithmetic_train,
+        config_kwargs,
+        [scorer, digit_share_reward],
+        trainer_kwargs={"reward_processing_classes": [tiny_tokenizer, None]},
+    )
+    assert all(torch.isfinite(r["advantages"]).all() for r in trainer.recorded)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    name = trainer.reward_func_names[0]
+    assert logged(trainer, f"reward_errors/{name}") == [4.0, 4.0]
+
+
+# ------------------------------------------------------------------------------------------------ empty completions
+def alternating_reward(completions, **kwargs):
+    alternating_reward.calls += 1
+    return [float((i + alternating_reward.calls) % 2) for i in range(len(completions))]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_empty_completions_train_finitely_in_every_method(
+    method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs
+):
+    """Every completion is just the end-of-sequence token (empty text, one-token mask) while the rewards still
+    differ within groups: every method's advantages, loss and weights stay finite."""
+    eos = tiny_tokenizer.eos_token_id
+    suppress = [i for i in range(len(tiny_tokenizer)) if i != eos]
+    alternating_reward.calls = 0
+    trainer, _ = train_and_record(
+        method,
+        tiny_model_dir,
+        tiny_tokenizer,
+        arithmetic_train,
+        config_kwargs,
+        [alternating_reward],
+        generation_kwargs={"suppress_tokens": suppress},
+    )
+    assert all(r["completion_ids"].size(1) == 1 for r in trainer.recorded)  # really empty
+    assert any(r["advantages"].abs().sum() > 0 for r in trainer.recorded)
+    assert all(torch.isfinite(r["advantages"]).all() for r in trainer.recorded)
+    assert all(math.isfinite(loss) for loss in logged(trainer, "loss"))
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_guarded_reward_unit_behaviour():
+    """The guard on its own: plain floats out, None for anything unusable, the reasons reported."""
+    errors = []
+    guard = GuardedReward(lambda completions, **kw: [1, True, None, "0.5", math.nan, torch.tensor(0.25)], "r",
+                          lambda name, count, reason: errors.append((count, reason)))  # fmt: skip
+    assert guard(completions=list("abcdef")) == [1.0, 1.0, None, None, None, 0.25]
+    assert errors == [(1, "non-numeric reward (str)"), (1, "non-finite reward")]
+
+
+# ------------------------------------------------------------------------------------------------ configs
+# One incompatible combination per method: rejected when the config is built (before any model is loaded), by the
+# method's one __post_init__, with a message that names the options and what to change.
+BAD_CONFIGS = {
+    "grpo": ({"per_device_train_batch_size": 6, "num_generations": 4}, r"divisible by num_generations"),
+    "ms_grpo": ({"tau_min": 5, "num_generations": 4}, r"tau_min=5 exceeds num_generations=4; need 2 <= tau_min"),
+    "cw_grpo": ({"cw_bandwidth_scale": 0.0}, r"cw_bandwidth_scale must be > 0 \(1.0 = the paper\).*use method 'grpo'"),
+    "d3s": (
+        {"d3s_drop_degenerate_groups": True, "d3s_sample_scope": "pooled"},
+        r"d3s_drop_degenerate_groups needs d3s_sample_scope='group'",
+    ),
+    "sgpo": (
+        {"judge_batch_timeout": 2000.0, "ddp_timeout": 1800},
+        r"judge_batch_timeout \(2000s\) must stay below ddp_timeout.*Lower judge_batch_timeout or raise ddp_timeout",
+    ),
+    "gpg": (
+        {"steps_per_generation": 2, "gradient_accumulation_steps": 1},
+        r"steps_per_generation \(2\) must equal gradient_accumulation_steps \(1\).*Leave steps_per_generation",
+    ),
+}
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_incompatible_config_is_refused_when_built(method, config_kwargs):
+    assert set(BAD_CONFIGS) == set(METHODS)
+    overrides, match = BAD_CONFIGS[method]
+    config_cls, _ = METHODS[method]
+    with pytest.raises(ValueError, match=match):
+        config_cls(**config_kwargs(**overrides))
+    config_cls(**config_kwargs())  # the same config without the bad combination is fine
+
+
+def test_hostile_dataset_text_cannot_reach_training():
+    """Arrow stores UTF-8 only: a dataset row with a lone surrogate is refused when the dataset is built, so it can
+    never reach the tokenizer mid-run (TRL accepts only datasets.Dataset / IterableDataset)."""
+    with pytest.raises(Exception, match="surrogate|utf-8|UTF-8|encode"):
+        Dataset.from_list([{"prompt": "Compute \udcff 1+2.", "answer": "3"}])
+
+
+def test_a_slow_reward_call_is_not_charged_to_the_test_suite():
+    """Sanity check of the watchdog itself: a hang is reported, not waited for."""
+    start = time.monotonic()
+    with pytest.raises(AssertionError, match="did not return within"):
+        bounded(0.2, time.sleep, 30)
+    assert time.monotonic() - start < 5
