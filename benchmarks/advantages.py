@@ -8,19 +8,19 @@ Three tables go to ``benchmarks/results/advantages.md`` (``--output`` elsewhere)
 1. **Per-batch functions at realistic sizes**: prompts B in {256, 1024} x completions per prompt G in {8, 16, 64};
    per-token functions get 512 tokens per completion (B*G rows x 512, padded; lengths uniform in 128..512).
    Each figure is the median over ``--reps`` repetitions; every repetition times ``group_advantages`` on the
-   same (B, G) rewards and then the function, back to back, and the ratio is the median of the per-repetition
-   ratios, so drift in the machine's speed hits both alike. Each function is called once first (warm-up; the
-   "first call" column, which includes building the caches of MS-GRPO and the greedy subgroup selection), and
-   calls faster than 2 ms are looped so one timing lasts at least 2 ms. The "% of assumed real step" column is an
-   **assumption**, not a measurement: a real-scale GRPO step taken as 184 s for 256 prompts x 8 completions (the
-   GRPO reference of the MS-GRPO paper's Table 6: 3B/7B models, outputs up to 2048 tokens), scaled linearly
-   with B*G.
+   same (B, G) rewards (after one untimed call, so its caches are warm) and then the function, back to back; the
+   ratio is median(function) / median(``group_advantages``), consistent with the times printed. Each function is
+   called once first (the "first call" column, which includes building MS-GRPO's value-class tables and greedy
+   subgroup selections), and calls faster than 2 ms are looped so one timing lasts at least 2 ms. The "% of
+   assumed real step" column is an **assumption**, not a measurement: a real-scale GRPO step taken as 184 s for
+   256 prompts x 8 completions (the GRPO reference of the MS-GRPO paper's Table 6: 3B/7B models, outputs up to
+   2048 tokens), scaled linearly with B*G.
 2. **Per-call helpers** whose cost does not depend on the batch (schedules, scale weights, option checks,
    cached subgroup selections, the gradient-scale wrapper), per call.
 3. **At the embedded default's size** (8 prompts x 8 completions x 40 tokens, the batch of ``examples/train.py
    --method grpo`` with no model given) every function again, as a share of one **measured** grpo training step
-   on the bundled warm-started tiny model (TRL's ``step_time``: generation, reward, loss, backward, optimizer;
-   median over ``--steps`` steps after a dropped first one).
+   on the bundled warm-started tiny model (generation, reward, loss, backward, optimizer; median over ``--steps``
+   steps after a dropped first one).
 
 Everything runs with one torch thread (``torch.set_num_threads(1)``), the training step too (so it is slower
 than the default multi-threaded run), and every time is **CPU time**, not wall-clock: the function timings are
@@ -95,7 +95,7 @@ def _calibrate(fn: Callable[[], object]) -> int:
 @dataclass
 class Timing:
     seconds: float  # median per call
-    ratio: float  # median of per-repetition (function / group_advantages)
+    ratio: float  # median(function) / median(group_advantages), interleaved repetitions
     first: float  # the first (cold) call
 
 
@@ -104,13 +104,12 @@ def measure(fn: Callable[[], object], baseline: Callable[[], object], reps: int)
     if first > 1.0:  # slow cases: fewer repetitions keep the whole run in minutes
         reps = min(reps, 3)
     loops, base_loops = _calibrate(fn), _calibrate(baseline)
-    times, ratios = [], []
+    times, base_times = [], []
     for _ in range(reps):
-        base = _loop_seconds(baseline, base_loops) / base_loops
-        t = _loop_seconds(fn, loops) / loops
-        times.append(t)
-        ratios.append(t / base)
-    return Timing(statistics.median(times), statistics.median(ratios), first)
+        baseline()  # untimed: after a large call the caches are cold, which would inflate the baseline
+        base_times.append(_loop_seconds(baseline, base_loops) / base_loops)
+        times.append(_loop_seconds(fn, loops) / loops)
+    return Timing(statistics.median(times), statistics.median(times) / statistics.median(base_times), first)
 
 
 # ---------------------------------------------------------------------------------------------------- inputs
@@ -370,10 +369,9 @@ def measured_step(quick: bool, steps: int, workdir: Path) -> Step:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     config_cls, trainer_cls = METHODS["grpo"]
-    config = config_cls(
-        output_dir=str(workdir / "run"), max_steps=steps + 1, logging_steps=1, use_cpu=True, bf16=False,
-        report_to="none", save_strategy="no", disable_tqdm=True, seed=0, **args,
-    )  # fmt: skip
+    fixed = dict(output_dir=str(workdir / "run"), max_steps=steps + 1, logging_steps=1, use_cpu=True, bf16=False,
+                 report_to="none", save_strategy="no", disable_tqdm=True, seed=0)  # fmt: skip
+    config = config_cls(**{**args, **fixed})
     assert isinstance(config, GRPOConfig)
     trainer = trainer_cls(
         model=str(path),
@@ -418,6 +416,10 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(1)
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
     started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="grpo-family-advantages-") as tmp:  # first: the part most likely to fail
+        step = measured_step(args.quick, steps, Path(tmp))
+    step_seconds, eB, eG, eT = step.cpu, step.B, step.G, step.T
+    torch.set_num_threads(1)  # the trainer may have touched it
 
     prompts, group_sizes, tokens = ((16,), (4, 8), 16) if args.quick else ((256, 1024), (8, 16, 64), 512)
     max_tokens = 2**23  # per-token functions up to ~8.4M tokens (1024 x 16 x 512); beyond: GBs of float64 temporaries
@@ -441,10 +443,6 @@ def main(argv: list[str] | None = None) -> str:
         for name, case, call in helper_cases(group_sizes[-1])
     ]
 
-    with tempfile.TemporaryDirectory(prefix="grpo-family-advantages-") as tmp:
-        step = measured_step(args.quick, steps, Path(tmp))
-    step_seconds, eB, eG, eT = step.cpu, step.B, step.G, step.T
-    torch.set_num_threads(1)  # the trainer may have touched it
     embedded = Inputs(eB, eG, eT)
     e_base = lambda: grpo.group_advantages(embedded.binary)  # noqa: E731
     embedded_rows = [(name, case, measure(call, e_base, reps)) for name, case, _, call in batch_cases(embedded)]
@@ -468,7 +466,7 @@ def main(argv: list[str] | None = None) -> str:
         f"{load_start[2]:.2f}, at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f} on {os.cpu_count()} cores: "
         "the machine is shared, so every time below is **CPU time** of the work itself (`time.thread_time` for the "
         "functions, `time.process_time` for the step), not wall-clock; contention still perturbs it (caches, "
-        f"memory bandwidth), so the ratios, timed back to back, are the steadier figures. {reps} repetitions per "
+        f"memory bandwidth), and function and baseline are timed in alternation. {reps} repetitions per "
         f"figure; whole run {time.perf_counter() - started:.0f} s of wall-clock.",
         "",
     ]
@@ -478,8 +476,8 @@ def main(argv: list[str] | None = None) -> str:
         "## 1. Per-batch functions at realistic sizes",
         "",
         f"B prompts x G completions; per-token functions on B*G rows x {tokens} tokens (lengths uniform in "
-        f"{max(1, tokens // 4)}..{tokens}; `tokens` 0 = per-sequence inputs). Ratio: median over repetitions of "
-        "(function time / `group_advantages` time on the same B x G binary rewards). **% of assumed real step** "
+        f"{max(1, tokens // 4)}..{tokens}; `tokens` 0 = per-sequence inputs). Ratio: median function time / median `group_advantages` time on the "
+        "same B x G binary rewards, the two timed in alternation. **% of assumed real step** "
         f"is an assumption, not a measurement: {ASSUMED_STEP_SECONDS:.0f} s per 256 x 8 completions (GRPO in the "
         "MS-GRPO paper's Table 6: 3B/7B models, outputs up to 2048 tokens), scaled linearly with B*G.",
         "",
@@ -536,6 +534,7 @@ def reading(rows, embedded_rows, step_seconds) -> list[str]:
     worst_tok = max((r for r in rows if r[4] > 0), key=lambda r: r[5].seconds, default=None)
     biggest = max(rows, key=lambda r: r[6])
     embedded_total = sum(t.seconds for _, _, t in embedded_rows)
+    coldest = max(rows, key=lambda r: r[5].first)
     self_ratios = [r[5].ratio for r in rows if r[0] == "grpo.group_advantages" and "baseline" in r[1]]
     out = [
         "**Reading the tables.** At realistic sizes the slowest per-sequence function is "
@@ -562,7 +561,9 @@ def reading(rows, embedded_rows, step_seconds) -> list[str]:
         "times more inputs than per-sequence rewards): they say how much heavier than GRPO's own normalisation a "
         "method's maths is, not how much it slows training. The baseline's ratio to itself (the first row of each "
         f"size, ideally 1) ranges over {fmt(min(self_ratios))}..{fmt(max(self_ratios))}: that is the timing noise of "
-        "this run, so ratios within that factor of each other are indistinguishable."
+        "this run, so ratios within that factor of each other are indistinguishable. The most expensive first call is "
+        f"`{coldest[0]}` ({coldest[1]}) at {fmt(coldest[5].first * 1e3)} ms for {coldest[2]} x {coldest[3]}, against "
+        f"{fmt(coldest[5].seconds * 1e3)} ms once its caches are built (a one-time cost at the start of training)."
     )
     return out
 
