@@ -349,6 +349,22 @@ async def async_raising_reward(completions, **kwargs):
     return digit_share_reward(completions)
 
 
+class AsyncClassReward:
+    """An async callable *class* (TRL awaits its ``__call__``); NaN for every third completion."""
+
+    __name__ = "async_class_reward"
+
+    def __init__(self):
+        self.seen = 0
+
+    async def __call__(self, completions, **kwargs):
+        out = []
+        for score in digit_share_reward(completions):
+            self.seen += 1
+            out.append(math.nan if self.seen % 3 == 0 else score)
+        return out
+
+
 def hostile_rewards() -> list[Callable]:
     wrong_count_after_first_batch.calls = async_raising_reward.calls = 0
     return [
@@ -362,6 +378,7 @@ def hostile_rewards() -> list[Callable]:
         counter_reward("list_reward", lambda n: [0.5]),
         wrong_count_after_first_batch,
         async_raising_reward,
+        AsyncClassReward(),
     ]
 
 
@@ -401,8 +418,8 @@ def logged(trainer, key):
 def test_hostile_rewards_are_contained_in_every_method(
     method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, caplog
 ):
-    """Ten reward functions at once -- raising, None, NaN, +-inf, a string, a list, the wrong count after the first
-    batch, an async one that raises -- through two real steps of each method: training finishes, every advantage
+    """Eleven reward functions at once -- raising, None, NaN, +-inf, a string, a list, the wrong count after the
+    first batch, an async one that raises, an async callable class returning NaN -- through two real steps of each method: training finishes, every advantage
     and weight stays finite, and each misbehaving function has its ``reward_errors/<name>`` metric and warning."""
     with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.base"):
         trainer, initial = train_and_record(
@@ -419,6 +436,7 @@ def test_hostile_rewards_are_contained_in_every_method(
         assert f"Reward function '{name}' could not score" in caplog.text, name
     assert logged(trainer, "reward_errors/wrong_count_after_first_batch")  # the second batch fell back to rows
     assert sum(logged(trainer, "reward_errors/async_raising_reward")) > 0
+    assert sum(logged(trainer, "reward_errors/async_class_reward")) > 0
     assert not logged(trainer, "skipped_steps")  # nothing non-finite reached the gradients
 
 
