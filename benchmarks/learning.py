@@ -1,7 +1,7 @@
 """Learning benchmark: every method and ``grpo`` on the bundled arithmetic task, same budget, several seeds.
 
     python benchmarks/learning.py            # full: 6 methods x 3 seeds x 2 settings, ~45 min on 2 CPU cores
-    python benchmarks/learning.py --quick    # the same tables from a few tiny steps, ~2 min (run in CI)
+    python benchmarks/learning.py --quick    # the same tables from a few tiny steps, < 1 min (run in CI)
 
 Every run starts from the same warm-started tiny Qwen2 (``load_warm_start(seed=0)``) and trains with the
 embedded default's GRPO settings (``DEFAULT_GRPO_ARGS``: batch 64, G=8, lr 5e-6 constant, beta 0) and each
@@ -344,7 +344,7 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a few tiny steps per run (pipeline check, ~2 min)")
+    parser.add_argument("--quick", action="store_true", help="a few tiny steps per run (pipeline check, < 1 min)")
     parser.add_argument("--methods", nargs="+", default=METHOD_NAMES)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -358,7 +358,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--fresh",
         action="store_true",
-        help="retrain every run (a full run keeps finished runs in outputs/learning_runs/)",
+        help="retrain every run (a full run keeps finished runs in outputs/learning_runs/, keyed by the job's "
+        "settings, not the code: use --fresh after changing the library)",
     )
     parser.add_argument("--workers", type=int, default=2, help="worker processes, one torch thread each")
     parser.add_argument(

@@ -6,7 +6,7 @@
      "answer": gold,                 # what the reward functions in grpo_family.rewards compare against
      "solution": reference}          # only when the data has a reference solution (SGPO's judge uses it)
 
-and drops every other column. TRL applies the model's chat template itself, and batching is TRL's too, so nothing
+(the ``code`` preset puts the tests in ``test_cases`` instead of ``answer``) and drops every other column. TRL applies the model's chat template itself, and batching is TRL's too, so nothing
 else is needed here. Presets (``preset=`` name, or ``"auto"`` to detect from the columns):
 
 ============  ==========================================  ======================================================
@@ -481,8 +481,8 @@ def prepare_dataset(
             no system message; any other string is used verbatim.
         question_column, answer_column, solution_column, options_column: override the preset's column choice.
 
-    Returns the mapped dataset with columns ``prompt``, ``answer`` and, where present, ``solution`` (the
-    ``prompt`` preset keeps the dataset's columns). Raises :class:`DatasetFormatError` when a needed column is
+    Returns the mapped dataset with columns ``prompt``, ``answer`` (``test_cases`` for the ``code`` preset) and,
+    where present, ``solution`` (the ``prompt`` preset keeps the dataset's columns). Raises :class:`DatasetFormatError` when a needed column is
     missing, naming it and listing the columns found.
     """
     if _is_dataset_dict(dataset):
@@ -565,13 +565,16 @@ def _pass_through(dataset, system_prompt, question_column, answer_column, soluti
 def _warn_missing_gold(mapped, preset: str) -> None:
     if not hasattr(mapped, "_fingerprint"):
         return  # an IterableDataset: counting would consume it
-    golds = mapped["test_cases" if preset == "code" else "answer"]
+    column = "test_cases" if preset == "code" else "answer"
+    golds = mapped[column]
     missing = sum(1 for g in golds if g is None or (isinstance(g, list | str) and len(g) == 0))
     if missing:
         logger.warning(
-            "%d of %d rows (preset %r) have no gold answer; the rewards return None (cannot score) for them. "
-            "Drop them with dataset.filter(lambda r: r['answer'] is not None) if you prefer.",
+            "%d of %d rows (preset %r) have no %s; the rewards return None (cannot score) for them. "
+            "Drop them with dataset.filter(lambda r: r[%r] is not None) if you prefer.",
             missing,
             len(golds),
             preset,
+            "test cases" if preset == "code" else "gold answer",
+            column,
         )
