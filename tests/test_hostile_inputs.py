@@ -12,6 +12,8 @@ take (minutes to hours on a 1 MB input); they are not performance measurements.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
 import math
@@ -41,7 +43,7 @@ from grpo_family.rewards.judges import (
 )
 from grpo_family.rewards.math import MathAccuracyReward
 from grpo_family.rewards.steps import split_steps
-from grpo_family.rewards.timeout import get_runner
+from grpo_family.rewards.timeout import RewardTimeoutError, get_runner, with_timeout
 from grpo_family.trainers.base import GuardedReward, is_empty_prompt
 from grpo_family.trainers.sgpo import _clean_verdict
 
@@ -486,6 +488,105 @@ def test_reward_model_inf_logits_are_unscorable(tiny_model_dir, tiny_tokenizer, 
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     name = trainer.reward_func_names[0]
     assert logged(trainer, f"reward_errors/{name}") == [4.0, 4.0]
+
+
+# ------------------------------------------------------------------------------------------------ rewards that hang
+def test_with_timeout_unit_behaviour():
+    """``with_timeout``: values and errors pass through, a call past the deadline raises RewardTimeoutError, the
+    name and signature are the wrapped function's (TRL's logging and the dataset-column check use them)."""
+    release = threading.Event()
+
+    def scorer(completions, answer, **kwargs):
+        if completions == ["hang"]:
+            release.wait()
+        if completions == ["boom"]:
+            raise KeyError("boom")
+        return [float(c == a) for c, a in zip(completions, answer)]
+
+    timed = with_timeout(scorer, 0.5)
+    try:
+        assert timed.__name__ == "scorer" and "answer" in inspect.signature(timed).parameters
+        assert timed(completions=["1", "2"], answer=["1", "3"]) == [1.0, 0.0]
+        with pytest.raises(KeyError, match="boom"):
+            timed(completions=["boom"], answer=["1"])
+        with pytest.raises(RewardTimeoutError, match=r"'scorer' did not return within 0.5 s"):
+            bounded(10, timed, completions=["hang"], answer=["1"])
+    finally:
+        release.set()  # let the abandoned thread end
+    for bad in (0, -1, math.inf, math.nan, "5", True):
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            with_timeout(scorer, bad)
+    with pytest.raises(TypeError, match="reward function"):
+        with_timeout("scorer", 1)
+
+
+def test_with_timeout_cancels_an_async_reward():
+    cancelled = []
+
+    async def remote(completions, **kwargs):
+        if completions == ["hang"]:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+        if completions == ["own-timeout"]:
+            raise TimeoutError("the reward's own HTTP client gave up")
+        return [0.5] * len(completions)
+
+    timed = with_timeout(remote, 0.3)
+    assert inspect.iscoroutinefunction(timed) and timed.__name__ == "remote"
+    assert asyncio.run(timed(completions=["a", "b"])) == [0.5, 0.5]
+    with pytest.raises(RewardTimeoutError, match="'remote' did not return within 0.3 s"):
+        bounded(10, asyncio.run, timed(completions=["hang"]))
+    assert cancelled == [True]
+    with pytest.raises(TimeoutError, match="own HTTP client") as raised:  # its own error, not our deadline
+        asyncio.run(timed(completions=["own-timeout"]))
+    assert not isinstance(raised.value, RewardTimeoutError)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_reward_that_never_returns_is_contained(
+    kind, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, caplog
+):
+    """A reward whose every call hangs (a stuck HTTP request, an infinite loop), wrapped in ``with_timeout``: both
+    steps finish, its completions are unscored (NaN -> the other reward decides), the batch is not retried row by row,
+    and ``reward_errors/<name>`` counts every completion. Without the wrapper this run would never end."""
+    release = threading.Event()
+    calls = [0]
+
+    def stuck_reward(completions, **kwargs):
+        calls[0] += 1
+        release.wait()
+        return [1.0] * len(completions)
+
+    async def stuck_async_reward(completions, **kwargs):
+        calls[0] += 1
+        await asyncio.sleep(3600)
+
+    stuck = with_timeout(stuck_reward if kind == "sync" else stuck_async_reward, 1.0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.base"):
+            trainer, initial = bounded(
+                300,
+                train_and_record,
+                "grpo",
+                tiny_model_dir,
+                tiny_tokenizer,
+                arithmetic_train,
+                config_kwargs,
+                [digit_share_reward, stuck],
+            )
+    finally:
+        release.set()
+    assert trainer.state.global_step == 2 and calls[0] == 2  # one call per batch: no row-by-row retry
+    per_batch = [float(r["advantages"].numel()) for r in trainer.recorded]
+    assert logged(trainer, f"reward_errors/{stuck.__name__}") == per_batch
+    assert f"Reward function '{stuck.__name__}' could not score" in caplog.text and "did not return" in caplog.text
+    assert any(r["advantages"].abs().sum() > 0 for r in trainer.recorded)  # the other reward still teaches
+    weights = trainer.model.state_dict()
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    assert any(not torch.equal(initial[k], weights[k]) for k in initial)
 
 
 # ------------------------------------------------------------------------------------------------ empty completions

@@ -17,6 +17,9 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
+``with_timeout(func, seconds)`` gives any reward function a per-call deadline: a call that never returns scores
+``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
+
 Step judges for SGPO (:mod:`grpo_family.rewards.judges`): ``OpenAICompatibleJudge`` (vLLM / hosted APIs),
 ``TransformersJudge`` (a local model), ``ProgrammaticJudge`` (the bundled task, exact).
 
@@ -63,6 +66,7 @@ from .qa import (
     qa_exact_match_reward,
     qa_f1_reward,
 )
+from .timeout import RewardTimeoutError, with_timeout
 
 RewardFunc = Callable[..., list]
 
@@ -124,6 +128,8 @@ def get_reward_funcs(names: str | Iterable[str | RewardFunc]) -> list[RewardFunc
 
 
 __all__ = [
+    "RewardTimeoutError",
+    "with_timeout",
     "DEFAULT_PROMPT_PATH",
     "FAIL",
     "JudgeRequest",

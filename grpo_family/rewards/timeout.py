@@ -29,8 +29,12 @@ TRL is not loaded), so such functions should import what they need from ``grpo_f
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import functools
+import inspect
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -51,10 +55,12 @@ __all__ = [
     "InlineRunner",
     "Outcome",
     "ProcessRunner",
+    "RewardTimeoutError",
     "ThreadRunner",
     "get_runner",
     "run_with_timeout",
     "shutdown_runners",
+    "with_timeout",
 ]
 
 logger = logging.getLogger(__name__)
@@ -372,6 +378,72 @@ def run_with_timeout(
 ) -> Outcome:
     """Run one ``fn(*args)`` under a deadline with the shared runner for ``backend``."""
     return get_runner(backend).map(fn, [tuple(args)], timeout)[0]
+
+
+class RewardTimeoutError(TimeoutError):
+    """A reward function wrapped by :func:`with_timeout` missed its deadline.
+
+    The trainers' reward guard scores every completion of that call ``None`` ("cannot score"), logs
+    ``reward_errors/<name>`` and a warning, and does not retry the call row by row (each row could hang as well)."""
+
+
+def with_timeout(func: Callable, timeout: float) -> Callable:
+    """``func``, a TRL reward function (sync or ``async``), with a wall-clock deadline of ``timeout`` s per call.
+
+    A call that misses the deadline raises :class:`RewardTimeoutError`, which the grpo_family trainers turn into
+    ``None`` rewards for that batch plus a metric and a warning, so a reward that never returns (a stuck HTTP call,
+    an infinite loop on one completion) cannot stall training. Name and signature are ``func``'s, so TRL logs it
+    under the same name and the trainers' dataset-column check still sees its arguments.
+
+    A synchronous ``func`` runs in a daemon thread that is abandoned, not stopped, when it misses the deadline: a
+    computation stuck in C code keeps its CPU (and may hold the GIL past the deadline). For that kind of work put
+    the computation itself in a killable worker process with :func:`get_runner` as ``math_accuracy`` does. An
+    ``async`` ``func`` is cancelled cleanly with :func:`asyncio.wait_for`.
+    """
+    if not callable(func):
+        raise TypeError(f"with_timeout needs a reward function, got {type(func).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (0 < timeout < math.inf):
+        raise ValueError(f"with_timeout: timeout must be a positive number of seconds, got {timeout!r}")
+    name = getattr(func, "__name__", type(func).__name__)
+    message = f"reward function '{name}' did not return within {timeout:g} s"
+    is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
+
+    if is_async:
+
+        @functools.wraps(func)
+        async def timed_async(*args: Any, **kwargs: Any) -> Any:
+            task = asyncio.ensure_future(func(*args, **kwargs))
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:  # (a TimeoutError raised by func itself is func's own error, not this deadline)
+                task.cancel()
+                raise RewardTimeoutError(message)
+            return task.result()
+
+        timed_async.__name__ = name
+        return timed_async
+
+    @functools.wraps(func)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        box: list[tuple[bool, Any]] = []
+
+        def target() -> None:
+            try:
+                box.append((True, func(*args, **kwargs)))
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+                box.append((False, error))
+
+        thread = threading.Thread(target=target, daemon=True, name=f"grpo-family-reward-{name}")
+        thread.start()
+        thread.join(timeout)
+        if not box:
+            raise RewardTimeoutError(message)
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    timed.__name__ = name
+    return timed
 
 
 def shutdown_runners() -> None:

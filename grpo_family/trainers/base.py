@@ -33,6 +33,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
+from ..rewards.timeout import RewardTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,8 @@ class GuardedReward:
 
     If the function raises on the batch (or, after the first batch, returns the wrong number of values), it is
     called again one completion at a time and only the completions that still fail become ``None`` ("cannot
-    score"). Values that are not finite numbers (NaN, inf, a string, a list, ...) also become ``None``, and every
+    score"). A call past its :func:`~grpo_family.rewards.with_timeout` deadline leaves the whole batch ``None``
+    without that retry. Values that are not finite numbers (NaN, inf, a string, a list, ...) also become ``None``, and every
     value passed on is a plain ``float``. On the first generation batch (``strict``) a function that fails on
     every completion, returns the wrong number of values, or returns no number at all is a set-up bug: a
     :class:`RewardFunctionError` names it before any update.
@@ -191,10 +193,18 @@ class GuardedReward:
         self.strict = False
         return cleaned
 
+    def _timed_out(self, error: RewardTimeoutError, n: int) -> list:
+        """A call past its :func:`~grpo_family.rewards.with_timeout` deadline: the batch is unscored, not retried
+        row by row (every row could hang as well), and never fatal (a slow service is not a set-up bug)."""
+        self.on_error(self.__name__, n, str(error))
+        return [None] * n
+
     def __call__(self, completions: list, **kwargs: Any) -> list:
         n = len(completions)
         try:
             values = self._counted(self.func(completions=completions, **kwargs), n)
+        except RewardTimeoutError as error:
+            values = self._timed_out(error, n)
         except Exception as error:  # noqa: BLE001 - contained below
             if isinstance(error, RewardFunctionError) and self.strict:
                 raise
@@ -221,6 +231,8 @@ class AsyncGuardedReward(GuardedReward):
         n = len(completions)
         try:
             values = self._counted(await self.func(completions=completions, **kwargs), n)
+        except RewardTimeoutError as error:
+            values = self._timed_out(error, n)
         except Exception as error:  # noqa: BLE001 - contained below
             if isinstance(error, RewardFunctionError) and self.strict:
                 raise
