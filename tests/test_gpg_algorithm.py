@@ -417,12 +417,19 @@ def test_alpha_scales_the_gradient_and_scale_grad_keeps_the_forward(batch, alpha
 @settings(max_examples=60, deadline=None)
 @given(batches(), st.data())
 def test_group_token_weights_make_any_row_split_exact(batch, data):
-    """P12/P16: per-row weights 1/(P T_q) summed over any split of rows (ranks, micro-steps) give Eq. 5."""
+    """P12/P16: per-row weights 1/(P T_q) summed over any split of rows (ranks, micro-steps) give Eq. 5.
+
+    Both sides are brute force (explicit loops), not ``gpg_loss``, which is itself built on these weights.
+    """
     rewards, logps, g = batch
     adv = gpg_advantages(rewards).flatten()
     values, mask = padded(logps)
     weights = group_token_weights(mask, g)
-    full = gpg_loss(values, adv, mask, g)
+    p = len(logps) // g
+    for i in range(len(logps)):
+        tokens = sum(len(logps[j]) for j in range(i // g * g, i // g * g + g))  # T_q of row i's group
+        assert weights[i].item() == (1.0 / (p * tokens) if tokens else 0.0)
+    full = brute_force_loss(logps, adv.tolist(), g)
     order = data.draw(st.permutations(range(len(logps))))
     cut = data.draw(st.integers(0, len(logps)))
     parts = [list(order[:cut]), list(order[cut:])]
@@ -430,7 +437,7 @@ def test_group_token_weights_make_any_row_split_exact(batch, data):
     for rows in parts:
         per_row = torch.where(mask[rows], -adv[rows, None] * values[rows], 0.0).sum(dim=1)
         total += (per_row * weights[rows]).sum().item()
-    assert total == pytest.approx(full.item(), abs=1e-12)
+    assert total == pytest.approx(full, abs=1e-12)
 
 
 @settings(max_examples=60, deadline=None)

@@ -9,8 +9,11 @@ gradient accumulation) is an O(1) error.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -23,8 +26,14 @@ from transformers import AutoModelForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dist"))
 from gpg_common import RecordingGPG, constant_reward, flagged_dataset, flat_or_dense_reward, reference_step  # noqa: E402
 
-from grpo_family.algorithms.gpg import degenerate_groups, gpg_loss, loss_row_weights  # noqa: E402
-from grpo_family.trainers.gpg import GPGConfig, informative_share, plan_assembly  # noqa: E402
+from grpo_family.algorithms.gpg import degenerate_groups, gpg_advantages, gpg_alpha, loss_row_weights  # noqa: E402
+from grpo_family.trainers.gpg import (  # noqa: E402
+    GPGConfig,
+    GPGTrainer,
+    assemble_rewards,
+    informative_share,
+    plan_assembly,
+)
 
 NORMALIZATION = {"group_token_mean": "group", "global_token_mean": "token", "sequence_mean": "sequence"}
 
@@ -38,14 +47,15 @@ def _assert_grads_match(got: dict, expected: dict, rtol: float = 1e-5) -> None:
         assert err <= rtol * scale, f"{name}: max error {err:.3g} vs max |grad| {scale:.3g}"
 
 
-def _train(model_dir, tmp_path, reward, flat, **overrides) -> RecordingGPG:
+def _train(model_dir, tmp_path, reward, flat, trainer_cls=RecordingGPG, processing_class=None, **overrides):
     kwargs = dict(max_steps=1, bf16=False, max_grad_norm=0.0, shuffle_dataset=False, beta_th=None)
     config = GPGConfig(**tiny_config_kwargs(tmp_path / "out", **{**kwargs, **overrides}))
-    trainer = RecordingGPG(
+    trainer = trainer_cls(
         model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64),
         reward_funcs=[reward],
         args=config,
         train_dataset=flagged_dataset(32, flat),
+        processing_class=processing_class,
     )
     trainer.train()
     return trainer
@@ -68,6 +78,12 @@ def test_config_defaults_are_the_papers(tmp_path):
         (dict(loss_aggregation="token"), "loss_aggregation"),
         (dict(scale_rewards="std"), "F_norm"),
         (dict(beta_th=1.5), "beta_th"),
+        (dict(beta_th=math.nan), "beta_th"),
+        (dict(degenerate_tol=-1e-6), "degenerate_tol"),
+        (dict(degenerate_tol=math.nan), "degenerate_tol"),  # NaN: every group degenerate, nothing learnt
+        (dict(degenerate_tol=math.inf), "degenerate_tol"),
+        (dict(max_alpha=0.5), "max_alpha"),
+        (dict(max_alpha=math.nan), "max_alpha"),  # NaN: min(alpha, nan) silently disables the cap
         (dict(multi_objective_aggregation="normalize_then_sum"), "sum_then_normalize"),
         (dict(entropy_coef=0.01), "plain policy gradient"),
     ],
@@ -87,16 +103,73 @@ def test_resampling_needs_whole_groups_per_process(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------- pure helpers
+def _binary_rewards(degenerate: torch.Tensor, G: int = 8) -> torch.Tensor:
+    """(P, G) rewards: all 0 for a degenerate group, one correct completion otherwise."""
+    informative = torch.tensor([1.0] + [0.0] * (G - 1))
+    return torch.stack([torch.zeros(G) if d else informative for d in degenerate.tolist()])
+
+
 def test_plan_assembly_worked_example():
-    # One process, P = 5 (spec Sec. 12 Example 5's bookkeeping): round 0 has 2 informative groups, round 1 two more.
+    # Spec Sec. 12 Example 5 (P = 5, G = 8, one process): round 0 has 2 informative groups, round 1 two more; the
+    # assembled batch is 4 informative groups + 1 degenerate filler group *from the last round*, alpha = 40/32.
     rounds = [torch.tensor([False, True, True, False, True]), torch.tensor([True, False, True, False, True])]
-    assert informative_share(rounds[:1], 1) == 0.4
-    assert plan_assembly(rounds, 1) == [(0, 0), (1, 1), (1, 3), (0, 3), (0, 4)]
-    assert informative_share(rounds, 1) == 0.8
-    # Two processes: process 1 owns groups 2..3 (all degenerate in round 0) and may only use its own extras.
+    rewards = [_binary_rewards(r) for r in rounds]
+    assert informative_share(rewards[:1], 1) == 0.4
+    plan = plan_assembly(rounds, 1)
+    assert plan == [(0, 0), (1, 1), (1, 3), (0, 3), (1, 0)]
+    assert [k for k, g in plan if rounds[k][g]] == [1]  # the filler comes from round 1, the last one
+    assert informative_share(rewards, 1) == 0.8
+    assert gpg_alpha(assemble_rewards(rewards, 1)[1]) == 1.25 <= 1 / 0.6
+    # Two processes: process 1 owns groups 2..3 (all degenerate in round 0) and may only use its own groups: its
+    # informative group of round 1, then its degenerate group of round 1 as filler.
     two = [torch.tensor([False, False, True, True]), torch.tensor([False, False, True, False])]
-    assert plan_assembly(two, 2) == [(0, 0), (0, 1), (1, 3), (0, 3)]
-    assert informative_share(two, 2) == 0.75
+    assert plan_assembly(two, 2) == [(0, 0), (0, 1), (1, 3), (1, 2)]
+    assert informative_share([_binary_rewards(r) for r in two], 2) == 0.75
+    # A single round: the identity plan.
+    assert plan_assembly(two[:1], 2) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+
+def test_threshold_counts_unscorable_rows_like_alpha():
+    """P13 / A7 (the audit's case): the stop test is rho = (B - M) / B with unscorable rows in M, i.e. 1 / alpha.
+
+    3 informative groups with one unscorable completion each + 2 degenerate groups: 60% of the groups are
+    informative, but rho = 21/40 < beta_th = 0.6 (alpha = 40/21 > 1/0.6), so the threshold is not met.
+    """
+    nan, G, beta_th = math.nan, 8, 0.6
+    informative = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, nan]
+    round0 = torch.tensor([informative] * 3 + [[0.0] * G] * 2)
+    share = informative_share([round0], 1)
+    assert share == pytest.approx(21 / 40) and share == pytest.approx(1 / gpg_alpha(round0))
+    assert share < beta_th
+    # A second round brings fully scorable informative groups for the two degenerate slots: rho = 37/40.
+    round1 = torch.tensor([[0.0] * G] * 3 + [[1.0] + [0.0] * (G - 1)] * 2)
+    _, assembled = assemble_rewards([round0, round1], 1)
+    share = informative_share([round0, round1], 1)
+    assert share == pytest.approx(37 / 40) and share >= beta_th and gpg_alpha(assembled) <= 1 / beta_th
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_processes=st.sampled_from([1, 2]),
+    groups_per_process=st.integers(1, 3),
+    num_rounds=st.integers(1, 3),
+    data=st.data(),
+)
+def test_informative_share_is_one_over_alpha_of_the_assembled_batch(
+    num_processes, groups_per_process, num_rounds, data
+):
+    P, G = num_processes * groups_per_process, 3
+    value = st.sampled_from([0.0, 1.0, math.nan])
+    rounds = [torch.tensor(data.draw(st.lists(st.lists(value, min_size=G, max_size=G), min_size=P, max_size=P)))
+              for _ in range(num_rounds)]  # fmt: skip
+    plan, assembled = assemble_rewards(rounds, num_processes)
+    assert plan == plan_assembly([degenerate_groups(r) for r in rounds], num_processes)
+    share = informative_share(rounds, num_processes)
+    dead = degenerate_groups(assembled)[:, None] | torch.isnan(assembled)
+    if dead.all():
+        assert share == 0.0
+    else:
+        assert share == pytest.approx(1 / gpg_alpha(assembled))  # rho >= beta_th  <=>  alpha <= 1 / beta_th
 
 
 @settings(max_examples=60, deadline=None)
@@ -116,12 +189,28 @@ def test_plan_assembly_properties(num_processes, groups_per_process, num_rounds,
         if not rounds[0][slot]:
             assert (k, g) == (0, slot)  # informative round-0 groups stay in place
         if k > 0:
-            assert not rounds[k][g] and rounds[0][slot]  # only degenerate slots are replaced, by informative groups
+            assert rounds[0][slot]  # only degenerate round-0 slots are replaced
+        if rounds[k][g]:
+            assert k == num_rounds - 1  # spec Sec. 2.6 step 4: the degenerate filler comes from the last round
     for rank in range(num_processes):
         mine = range(rank * groups_per_process, (rank + 1) * groups_per_process)
         available = sum(not rounds[k][g] for k in range(num_rounds) for g in mine)
         got = sum(not rounds[plan[s][0]][plan[s][1]] for s in mine)
         assert got == min(groups_per_process, available)  # as many informative groups as the process can have
+
+
+def _brute_force_loss(logps, advantages, mask, G, normalization) -> float:
+    """Spec Sec. 2.3 / Sec. 12 conventions as explicit loops: Eq. 5 (each group's token sum over its token count,
+    mean over the P groups), the global token mean, or the per-completion token mean averaged over the N rows."""
+    N, T = mask.shape
+    terms = [[-advantages[i].item() * logps[i, t].item() for t in range(T) if mask[i, t]] for i in range(N)]
+    if normalization == "group":
+        groups = [[x for i in range(q * G, (q + 1) * G) for x in terms[i]] for q in range(N // G)]
+        return sum(sum(group) / len(group) for group in groups if group) / len(groups)
+    if normalization == "token":
+        tokens = [x for row in terms for x in row]
+        return sum(tokens) / max(len(tokens), 1)
+    return sum(sum(row) / len(row) for row in terms if row) / N
 
 
 @settings(max_examples=40, deadline=None)
@@ -132,22 +221,22 @@ def test_plan_assembly_properties(num_processes, groups_per_process, num_rounds,
     normalization=st.sampled_from(["group", "token", "sequence"]),
     seed=st.integers(0, 2**16),
 )
-def test_loss_row_weights_reproduce_gpg_loss(num_groups, G, width, normalization, seed):
+def test_loss_row_weights_give_the_brute_force_loss_over_any_split(num_groups, G, width, normalization, seed):
     generator = torch.Generator().manual_seed(seed)
     N = num_groups * G
     logps = -torch.rand(N, width, generator=generator, dtype=torch.float64) * 3
     mask = torch.rand(N, width, generator=generator) < 0.7
     advantages = torch.randn(N, generator=generator, dtype=torch.float64)
     weights = loss_row_weights(mask, G, normalization=normalization)
+    expected = _brute_force_loss(logps, advantages, mask, G, normalization)  # not gpg_loss: it uses these weights
     as_sum = (weights * (-advantages[:, None] * logps * mask).sum(dim=1)).sum()
-    expected = gpg_loss(logps, advantages, mask, G, normalization=normalization)
-    assert torch.allclose(as_sum, expected, rtol=1e-12, atol=1e-12)
+    assert as_sum.item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
     # Any split of the rows (processes, micro-steps) adds up to the whole: the loss is a plain row sum.
     split = torch.randperm(N, generator=generator)[: N // 2]
     rest = torch.ones(N, dtype=torch.bool)
     rest[split] = False
     parts = [(weights[i] * (-advantages[i, None] * logps[i] * mask[i]).sum(dim=1)).sum() for i in (split, rest)]
-    assert torch.allclose(parts[0] + parts[1], expected, rtol=1e-12, atol=1e-12)
+    assert (parts[0] + parts[1]).item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------- trainer steps
@@ -162,6 +251,7 @@ def test_alpha_is_one_without_degenerate_groups(tiny_model_dir, tmp_path):
     record = trainer.records[0]
     assert not degenerate_groups(record["rewards"]).any()
     assert record["alpha"] == 1.0 and _metric(trainer, "gpg/alpha") == 1.0 and _metric(trainer, "gpg/M") == 0
+    assert _metric(trainer, "gpg/rounds") == 1 and _metric(trainer, "gpg/all_degenerate") == 0.0  # no beta_th
     loss, alpha, _, grads = reference_step(tiny_model_dir, [record], 4)
     assert alpha == 1.0
     assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
@@ -198,6 +288,7 @@ def test_all_degenerate_gives_zero_gradient_and_bounded_resampling(tiny_model_di
     assert "still below beta_th" in caplog.text
     assert _metric(trainer, "gpg/rounds") == 2 and _metric(trainer, "gpg/threshold_met") == 0.0
     assert _metric(trainer, "gpg/alpha") == 1.0 and _metric(trainer, "gpg/frac_degenerate") == 1.0
+    assert _metric(trainer, "gpg/all_degenerate") == 1.0  # spec Sec. 6: "log all_degenerate=1"
     assert _metric(trainer, "loss") == 0.0
     grads = trainer.grads[0]
     assert grads and all(torch.isfinite(g).all() and not g.any() for g in grads.values())
@@ -229,6 +320,161 @@ def test_resampling_replaces_degenerate_groups(tiny_model_dir, tmp_path):
     assert draw == [x["problem"] for x in trainer._draw_prompts(1)]
     assert draw != [x["problem"] for x in trainer._draw_prompts(2)]
     assert draw[::4] == draw[1::4] == draw[2::4] == draw[3::4]  # TRL's layout: each prompt G times in a row
+
+
+def test_rounds_and_all_degenerate_are_logged_every_step(tiny_model_dir, tmp_path):
+    """Spec Secs. 3.1 and 6: ``rounds`` (1 without resampling) and ``all_degenerate`` on every optimizer step."""
+    trainer = _train(tiny_model_dir, tmp_path, constant_reward, flat=lambda i: True, max_steps=2)
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(steps) == 2
+    for logs in steps:
+        assert logs["gpg/rounds"] == 1 and logs["gpg/all_degenerate"] == 1.0 and logs["gpg/alpha"] == 1.0
+
+
+def near_flat_or_dense_reward(completions, completion_ids, flat, **kwargs):
+    """Like ``flat_or_dense_reward``, but a ``flat`` prompt's completions get rewards 2e-7 apart (max - min = 6e-7
+    for groups of 4, distinct in float32): degenerate only for a ``degenerate_tol`` >= 6e-7."""
+    return [
+        0.25 + 2e-7 * (j % 4) if f else (sum(ids) % 97) / 97 for j, (ids, f) in enumerate(zip(completion_ids, flat))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected_alpha"),
+    [
+        (dict(scale_rewards="group", degenerate_tol=1e-6, max_alpha=1.5), 1.5),  # uncapped alpha would be 2
+        (dict(scale_rewards="batch", degenerate_tol=1e-6, use_alpha=False), 1.0),
+    ],
+)
+def test_options_reach_the_maths(tiny_model_dir, tmp_path, options, expected_alpha):
+    """``scale_rewards`` (F_norm), ``degenerate_tol``, ``max_alpha`` and ``use_alpha`` through a real step."""
+    trainer = _train(
+        tiny_model_dir, tmp_path, near_flat_or_dense_reward, flat=lambda i: i % 4 >= 2,
+        gradient_accumulation_steps=2, per_device_train_batch_size=8, **options,
+    )  # fmt: skip
+    record = trainer.records[0]
+    rewards = record["rewards"]
+    assert not degenerate_groups(rewards).any()  # with tol = 0 every group is informative ...
+    assert degenerate_groups(rewards, tol=1e-6).tolist() == [False, False, True, True]  # ... the tolerance decides
+    assert _metric(trainer, "gpg/M") == 8 and gpg_alpha(rewards, tol=1e-6) == 2.0
+    assert record["alpha"] == expected_alpha and _metric(trainer, "gpg/alpha") == expected_alpha
+    loss, alpha, advantages, grads = reference_step(
+        tiny_model_dir, [record], 4, f_norm=options["scale_rewards"], tol=1e-6,
+        max_alpha=options.get("max_alpha"), use_alpha=options.get("use_alpha", True),
+    )  # fmt: skip
+    assert alpha == expected_alpha
+    assert torch.equal(record["advantages"].double(), advantages)
+    assert not advantages[8:].any()  # the near-flat groups are zeroed
+    unnormalised = gpg_advantages(rewards, tol=1e-6).reshape(-1).double()
+    assert (advantages[:8] - unnormalised[:8]).abs().max() > 0.1  # F_norm really divided
+    assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
+    _assert_grads_match(trainer.grads[0], grads)
+
+
+def test_resampling_threshold_counts_unscorable_rows(tiny_model_dir, tmp_path, caplog):
+    """P13 with unscorable rows (A7) through the trainer. Group 3 of 4 is flat and every informative group has one
+    unscorable completion: 3/4 of the groups are informative (>= beta_th = 0.7), but rho = 9/16 < 0.7, i.e.
+    alpha = 16/9 > 1/0.7, so another round must run. Then rho = 12/16: met for 0.7; for 0.8 no degenerate slot is
+    left, so further rounds could not change the batch and resampling stops early, with a warning."""
+
+    def reward(completions, completion_ids, flat, **kwargs):
+        values = [1.0 if f else (sum(ids) % 97) / 97 for ids, f in zip(completion_ids, flat)]
+        return [None if j % 4 == 0 and not flat[j] else v for j, v in enumerate(values)]
+
+    for beta_th in (0.7, 0.8):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.gpg"):
+            trainer = _train(
+                tiny_model_dir, tmp_path / str(beta_th), reward, flat=lambda i: i % 4 == 3, beta_th=beta_th,
+                max_generation_rounds=5, gradient_accumulation_steps=2, per_device_train_batch_size=8,
+            )  # fmt: skip
+        rewards = trainer.records[0]["rewards"]
+        alpha, share = _metric(trainer, "gpg/alpha"), _metric(trainer, "gpg/informative_share")
+        assert torch.isnan(rewards).any() and not degenerate_groups(rewards).any()
+        assert _metric(trainer, "gpg/rounds") == 2 and share == 12 / 16 and alpha == pytest.approx(1 / share)
+        if beta_th == 0.7:
+            assert _metric(trainer, "gpg/threshold_met") == 1.0 and alpha <= 1 / beta_th
+            assert "still below beta_th" not in caplog.text
+        else:
+            assert _metric(trainer, "gpg/threshold_met") == 0.0 and "still below beta_th" in caplog.text
+
+
+class _EOSOnlyFirstRound(RecordingGPG):
+    """Round 0 can only sample EOS (1-token completions, via ``generation_kwargs``); extra rounds sample freely."""
+
+    def _draw_prompts(self, round_index):
+        self.generation_kwargs.pop("suppress_tokens", None)
+        self.generation_config.suppress_tokens = None
+        return super()._draw_prompts(round_index)
+
+
+def test_resampling_merges_a_round_of_one_token_completions(tiny_model_dir, tiny_tokenizer, tmp_path):
+    """Spec Sec. 6 ("never crash"): round 0 is all 1-token completions, the extra round's are wider; the assembled
+    batch mixes both (was a ``torch.stack`` size mismatch) and its gradient is the reference one."""
+    counter = itertools.count()
+
+    def reward(completions, flat, **kwargs):  # flat: constant; otherwise distinct within a group, even for EOS-only
+        return [1.0 if f else (next(counter) % 5) / 5 for f in flat]
+
+    eos = tiny_tokenizer.eos_token_id
+    trainer = _train(
+        tiny_model_dir, tmp_path, reward, flat=lambda i: i % 2 == 1, trainer_cls=_EOSOnlyFirstRound,
+        processing_class=tiny_tokenizer, beta_th=1.0, max_generation_rounds=2,
+        generation_kwargs={"suppress_tokens": [i for i in range(len(tiny_tokenizer)) if i != eos]},
+    )  # fmt: skip
+    record = trainer.records[0]
+    assert _metric(trainer, "gpg/rounds") == 2
+    lengths = record["completion_mask"].sum(dim=1)
+    assert lengths[:4].tolist() == [1, 1, 1, 1]  # slot 0: round 0's informative group, EOS only
+    assert record["completion_ids"].size(1) > 1 and lengths[4:].max() > 1  # slot 1: from the wider round 1
+    assert (record["completion_ids"][:4, 1:] == tiny_tokenizer.pad_token_id).all()
+    loss, _, advantages, grads = reference_step(tiny_model_dir, [record], 4)
+    assert torch.equal(record["advantages"].double(), advantages)
+    assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
+    _assert_grads_match(trainer.grads[0], grads)
+
+
+def _fake_trainer(G: int, mode: str = "token_truncate"):
+    accelerator = types.SimpleNamespace(process_index=0, num_processes=1, gather=lambda t: t.reshape(1))
+    return types.SimpleNamespace(
+        num_generations=G, accelerator=accelerator, _tokenizer=types.SimpleNamespace(pad_token_id=0),
+        pad_to_multiple_of=None, vllm_importance_sampling_mode=mode,
+    )  # fmt: skip
+
+
+def _round_output(round_index: int, width: int, n: int, ratio_width: int) -> dict:
+    ids = torch.arange(n * width).reshape(n, width) + 100 * (round_index + 1)  # nonzero: 0 is the pad id
+    return {
+        "prompt_ids": torch.full((n, 3), round_index + 1), "prompt_mask": torch.ones(n, 3, dtype=torch.long),
+        "completion_ids": ids, "completion_mask": torch.ones(n, width, dtype=torch.long),
+        "importance_sampling_ratio": torch.full((n, ratio_width), 0.5 + round_index),
+        "advantages": torch.full((n,), float(round_index)), "num_items_in_batch": torch.tensor(n * width),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("widths", [(1, 3), (3, 1), (2, 2)])
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_truncate"])
+def test_merge_rounds_pads_every_round_to_the_widest(widths, mode):
+    """Padding used to be skipped whenever round 0 was 1 token wide: widths (1, 3) crashed in ``torch.stack``. The
+    sequence-level importance-sampling ratio is (n, 1) at any width and must pass through unpadded."""
+    G, n = 2, 4  # two groups per round
+    per_token = mode.startswith("token")
+    outputs = [_round_output(k, w, n, w if per_token else 1) for k, w in enumerate(widths)]
+    plan = [(0, 0), (1, 1)]  # slot 0: round-0 group 0; slot 1: round-1 group 1
+    merged = GPGTrainer._merge_rounds(_fake_trainer(G, mode), outputs, plan)
+    width = max(widths)
+    assert merged["completion_ids"].shape == (n, width) and merged["completion_mask"].shape == (n, width)
+    for rows, (k, g) in zip((slice(0, 2), slice(2, 4)), plan):
+        w, source = widths[k], outputs[k]
+        assert torch.equal(merged["completion_ids"][rows, :w], source["completion_ids"][g * G : (g + 1) * G])
+        assert not merged["completion_ids"][rows, w:].any() and not merged["completion_mask"][rows, w:].any()
+        assert merged["completion_mask"][rows, :w].all()
+        assert torch.equal(merged["prompt_ids"][rows], source["prompt_ids"][g * G : (g + 1) * G])
+        assert (merged["advantages"][rows] == k).all()
+        ratio = merged["importance_sampling_ratio"][rows]
+        assert ratio.shape == ((G, width) if per_token else (G, 1))
+        assert (ratio[:, : w if per_token else 1] == 0.5 + k).all() and not ratio[:, w if per_token else 1 :].any()
+    assert merged["num_items_in_batch"].item() == G * widths[0] + G * widths[1]
 
 
 # ---------------------------------------------------------------------------------------------------- 2 processes

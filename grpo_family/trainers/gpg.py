@@ -12,14 +12,16 @@ What this trainer adds to the base class (maths in :mod:`grpo_family.algorithms.
 * the paper's per-group token normalisation (Eq. 5) as per-row weights ``1 / (P * T_q)`` computed from the
   gathered completion masks at generation time, so the loss of any rank / micro-step split adds up to the
   single-process full-batch loss;
-* ``beta_th``: while the share of informative groups is below the threshold, more prompts are drawn
-  (deterministically, the same on every process) and generated, and their informative groups replace degenerate
-  ones, keeping the generation batch size fixed.
+* ``beta_th``: while the informative share ``rho = (B - M) / B = 1 / alpha`` of the batch that would be assembled
+  is below the threshold, more prompts are drawn (deterministically, the same on every process) and generated, and
+  their informative groups replace degenerate ones, keeping the generation batch size fixed; degenerate groups of
+  the last round fill the slots left over (spec Sec. 2.6).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,8 +88,9 @@ class GPGConfig(GRPOConfig):
     beta_th: float | None = field(
         default=0.6,
         metadata={
-            "help": "Minimum share of informative (non-degenerate) groups per optimizer step; below it more prompts "
-            "are generated and their informative groups replace degenerate ones. None disables resampling. "
+            "help": "Minimum informative share rho = (B - M) / B = 1 / alpha per optimizer step (M: rows of "
+            "degenerate groups and unscorable rows); below it more prompts are generated and their informative "
+            "groups replace degenerate ones, so that alpha <= 1 / beta_th. None disables resampling. "
             "Default 0.6 (the paper's value; 0.8 in Table 10). Needs whole groups on every process: "
             "per_device_train_batch_size * steps_per_generation divisible by num_generations."
         },
@@ -157,10 +160,14 @@ class GPGConfig(GRPOConfig):
             )
         if self.off_policy_mask_threshold is not None:
             raise ValueError("GPG is on-policy: off_policy_mask_threshold must be None.")
-        if self.max_alpha is not None and self.max_alpha < 1.0:
-            raise ValueError(f"max_alpha must be >= 1 (alpha >= 1 always), got {self.max_alpha}.")
-        if self.degenerate_tol < 0:
-            raise ValueError(f"degenerate_tol must be >= 0, got {self.degenerate_tol}.")
+        # Written as `not x >= bound` so that NaN (every comparison False) is rejected too.
+        if self.max_alpha is not None and not self.max_alpha >= 1.0:
+            raise ValueError(f"max_alpha must be >= 1 (alpha >= 1 always) or None, got {self.max_alpha}.")
+        if not (math.isfinite(self.degenerate_tol) and self.degenerate_tol >= 0):
+            raise ValueError(
+                f"degenerate_tol must be a finite number >= 0, got {self.degenerate_tol} (NaN would mark every group "
+                "degenerate: no gradient at all)."
+            )
         if self.beta_th is not None:
             if not 0.0 < self.beta_th <= 1.0:
                 raise ValueError(f"beta_th must be in (0, 1] or None, got {self.beta_th}.")
@@ -176,28 +183,50 @@ class GPGConfig(GRPOConfig):
 
 
 def plan_assembly(degenerate: list[torch.Tensor], num_processes: int) -> list[tuple[int, int]]:
-    """Which group fills each slot of the assembled generation batch (spec Sec. 2.6, A8).
+    """Which group fills each slot of the assembled generation batch (spec Sec. 2.6 step 4, A8, Example 5).
 
     ``degenerate[k]`` is the global ``(P,)`` degenerate mask of generation round ``k``; process ``r`` generated
-    groups ``[r * P / W, (r + 1) * P / W)`` of every round. Each process keeps its round-0 groups in place and
-    replaces its degenerate ones, in order, by its own informative groups of later rounds, in (round, group)
-    order, so no completion moves between processes. Returns ``(round, group)`` per global slot; every process
-    computes the same plan from the same gathered masks.
+    groups ``[r * P / W, (r + 1) * P / W)`` of every round. Each process keeps its informative round-0 groups in
+    place, fills its other slots, in order, with its own informative groups of later rounds, in (round, group)
+    order, and the slots still left with its own degenerate groups of the *last* round (the filler), so no
+    completion moves between processes. Returns ``(round, group)`` per global slot; every process computes the same
+    plan from the same gathered masks. With a single round the plan is the identity.
     """
     num_groups = degenerate[0].numel()
     per_process = num_groups // num_processes
+    last = len(degenerate) - 1
     plan = []
     for rank in range(num_processes):
         mine = range(rank * per_process, (rank + 1) * per_process)
         extra = iter([(k, g) for k in range(1, len(degenerate)) for g in mine if not degenerate[k][g]])
-        plan.extend((0, g) if not degenerate[0][g] else next(extra, (0, g)) for g in mine)
+        # Enough filler always: slots without an informative group = per_process - (informative groups of all
+        # rounds) <= per_process - (informative groups of the last round) = degenerate groups of the last round.
+        filler = iter([(last, g) for g in mine if degenerate[last][g]])
+        plan.extend((0, g) if not degenerate[0][g] else next(extra, None) or next(filler) for g in mine)
     return plan
 
 
-def informative_share(degenerate: list[torch.Tensor], num_processes: int) -> float:
-    """Share of informative groups in the batch :func:`plan_assembly` would build from these rounds."""
-    plan = plan_assembly(degenerate, num_processes)
-    return sum(not bool(degenerate[k][g]) for k, g in plan) / len(plan)
+def assemble_rewards(
+    rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0
+) -> tuple[list[tuple[int, int]], torch.Tensor]:
+    """The :func:`plan_assembly` plan for rounds with these gathered ``(P, G)`` rewards, and the assembled rewards."""
+    plan = plan_assembly([degenerate_groups(r, tol=tol) for r in rewards], num_processes)
+    return plan, torch.stack([rewards[k][g] for k, g in plan])
+
+
+def informative_share(rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0) -> float:
+    """``rho = (B - M) / B`` of the batch :func:`plan_assembly` builds from rounds with these rewards (spec Sec. 2.6).
+
+    ``M`` counts what :func:`~grpo_family.algorithms.gpg.gpg_alpha` counts -- rows of degenerate groups and
+    unscorable (NaN) rows (spec A7) -- so ``rho = 1 / alpha`` (before any ``max_alpha`` cap, and for ``M < B``) and
+    ``rho >= beta_th`` is exactly ``alpha <= 1 / beta_th`` (P13).
+    """
+    return _row_share(assemble_rewards(rewards, num_processes, tol=tol)[1], tol)
+
+
+def _row_share(rewards: torch.Tensor, tol: float) -> float:
+    dead = degenerate_groups(rewards, tol=tol)[:, None] | torch.isnan(rewards)
+    return 1.0 - int(dead.sum()) / rewards.numel()
 
 
 class GPGTrainer(GRPOFamilyTrainer):
@@ -206,7 +235,8 @@ class GPGTrainer(GRPOFamilyTrainer):
     The loss ``alpha * sum_i w_i * sum_t -A_i * log pi(o_{i,t})`` with ``w_i = 1 / (P * T_q)`` (Eq. 5) and the
     global ``alpha = B / (B - M)`` (Eq. 8); see :class:`GPGConfig` for the options and the module docstring for
     how it is distributed. Logged per optimizer step: ``gpg/alpha``, ``gpg/M`` (rows that carry no gradient),
-    ``gpg/frac_degenerate`` (= M / B), ``gpg/rounds`` and, with ``beta_th``, ``gpg/informative_share`` and
+    ``gpg/frac_degenerate`` (= M / B), ``gpg/all_degenerate`` (1 when M = B), ``gpg/rounds`` (generation rounds,
+    1 without resampling) and, with ``beta_th``, ``gpg/informative_share`` (= (B - M) / B) and
     ``gpg/threshold_met``.
     """
 
@@ -260,18 +290,20 @@ class GPGTrainer(GRPOFamilyTrainer):
         beta_th = self.args.beta_th if mode == "train" else None
         if beta_th is not None:
             tol, num_processes = self.args.degenerate_tol, self.accelerator.num_processes
-            degenerate = [degenerate_groups(rounds[0]["rewards"], tol=tol)]
             logged = {k: len(v) for k, v in self._metrics[mode].items()}
             # Every process sees the same gathered rewards, hence takes the same decision here and runs the same
             # number of rounds: the generation and reward gathers inside super() stay matched across processes.
-            while (
-                informative_share(degenerate, num_processes) < beta_th
-                and len(rounds) < self.args.max_generation_rounds
-            ):
+            # The stop test is rho = (B - M) / B >= beta_th on the batch that would be assembled, with M counted as
+            # alpha counts it (unscorable rows included), so that alpha <= 1 / beta_th whenever it is met (P13).
+            while len(rounds) < self.args.max_generation_rounds:
+                _, assembled = assemble_rewards([r["rewards"] for r in rounds], num_processes, tol=tol)
+                if _row_share(assembled, tol) >= beta_th:
+                    break
+                if not degenerate_groups(assembled, tol=tol).any():
+                    break  # only unscorable rows hold rho down; more rounds cannot change the assembled batch
                 outputs.append(super()._generate_and_score_completions(self._draw_prompts(len(rounds))))
                 rounds.append(self._gpg_round)
-                degenerate.append(degenerate_groups(rounds[-1]["rewards"], tol=tol))
-            share = informative_share(degenerate, num_processes)
+            share = informative_share([r["rewards"] for r in rounds], num_processes, tol=tol)
             self.log_method_metric("informative_share", share)
             self.log_method_metric("threshold_met", float(share >= beta_th))
             if share < beta_th:
@@ -280,13 +312,12 @@ class GPGTrainer(GRPOFamilyTrainer):
                     "what was collected.", share, beta_th, len(rounds),
                 )  # fmt: skip
             if len(rounds) > 1:
-                plan = plan_assembly(degenerate, num_processes)
+                plan, rewards = assemble_rewards([r["rewards"] for r in rounds], num_processes, tol=tol)
                 output = self._merge_rounds(outputs, plan)
-                rewards = torch.stack([rounds[k]["rewards"][g] for k, g in plan])
                 G = rewards.size(1)
                 per_func = torch.cat([rounds[k]["rewards_per_func"][g * G : (g + 1) * G] for k, g in plan])
                 self._log_assembled_rewards(rewards, per_func, logged, mode)
-            self.log_method_metric("rounds", len(rounds))
+        self.log_method_metric("rounds", len(rounds))
         self._gpg_round = None
         self._finish_batch(output, rewards, mode)
         return output
@@ -316,6 +347,9 @@ class GPGTrainer(GRPOFamilyTrainer):
         G, rank = self.num_generations, self.accelerator.process_index
         per_process = len(plan) // self.accelerator.num_processes
         first = outputs[0]
+        # TRL's sequence-level vLLM importance-sampling ratio is (n, 1) whatever the completion width: never padded.
+        sequence_level_is = self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
+        per_sequence = {"importance_sampling_ratio"} if sequence_level_is else set()
         unknown = set(first) - _LEFT_PADDED - _RIGHT_PADDED - _PER_ROW - {"num_items_in_batch"}
         if unknown:
             raise NotImplementedError(
@@ -332,8 +366,8 @@ class GPGTrainer(GRPOFamilyTrainer):
             if key == "num_items_in_batch" or value is None:
                 continue
             values = [out[key] for out in outputs]
-            if key in _PER_ROW or values[0].dim() < 2 or values[0].size(1) == 1:
-                stacked = values
+            if key in _PER_ROW or key in per_sequence or values[0].dim() < 2 or len({v.size(1) for v in values}) == 1:
+                stacked = values  # nothing to pad (any round's width, e.g. a 1-token one, may be the narrowest)
             else:
                 width = max(v.size(1) for v in values)
                 fill = pad_id if key in ("prompt_ids", "completion_ids") else (1 if key == "tool_mask" else 0)
@@ -348,7 +382,7 @@ class GPGTrainer(GRPOFamilyTrainer):
             used = merged["completion_mask"].bool().any(dim=0)
             end = int(used.nonzero().max()) + 1 if used.any() else 0
             width = merged["completion_ids"].size(1)
-            for key in _RIGHT_PADDED & set(merged):
+            for key in (_RIGHT_PADDED & set(merged)) - per_sequence:
                 if merged[key].dim() == 2 and merged[key].size(1) == width:
                     merged[key] = merged[key][:, :end]
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
@@ -397,6 +431,7 @@ class GPGTrainer(GRPOFamilyTrainer):
         self.log_method_metric("alpha", alpha)
         self.log_method_metric("M", num_dead)
         self.log_method_metric("frac_degenerate", num_dead / rewards.numel())
+        self.log_method_metric("all_degenerate", float(num_dead == rewards.numel()))
 
     # ------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

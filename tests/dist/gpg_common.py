@@ -69,11 +69,23 @@ def completion_logps(model, record) -> torch.Tensor:
     return logits.log_softmax(-1).gather(-1, record["completion_ids"].unsqueeze(-1)).squeeze(-1)
 
 
-def reference_step(model_dir: str, records: list[dict], num_generations: int, *, normalization="group", f_norm="none"):
+def reference_step(
+    model_dir: str,
+    records: list[dict],
+    num_generations: int,
+    *,
+    normalization="group",
+    f_norm="none",
+    tol=0.0,
+    max_alpha=None,
+    use_alpha=True,
+):
     """Single-process full-batch GPG on the rows of ``records`` (one per process, in process order), float64.
 
     Returns ``(loss without alpha, alpha, advantages, {name: gradient of alpha * loss})``. Each process's rows are
     scored with that process's own padding (as it trained on them); the rows are then joined into one batch.
+    ``f_norm``, ``tol``, ``max_alpha`` and ``use_alpha`` mirror the config's ``scale_rewards``, ``degenerate_tol``,
+    ``max_alpha`` and ``use_alpha``.
     """
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
     model.train()
@@ -84,8 +96,8 @@ def reference_step(model_dir: str, records: list[dict], num_generations: int, *,
         logps.append(F.pad(completion_logps(model, record), (0, pad)))
         masks.append(F.pad(record["completion_mask"], (0, pad)))
     rewards = records[0]["rewards"]
-    advantages = gpg_advantages(rewards, f_norm=f_norm).reshape(-1).double()
-    alpha = gpg_alpha(rewards)
+    advantages = gpg_advantages(rewards, f_norm=f_norm, tol=tol).reshape(-1).double()
+    alpha = gpg_alpha(rewards, tol=tol, max_alpha=max_alpha) if use_alpha else 1.0
     loss = gpg_loss(torch.cat(logps), advantages, torch.cat(masks), num_generations, normalization=normalization)
     (alpha * loss).backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}

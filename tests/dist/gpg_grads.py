@@ -4,7 +4,8 @@ the gradients the optimizer received, for tests/test_gpg_trainer.py to compare w
 
 Scenarios (the bundled task with a ``flat`` column; flat prompts get a constant reward, i.e. degenerate groups):
 * ``whole``: 2 whole groups per rank, gradient accumulation 2; rank 1's groups are all degenerate (alpha = 2 only
-  if it is global: per-rank alphas would be 2 and 1).
+  if it is global: per-rank alphas would be 1 and 1 -- rank 0 has no degenerate group, and rank 1, where every
+  group is degenerate, falls back to 1 by convention).
 * ``straddle``: 6 rows per rank with groups of 4, so the middle group is split over the ranks (global T_q).
 * ``resample``: as ``whole`` with beta_th = 0.75: extra rounds must run in lockstep on both ranks.
 """
