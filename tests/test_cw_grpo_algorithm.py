@@ -54,12 +54,13 @@ def reference_weights(
             a_bar = math.fsum(per_row) / len(per_row)
         c = {(i, t): (lp[i][t] - l_bar) * (a(i, t) - a_bar) for i, t in toks}
         c_bar = math.fsum(c.values()) / n
-        sigma = math.sqrt(math.fsum((x - c_bar) ** 2 for x in c.values()) / max(n - std_ddof, 1)) * bandwidth_scale
+        std = math.sqrt(math.fsum((x - c_bar) ** 2 for x in c.values()) / max(n - std_ddof, 1))
         constant = len({lp[i][t] for i, t in toks}) == 1 or len({a(i, t) for i, t in toks}) == 1
-        if sigma <= 1e-8 or constant:
+        if std <= 1e-8 or constant or math.isinf(bandwidth_scale):  # degenerate, or an infinitely wide kernel
             for i, t in toks:
                 out[i][t] = 1.0
             continue
+        sigma = std * bandwidth_scale
         logw = {k: -(x * x) / (2 * sigma * sigma) for k, x in c.items()}
         top = max(logw.values())
         e = {k: math.exp(x - top) if normalize else math.exp(x) for k, x in logw.items()}
@@ -114,7 +115,7 @@ OPTIONS = st.fixed_dictionaries(
         "scope": st.sampled_from(["group", "batch"]),
         "adv_center": st.sampled_from(["token", "sequence"]),
         "std_ddof": st.sampled_from([0, 1]),
-        "bandwidth_scale": st.sampled_from([1.0, 0.5, 3.0]),
+        "bandwidth_scale": st.sampled_from([1.0, 0.5, 3.0, math.inf]),
         "normalize": st.booleans(),
     }
 )
@@ -392,8 +393,31 @@ def test_group_independence(batch, seed):
     mask2[g:] = torch.rand(mask2[g:].shape, generator=gen) < 0.5
     w, w2 = covariance_weights(logps, adv, mask, g), covariance_weights(logps2, adv2, mask2, g)
     assert torch.equal(w[:g], w2[:g])
-    if n_groups > 1:  # and batch scope really does couple the groups
-        assert covariance_weights(logps, adv, mask, g, scope="batch").shape == w.shape
+    assert n_groups == 1 or not torch.equal(logps[g:], logps2[g:])  # the other groups did change
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batch_scope_couples_the_groups_and_group_scope_does_not(seed):
+    """Changing group 2's log-probs, advantages and mask changes group 1's weights under scope="batch" (shared
+    means, sigma and normalisation) and leaves them bit-identical under scope="group" (property 7)."""
+    gen = torch.Generator().manual_seed(seed)
+    g, t = 4, 6
+    logps = -torch.rand(3 * g, t, generator=gen, dtype=F64) * 3
+    adv = torch.randn(3 * g, generator=gen, dtype=F64)
+    mask = torch.arange(t)[None] < torch.randint(2, t + 1, (3 * g,), generator=gen)[:, None]
+    logps2, adv2, mask2 = logps.clone(), adv.clone(), mask.clone()
+    group2 = slice(g, 2 * g)
+    logps2[group2] = -torch.rand(g, t, generator=gen, dtype=F64) * 3
+    adv2[group2] = torch.randn(g, generator=gen, dtype=F64) * 2
+    mask2[group2] = torch.arange(t)[None] < torch.randint(2, t + 1, (g,), generator=gen)[:, None]
+    for scope in ("group", "batch"):
+        w = covariance_weights(logps, adv, mask, g, scope=scope)
+        w2 = covariance_weights(logps2, adv2, mask2, g, scope=scope)
+        for other in (slice(0, g), slice(2 * g, 3 * g)):  # groups 1 and 3
+            if scope == "group":
+                assert torch.equal(w2[other], w[other])
+            else:
+                assert (w2[other] - w[other]).abs().max() > 1e-3
 
 
 @SETTINGS
@@ -415,6 +439,50 @@ def test_huge_bandwidth_recovers_grpo(batch):
     logps, adv, mask, g = batch
     w = covariance_weights(logps, adv, mask, g, bandwidth_scale=1e4)
     assert ((w[mask] - 1).abs() < 1e-6).all()
+
+
+@SETTINGS
+@given(batches(), st.sampled_from(["group", "batch"]), st.sampled_from(["token", "sequence"]), st.booleans())
+def test_infinite_bandwidth_is_exactly_grpo(batch, scope, adv_center, normalize):
+    """kappa = inf (spec §9 ablation value; §4.1: kappa -> inf recovers GRPO): weight exactly 1 on every valid
+    token, whatever the scope's sigma, and finite statistics."""
+    logps, adv, mask, g = batch
+    options = dict(scope=scope, adv_center=adv_center, bandwidth_scale=math.inf)
+    w = covariance_weights(logps, adv, mask, g, normalize=normalize, **options)
+    assert torch.equal(w, mask.to(w.dtype))
+    stats = covariance_stats(logps, adv, mask, g, **options)
+    assert not torch.isnan(stats.sigma).any()
+    assert torch.equal(stats.degenerate, covariance_stats(logps, adv, mask, g, scope=scope).degenerate)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_infinite_bandwidth_with_a_zero_sigma_group(normalize):
+    """A group whose c are all identical (sigma = 0) although its log-probs and advantages vary (property 9d),
+    next to a normal group: kappa = inf gives ones, not 0 * inf = NaN."""
+    logps = torch.cat([t64([[-0.5, -0.5], [-1.5, -1.5]]), EX1[0][:, :2]])
+    adv = torch.cat([t64([1.0, -1.0]), EX1[1]])
+    mask = torch.ones(4, 2)
+    stats = covariance_stats(logps, adv, mask, 2, bandwidth_scale=math.inf)
+    assert stats.sigma[0].item() == 0.0 and stats.degenerate.tolist() == [True, False]
+    for scope in ("group", "batch"):
+        w = covariance_weights(logps, adv, mask, 2, scope=scope, bandwidth_scale=math.inf, normalize=normalize)
+        assert torch.equal(w, torch.ones(4, 2, dtype=F64))
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e4, math.inf])
+def test_degeneracy_is_decided_on_the_std_before_the_bandwidth_scale(scale):
+    """Spec §2.4 step 7: a scope is degenerate when the std of c is <= eps; kappa only sets the kernel width.
+    Example 1 shrunk so that std(c) = 0.77 * 1e-6 (> eps = 1e-8): kappa = 1e-3 still weights it (like the unshrunk
+    example with the same kappa, by affine invariance); shrunk to std(c) = 0.77 * 1e-10 (< eps): weights 1 even
+    with kappa = 1e4."""
+    logps, adv, mask = EX1
+    live = covariance_weights(logps * 1e-3, adv * 1e-3, mask, 2, bandwidth_scale=scale)
+    expected = covariance_weights(logps, adv, mask, 2, bandwidth_scale=scale)
+    torch.testing.assert_close(live, expected, atol=1e-9, rtol=1e-9)
+    assert scale > 1 or (live[mask.bool()] - 1).abs().max() > 0.1  # a wide kernel is ~1 anyway
+    dead = covariance_weights(logps * 1e-5, adv * 1e-5, mask, 2, bandwidth_scale=scale)
+    assert torch.equal(dead, mask.to(F64))
+    assert covariance_stats(logps * 1e-5, adv * 1e-5, mask, 2, bandwidth_scale=scale).degenerate.all()
 
 
 @SETTINGS
@@ -539,8 +607,9 @@ def test_invalid_arguments():
         covariance_weights(logps, adv, mask, 2, adv_center="median")
     with pytest.raises(ValueError):
         covariance_weights(logps, adv, mask, 2, std_ddof=2)
-    with pytest.raises(ValueError):
-        covariance_weights(logps, adv, mask, 2, bandwidth_scale=0.0)
+    for bad in (0.0, -1.0, -math.inf, math.nan):
+        with pytest.raises(ValueError, match="bandwidth_scale must be > 0"):
+            covariance_weights(logps, adv, mask, 2, bandwidth_scale=bad)
     with pytest.raises(ValueError):
         covariance_weights(logps, adv[:1], mask, 2)
     assert covariance_weights(logps, adv, mask, 3, scope="batch").shape == logps.shape  # G unused for batch

@@ -4,6 +4,8 @@ changing, where the rollout log-probs come from, and a 2-process run whose weigh
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import digit_share_reward
@@ -36,8 +38,10 @@ def build(trainer_cls, model_dir, config, dataset, reward=digit_share_reward):
         ("cw_std_ddof", 2, "cw_std_ddof must be 0"),
         ("cw_bandwidth_scale", 0.0, "cw_bandwidth_scale must be > 0"),
         ("cw_bandwidth_scale", -1.0, "cw_bandwidth_scale must be > 0"),
+        ("cw_bandwidth_scale", float("nan"), "cw_bandwidth_scale must be > 0"),
+        ("cw_bandwidth_scale", -float("inf"), "cw_bandwidth_scale must be > 0"),
         ("cw_eps", 0.0, "cw_eps must be > 0"),
-        ("cw_logps_source", "vllm", r"cw_logps_source must be one of \('auto', 'policy'\)"),
+        ("cw_logps_source", "auto", r"cw_logps_source must be one of \('policy', 'sampler'\)"),
     ],
 )
 def test_invalid_options_fail_at_config_time(config_kwargs, option, value, message):
@@ -49,7 +53,9 @@ def test_defaults_are_the_specs_and_sequence_level_warns(config_kwargs):
     config = CWGRPOConfig(**config_kwargs())
     assert (config.cw_scope, config.cw_adv_center, config.cw_std_ddof) == ("group", "token", 0)
     assert (config.cw_bandwidth_scale, config.cw_eps, config.cw_normalize) == (1.0, 1e-8, True)
-    assert config.cw_logps_source == "auto"
+    # Spec §2.4 step 1: the policy's (pi_old) log-probs, never the inference engine's; the sampler's are opt-in.
+    assert config.cw_logps_source == "policy"
+    assert CWGRPOConfig(**config_kwargs(cw_bandwidth_scale=float("inf"))).cw_bandwidth_scale == float("inf")
     with pytest.warns(UserWarning, match="importance_sampling_level='sequence'"):
         CWGRPOConfig(**config_kwargs(importance_sampling_level="sequence"))
 
@@ -153,6 +159,70 @@ def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_di
         torch.testing.assert_close(p, loss.model.get_parameter(name), atol=1e-5, rtol=1e-4)
 
 
+def test_weights_from_the_loss_are_reused_on_every_iteration(tiny_model_dir, arithmetic_train, config_kwargs):
+    """num_iterations=2 with steps_per_generation=1 and gradient_accumulation_steps=2: TRL computes no
+    old_per_token_logps and hands the same buffered batch to both passes. The weights are made once, in the
+    first pass's loss (spec §2.6, §6: fixed for all mu passes); the second pass trains on the same (B, T)
+    advantages, not on weights applied a second time."""
+    temperature = 0.7
+    kwargs = config_kwargs(
+        max_steps=1, gradient_accumulation_steps=2, steps_per_generation=1, num_iterations=2, temperature=temperature
+    )
+    calls = []
+
+    class Spy(Recording):
+        def _covariance_weights(self, logps, advantages, mask, num_generations):
+            calls.append(advantages.shape)
+            return super()._covariance_weights(logps, advantages, mask, num_generations)
+
+    trainer = build(Spy, tiny_model_dir, CWGRPOConfig(**kwargs), arithmetic_train)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    (rewards,), (batch,) = trainer.rewards, trainer.batches
+    assert "old_per_token_logps" not in batch and "cw_row" in batch  # the in-loss path
+    mask = batch["completion_mask"].bool()
+    assert calls == [(mask.size(0),)]  # weights made once, from GRPO's (B,) advantages
+
+    first, second = trainer.loss_inputs
+    assert first["advantages"].shape == second["advantages"].shape == mask.shape
+    assert torch.equal(second["advantages"], first["advantages"])
+    # ... and they are A_i * w_it of the rollout batch (independent recomputation, rows shuffled by TRL).
+    advantages = group_advantages(rewards).reshape(-1)
+    weights = covariance_weights(independent_logps(tiny_model_dir, batch, temperature), advantages, mask, 4)
+    assert (weights[mask] - 1).abs().max() > 0.2
+    expected = torch.where(mask, advantages[:, None] * weights, 0.0)
+    key = lambda b, i: (tuple(b["prompt_ids"][i].tolist()), tuple(b["completion_ids"][i].tolist()))  # noqa: E731
+    rows = {key(batch, i): expected[i] for i in range(len(mask))}
+    for i in range(mask.size(0)):
+        torch.testing.assert_close(second["advantages"][i], rows[key(second, i)], atol=1e-4, rtol=1e-4)
+
+    logs = trainer.state.log_history[0]
+    assert math.isfinite(logs["loss"]) and logs["loss"] != 0.0
+    after = dict(trainer.model.named_parameters())
+    assert all(torch.isfinite(p).all() for p in after.values())
+    assert any(not torch.equal(after[n], before[n]) for n in before)
+
+
+@pytest.mark.parametrize("steps_per_generation", [1, 2], ids=["loss_logps", "extra_forward"])
+def test_infinite_bandwidth_trains_exactly_grpo(tiny_model_dir, arithmetic_train, config_kwargs, steps_per_generation):
+    """cw_bandwidth_scale=inf (spec §9 ablation; kappa -> inf recovers GRPO): every weight is exactly 1, so the
+    run equals grpo's, with finite CW metrics."""
+    kwargs = config_kwargs(
+        max_steps=2, beta=0.04, gradient_accumulation_steps=2, steps_per_generation=steps_per_generation
+    )
+    grpo, grpo_logs = _train(GRPOFamilyTrainer, tiny_model_dir, arithmetic_train, CWGRPOConfig(**kwargs))
+    config = CWGRPOConfig(**kwargs, cw_bandwidth_scale=float("inf"))
+    cw, cw_logs = _train(Recording, tiny_model_dir, arithmetic_train, config)
+    assert cw_logs == grpo_logs
+    expected = grpo.model.state_dict()
+    assert all(torch.equal(expected[k], v) for k, v in cw.model.state_dict().items())
+    for inputs in cw.loss_inputs:
+        assert inputs["advantages"].shape == inputs["completion_mask"].shape
+    metrics = [v for h in cw.state.log_history for k, v in h.items() if k.startswith("cw_grpo/")]
+    assert metrics and all(math.isfinite(v) for v in metrics)
+    assert any(h.get("cw_grpo/degenerate_frac", 1.0) < 1.0 for h in cw.state.log_history)  # weights were made
+
+
 def test_loss_that_reads_advantages_first_is_an_error(tiny_model_dir, arithmetic_train, config_kwargs):
     """If TRL's loss stopped computing the log-probs before reading the advantages, CW-GRPO must not silently
     train on unweighted advantages."""
@@ -197,7 +267,8 @@ def test_with_unit_weights_training_is_grpo(tiny_model_dir, arithmetic_train, co
 
 
 def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
-    """old_per_token_logps when TRL has them, else the sampler's ('auto' only, finite only), else a forward."""
+    """old_per_token_logps when TRL has them, else a forward of the policy (default), or the sampler's when asked
+    for ('sampler' only, finite only)."""
     # fp32, to compare with plain transformers
     trainer = build(CWGRPOTrainer, tiny_model_dir, CWGRPOConfig(**config_kwargs(bf16=False)), arithmetic_train)
     g = torch.Generator().manual_seed(0)
@@ -215,6 +286,13 @@ def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
 
     sampler = torch.full((4, 6), -0.5)
     old = torch.full((4, 6), -0.25)
+    # Default 'policy': the sampler's log-probs are never used, not even when TRL has no old ones.
+    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})
+    assert extra and torch.equal(logps, forward)
+    assert torch.equal(
+        trainer._rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
+    )
+    trainer.args.cw_logps_source = "sampler"
     assert torch.equal(trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})[0], sampler)
     assert torch.equal(
         trainer._rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
@@ -226,9 +304,6 @@ def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
     nan_on_token = sampler.clone()
     nan_on_token[0, 0] = float("nan")
     logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": nan_on_token})
-    assert extra and torch.equal(logps, forward)
-    trainer.args.cw_logps_source = "policy"
-    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})
     assert extra and torch.equal(logps, forward)
 
 

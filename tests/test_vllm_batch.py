@@ -235,18 +235,22 @@ def test_every_method_trains_on_a_vllm_batch(
 @pytest.mark.parametrize(
     ("source", "correction", "nan", "expected"),
     [
-        ("auto", False, False, "sampler"),  # default: no old log-probs, so the sampler's (no extra forward)
-        ("auto", True, False, "old"),  # TRL computed old_per_token_logps for the correction: those first
-        ("policy", False, False, "policy"),  # never the sampler's: the policy's, here from the loss's own forward
-        ("auto", False, True, "forward"),  # vLLM could not score a token: the policy's, by an extra forward
+        # Default (spec §2.4 step 1: never the inference engine's log-probs): no old log-probs, so the policy's,
+        # here from the loss's own forward (steps_per_generation=1), not the sampler's.
+        (None, False, False, "policy"),
+        (None, True, False, "old"),  # TRL computed old_per_token_logps for the correction: those
+        ("sampler", True, False, "old"),  # old_per_token_logps first, also when the sampler's are allowed
+        ("sampler", False, False, "sampler"),  # opt-in: no old log-probs, so the sampler's (no extra forward)
+        ("sampler", False, True, "forward"),  # vLLM could not score a token: the policy's, by an extra forward
     ],
 )
 def test_cw_grpo_weights_use_the_configured_logps(
     source, correction, nan, expected, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch
 ):
+    options = {} if source is None else {"cw_logps_source": source}
     trainer = _build(
         "cw_grpo", config_kwargs, tiny_model_dir, tiny_tokenizer, arithmetic_train, max_steps=1,
-        cw_logps_source=source, vllm_importance_sampling_correction=correction,
+        vllm_importance_sampling_correction=correction, **options,
     )  # fmt: skip
     fake_vllm(trainer, monkeypatch, nan_token=(0, 0) if nan else None)
     seen = []

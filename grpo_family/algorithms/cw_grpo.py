@@ -16,6 +16,7 @@ including inf or NaN.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -30,7 +31,7 @@ class CovarianceStats(NamedTuple):
     """Diagnostics of one call, one entry per scope (S = num_prompts for "group", 1 for "batch")."""
 
     terms: torch.Tensor  # (N, T) float64: c_{i,t}, 0 on padding
-    sigma: torch.Tensor  # (S,) kernel bandwidth (the std of c, times bandwidth_scale)
+    sigma: torch.Tensor  # (S,) kernel bandwidth: the std of c times bandwidth_scale (0 where the std is 0)
     covariance: torch.Tensor  # (S,) mean of c = population Cov(logp, A) over the scope's tokens (token centring)
     num_tokens: torch.Tensor  # (S,) valid tokens in the scope
     degenerate: torch.Tensor  # (S,) bool: the weights fall back to 1 (GRPO)
@@ -44,7 +45,7 @@ def _validate(logps, advantages, mask, num_generations, scope, adv_center, std_d
     if std_ddof not in (0, 1):
         raise ValueError(f"std_ddof must be 0 or 1, got {std_ddof!r}")
     if not bandwidth_scale > 0:
-        raise ValueError(f"bandwidth_scale must be > 0, got {bandwidth_scale!r}")
+        raise ValueError(f"bandwidth_scale must be > 0 (math.inf allowed: GRPO), got {bandwidth_scale!r}")
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
     if logps.dim() != 2 or mask.shape != logps.shape:
@@ -84,7 +85,9 @@ def _scoped_terms(logps, advantages, mask, num_generations, scope, adv_center, s
     c = (lp_s - lp_bar[:, None]) * (a_s - a_bar[:, None]) * m_s
     cov = c.sum(-1) / nc
     var = (((c - cov[:, None]) * m_s) ** 2).sum(-1) / (n - std_ddof).clamp_min(1)
-    sigma = var.sqrt() * bandwidth_scale
+    std = var.sqrt()
+    # kappa scales the kernel only; a std of 0 stays 0 (0 * inf would be NaN).
+    sigma = torch.where(std > 0, std * bandwidth_scale, 0.0)
 
     # A scope whose valid log-probs or advantages are all equal has c = 0 exactly; detect it exactly so that
     # rounding in the means cannot turn it into noise-driven weights (e.g. A = 1e9 for every token).
@@ -95,7 +98,9 @@ def _scoped_terms(logps, advantages, mask, num_generations, scope, adv_center, s
         lo = torch.where(v_s, x, float("inf")).amin(-1)
         return hi == lo
 
-    degenerate = (sigma <= eps) | constant(lp_s) | constant(a_s)
+    # The degeneracy test (spec §2.4 step 7) is on the std of c itself, before kappa: kappa widens or narrows the
+    # kernel of a scope that has a spread, it does not decide whether the scope has one.
+    degenerate = (std <= eps) | constant(lp_s) | constant(a_s)
     return c, v_s, n, cov, sigma, degenerate
 
 
@@ -114,9 +119,9 @@ def covariance_stats(
 ) -> CovarianceStats:
     """Per-token covariance terms and per-scope statistics behind :func:`covariance_weights` (spec §2.4, §3.2).
 
-    Same arguments as :func:`covariance_weights`. Meant for logging (``cw/sigma_mean``, ``cw/cov_mean``,
-    ``cw/degenerate_group_frac``) and for tests. ``covariance`` equals Cov(logp, A) over the scope's tokens with
-    token centring.
+    Same arguments as :func:`covariance_weights`. Meant for logging (the trainer's ``cw_grpo/sigma_mean``,
+    ``cw_grpo/cov_mean`` and ``cw_grpo/degenerate_frac``) and for tests. ``covariance`` equals Cov(logp, A) over
+    the scope's tokens with token centring.
     """
     _validate(logps, advantages, mask, num_generations, scope, adv_center, std_ddof, bandwidth_scale, eps)
     c, _, n, cov, sigma, degenerate = _scoped_terms(
@@ -152,10 +157,11 @@ def covariance_weights(
         adv_center: ``"token"`` (default, A2): mean A = token-weighted mean over the scope's valid tokens;
             ``"sequence"``: plain mean of the per-completion advantages (completions with no valid token excluded).
         std_ddof: 0 (default, A4) = population std of c; 1 = sample std.
-        bandwidth_scale: kappa, the kernel uses (kappa * sigma)^2. Not in the paper (ablation only); 1.0 = paper,
-            kappa -> inf recovers GRPO.
-        eps: a scope whose bandwidth is <= eps gets weight 1 on every valid token (A9): all advantages equal,
-            a single token, all c identical. Scopes with constant log-probs or constant advantages count too.
+        bandwidth_scale: kappa > 0, the kernel uses (kappa * sigma)^2. Not in the paper (ablation only); 1.0 =
+            paper; ``math.inf`` gives weight exactly 1 on every valid token (GRPO, the kappa -> inf limit).
+        eps: a scope whose std of c (before kappa) is <= eps gets weight 1 on every valid token (A9): all
+            advantages equal, a single token, all c identical. Scopes with constant log-probs or constant
+            advantages count too.
         normalize: True (default, paper) rescales to mean 1 per scope; False returns the raw kernel values in
             (0, 1] (ablation "without renormalisation", §9).
 
@@ -172,8 +178,11 @@ def covariance_weights(
     out_dtype = torch.float64 if torch.float64 in (logps.dtype, advantages.dtype) else torch.float32
     if logps.numel() == 0:
         return torch.zeros(logps.shape, dtype=out_dtype, device=logps.device)
-    s = sigma.clamp_min(eps if eps > 0 else torch.finfo(torch.float64).tiny)[:, None]
-    logw = torch.where(valid, -(c * c) / (2 * s * s), float("-inf"))
+    if math.isinf(bandwidth_scale):  # infinitely wide kernel: every raw weight is exp(0) = 1 (GRPO)
+        logw = torch.where(valid, 0.0, float("-inf")).to(c.dtype)
+    else:  # degenerate scopes are overwritten below; the others have sigma = kappa * std > 0
+        s = torch.where(degenerate, 1.0, sigma)[:, None]
+        logw = torch.where(valid, -(c * c) / (2 * s * s), float("-inf"))
     if normalize:
         top = logw.amax(-1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, 0.0)  # scope without valid tokens

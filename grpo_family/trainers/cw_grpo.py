@@ -11,22 +11,26 @@ Where the pieces come from (spec §3.2):
   (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
   processes (a prompt's G completions can straddle processes), so each group's statistics are the group's; every
   process computes the same weights and keeps its own rows;
-* the log-probs are the rollout policy's: TRL's ``old_per_token_logps`` when it computed them, else the sampler's
-  (vLLM's ``sampling_per_token_logps``, with ``cw_logps_source="auto"``), else one extra no-grad forward pass of
-  the policy over the generation batch. With gradient accumulation and TRL's defaults otherwise
-  (``steps_per_generation = gradient_accumulation_steps > 1``, ``num_iterations=1``, no vLLM) that extra forward
-  is what CW-GRPO costs (see ``benchmarks/results/cw_grpo.md``);
+* the log-probs are the rollout policy's, from the training model (spec §2.4 step 1): TRL's
+  ``old_per_token_logps`` when it computed them, else one extra no-grad forward pass of the policy over the
+  generation batch; never the sampler's (vLLM's ``sampling_per_token_logps``) unless ``cw_logps_source="sampler"``
+  asks for them. With gradient accumulation and TRL's defaults otherwise (``steps_per_generation =
+  gradient_accumulation_steps > 1``, ``num_iterations=1``, no vLLM) that extra forward is what CW-GRPO costs
+  (see ``benchmarks/results/cw_grpo.md``);
 * except when every loss call sees a whole generation batch (``steps_per_generation = 1`` or evaluation) and TRL
   has no ``old_per_token_logps`` (it then uses the loss's own log-probs as the old ones: the policy has not moved
   since the rollout). The weights are then computed inside the loss, from the log-probs its forward just made,
   gathered across processes and put back in global row order, before TRL reads the advantages: no extra forward.
   TRL's ``_compute_loss`` is not copied; ``_get_per_token_logps_and_entropies`` is wrapped, and a loss that did
-  not call it before reading the advantages raises instead of training unweighted.
+  not call it before reading the advantages raises instead of training unweighted. The weighted advantages are
+  written into TRL's buffered batch and its row tags removed, so with ``num_iterations > 1`` the later passes over
+  that batch train on the same weighted advantages (spec §6: the weights stay fixed for all passes).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -42,7 +46,7 @@ from .base import GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
-LOGPS_SOURCES = ("auto", "policy")
+LOGPS_SOURCES = ("policy", "sampler")
 
 # Multimodal inputs TRL's generation batch may carry; the extra forward passes them like TRL's own forwards do.
 _FORWARD_KEYS = (
@@ -88,7 +92,7 @@ class CWGRPOConfig(GRPOConfig):
         default=1.0,
         metadata={
             "help": "kappa > 0: the kernel is exp(-c^2 / 2 (kappa sigma)^2). Not in the paper (1.0 = the paper); "
-            "for ablations only; kappa -> inf recovers GRPO."
+            "for ablations only; inf gives every token weight 1 (GRPO, the kappa -> inf limit)."
         },
     )
     cw_eps: float = field(
@@ -103,12 +107,16 @@ class CWGRPOConfig(GRPOConfig):
         },
     )
     cw_logps_source: str = field(
-        default="auto",
+        default="policy",
         metadata={
-            "help": "Rollout log-probs the weights use: 'auto' (default) = TRL's old_per_token_logps if it computed "
-            "them, else vLLM's sampling log-probs if present (the sampler's, not the training model's), else one "
-            "extra no-grad forward of the policy; 'policy' = never the sampler's (the spec's choice, §2.4 step 1): "
-            "old_per_token_logps or the extra forward."
+            "help": "Rollout log-probs the weights use. 'policy' (default, the spec §2.4 step 1): the training "
+            "model's temperature-scaled log-probs of the rollout policy, the ones TRL's ratio uses: TRL's "
+            "old_per_token_logps if it computed them, else the loss's own forward (see cw_reuse_loss_logps) or one "
+            "extra no-grad forward. 'sampler' (opt-in, deviates from the spec): vLLM's sampling log-probs when TRL "
+            "has no old_per_token_logps, which saves the extra forward but weights with the inference engine's "
+            "numbers, which may differ from the policy's (kernels, precision, and raw rather than "
+            "temperature-scaled log-probs depending on the vLLM logprobs mode); non-finite ones fall back to "
+            "'policy'."
         },
     )
 
@@ -132,16 +140,16 @@ class CWGRPOConfig(GRPOConfig):
             )
         if self.cw_std_ddof not in (0, 1):
             raise ValueError(f"cw_std_ddof must be 0 (population std, default) or 1, got {self.cw_std_ddof!r}.")
-        if not self.cw_bandwidth_scale > 0:
+        if not self.cw_bandwidth_scale > 0:  # also rejects NaN
             raise ValueError(
                 f"cw_bandwidth_scale must be > 0 (1.0 = the paper), got {self.cw_bandwidth_scale!r}; to train plain "
-                "GRPO use method 'grpo'."
+                "GRPO use method 'grpo' (or cw_bandwidth_scale=inf)."
             )
         if not self.cw_eps > 0:
             raise ValueError(f"cw_eps must be > 0 (default 1e-8), got {self.cw_eps!r}.")
         if self.cw_logps_source not in LOGPS_SOURCES:
             raise ValueError(
-                f"cw_logps_source must be one of {LOGPS_SOURCES} (default 'auto'), got {self.cw_logps_source!r}."
+                f"cw_logps_source must be one of {LOGPS_SOURCES} (default 'policy'), got {self.cw_logps_source!r}."
             )
         if self.importance_sampling_level != "token":
             warnings.warn(
@@ -210,14 +218,14 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         if old is not None:
             return old.detach(), False
         sampler = batch.get("sampling_per_token_logps")
-        if sampler is not None and self.args.cw_logps_source == "auto":
+        if sampler is not None and self.args.cw_logps_source == "sampler":
             valid = self._loss_mask(batch).bool()
             bad = (~torch.isfinite(sampler) & valid).any().to(torch.float32).reshape(1)
             if not bool(gather(bad).any()):  # vLLM may return NaN for tokens it could not score
                 if not self._warned_sampler_logps:
                     logger.warning(
-                        "CW-GRPO weights use the sampler's (vLLM) log-probs, not the training model's; set "
-                        "cw_logps_source='policy' to use the policy's (one extra forward pass per generation batch)."
+                        "CW-GRPO weights use the sampler's (vLLM) log-probs, not the training model's "
+                        "(cw_logps_source='sampler', not the spec's choice); the default 'policy' uses the policy's."
                     )
                     self._warned_sampler_logps = True
                 return sampler.detach(), False
@@ -254,7 +262,7 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         """Whether the loss's own forward provides the rollout log-probs (same decision on every process)."""
         if not self.args.cw_reuse_loss_logps or batch.get("old_per_token_logps") is not None:
             return False
-        if batch.get("sampling_per_token_logps") is not None and self.args.cw_logps_source == "auto":
+        if batch.get("sampling_per_token_logps") is not None and self.args.cw_logps_source == "sampler":
             return False
         return batch["mode"] == "eval" or self.args.steps_per_generation == 1
 
@@ -316,6 +324,10 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         inputs, self._cw_pending = self._cw_pending, None
         if inputs is not None:  # the loss's policy forward: weight the advantages before TRL reads them
             inputs["advantages"] = self._weigh_in_loss(inputs, result[0].detach())
+            # ``inputs`` is TRL's buffered batch: with num_iterations > 1 the next passes get this same dict. Drop
+            # the row tags so that they train on these weighted advantages as they are (weights computed once per
+            # generation batch, spec §2.6/§6) instead of weighting them again.
+            del inputs["cw_row"], inputs["cw_scored"]
         return result
 
     @torch.no_grad()
@@ -359,7 +371,8 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             self.log_method_metric("frac_weight_lt_0.5", (valid < 0.5).float().mean().item())
         live = ~stats.degenerate & (stats.num_tokens > 0)
         if live.any():
-            self.log_method_metric("sigma_mean", stats.sigma[live].mean().item())
+            if math.isfinite(self.args.cw_bandwidth_scale):  # kappa = inf: the bandwidth is inf, not a metric
+                self.log_method_metric("sigma_mean", stats.sigma[live].mean().item())
             self.log_method_metric("cov_mean", stats.covariance[live].mean().item())
         nonempty = stats.num_tokens > 0
         if nonempty.any():

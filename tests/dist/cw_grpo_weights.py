@@ -32,9 +32,10 @@ class Recording(CWGRPOTrainer):
         return out
 
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
-        if "cw_row" in inputs:  # weights made in the loss: rows shuffled, tagged with their global index
-            self.records[-1]["loss_rows"] = inputs["cw_row"].clone()
+        rows = inputs.get("cw_row")  # weights made in the loss: rows shuffled, tagged with their global index
+        loss = super()._compute_loss(model, inputs)  # removes the tags once the advantages are weighted
+        if rows is not None:
+            self.records[-1]["loss_rows"] = rows.clone()
             self.records[-1]["loss_advantages"] = inputs["advantages"].clone()
         return loss
 
