@@ -46,6 +46,12 @@ class Tap(GRPOFamilyTrainer):
         self.rec["full"].append({k: v.clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
         return out
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # What D3S hands to TRL's loss (its step denominators added) and the weights the loss call runs with.
+        self.rec["loss_inputs"].append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        self.rec["state"].append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if kwargs.get("compute_entropy") and logps.requires_grad:
@@ -107,9 +113,13 @@ def row_keys(batch, rows=None):
     return sorted(out)
 
 
-def hand_per_token_loss(model, inputs, temperature, beta, epsilon=0.2):
-    """Per-token GRPO loss of ``inputs`` with plain transformers (no TRL helper): -min(r A, clip(r) A) + beta KL,
-    r = exp(logp - sg(logp)); also the entropies."""
+def hand_terms(model, inputs, temperature, epsilon=0.2, level="token", bias_correction_kl=True):
+    """Per-token surrogate and KL of ``inputs`` with plain transformers (no TRL helper), and the entropies.
+
+    Surrogate -min(r A, clip(r) A) with ``level="token"``: r = exp(logp - old) (old = sg(logp) when the batch has no
+    old log-probs); ``"gspo_token"``: r = sg(s_i) exp(logp - sg(logp)), s_i = exp(mean over the rollout's valid tokens
+    of logp - old) (spec §2.6). KL = exp(ref - logp) - (ref - logp) - 1, times the token ratio exp(logp - old) when
+    ``bias_correction_kl`` (TRL's use_bias_correction_kl, default True); None without reference log-probs."""
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     width = inputs["completion_ids"].size(1)
@@ -117,13 +127,29 @@ def hand_per_token_loss(model, inputs, temperature, beta, epsilon=0.2):
     logp_all = logits.log_softmax(-1)
     logps = logp_all.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
     entropies = -(logp_all.exp() * logp_all).sum(-1).detach()
-    ratio = torch.exp(logps - logps.detach())
+    old = inputs.get("old_per_token_logps")
+    log_ratio = logps - (logps.detach() if old is None else old)
+    if level == "token":
+        ratio = torch.exp(log_ratio)
+    else:
+        mask = inputs["completion_mask"]
+        seq = torch.exp((log_ratio * mask).sum(1) / mask.sum(1).clamp_min(1)).detach()
+        ratio = seq[:, None] * torch.exp(logps - logps.detach())
     adv = inputs["advantages"][:, None]
-    per_token = -torch.min(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon) * adv)
-    if beta:
+    surrogate = -torch.min(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon) * adv)
+    kl = None
+    if inputs.get("ref_per_token_logps") is not None:
         d = inputs["ref_per_token_logps"] - logps
-        per_token = per_token + beta * (torch.exp(d) - d - 1)
-    return per_token, entropies
+        kl = torch.exp(d) - d - 1
+        if bias_correction_kl:
+            kl = kl * torch.exp(log_ratio)
+    return surrogate, kl, entropies
+
+
+def hand_per_token_loss(model, inputs, temperature, beta, epsilon=0.2):
+    """Per-token GRPO loss of ``inputs``: -min(r A, clip(r) A) + beta KL (see ``hand_terms``); also the entropies."""
+    surrogate, kl, entropies = hand_terms(model, inputs, temperature, epsilon)
+    return (surrogate + beta * kl if beta else surrogate), entropies
 
 
 def assert_grads_close(actual, expected):
@@ -141,7 +167,7 @@ def assert_grads_close(actual, expected):
         ("d3s_token_ratio_start", 0.0, r"d3s_token_ratio_start must be in \(0, 1\]"),
         ("d3s_token_ratio_end", 1.5, r"d3s_token_ratio_end must be in \(0, 1\]"),
         ("d3s_sample_scope", "intra", r"d3s_sample_scope must be one of \('pooled', 'group'\)"),
-        ("d3s_token_scope", "batch", r"d3s_token_scope must be one of \('micro', 'sequence'\)"),
+        ("d3s_token_scope", "token", r"d3s_token_scope must be one of \('batch', 'micro', 'sequence'\)"),
         ("d3s_loss_normalization", "mean", "d3s_loss_normalization must be one of"),
         ("d3s_base_estimator", "gpg", r"d3s_base_estimator must be one of \('grpo', 'ms_grpo'\)"),
         ("d3s_drop_degenerate_groups", True, "needs d3s_sample_scope='group'"),
@@ -152,6 +178,32 @@ def assert_grads_close(actual, expected):
 def test_invalid_options_fail_at_config_time(config_kwargs, option, value, message):
     with pytest.raises(ValueError, match=message):
         D3SConfig(**config_kwargs(**{option: value}))
+
+
+def test_gspo_with_kl_needs_the_bias_correction_off(config_kwargs):
+    """TRL's bias-corrected KL is KL x s_i at the sequence level: s_i carries the gradient of every token of the
+    rollout, so unkept tokens' KL would train the kept ones (spec §2.4, Eq. 10)."""
+    gspo = dict(importance_sampling_level="sequence", beta=0.04)
+    with pytest.raises(
+        ValueError, match=r"use_bias_correction_kl=False, or importance_sampling_level='token', or beta"
+    ):
+        D3SConfig(**config_kwargs(**gspo))
+    D3SConfig(**config_kwargs(**gspo, use_bias_correction_kl=False))
+    D3SConfig(**config_kwargs(importance_sampling_level="sequence"))  # beta = 0: no KL
+    D3SConfig(**config_kwargs(beta=0.04))  # token level: the bias correction is a per-token factor
+
+
+def test_an_optimizer_step_must_not_span_generation_batches(config_kwargs):
+    with pytest.raises(ValueError, match=r"steps_per_generation x num_iterations \(1 x 1\) must be a multiple of"):
+        D3SConfig(
+            **config_kwargs(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=1)
+        )
+    D3SConfig(**config_kwargs(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4))
+    D3SConfig(
+        **config_kwargs(
+            per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=1, num_iterations=2
+        )
+    )
 
 
 def test_ms_grpo_options_are_validated_and_unscaled_rewards_warn(config_kwargs):
@@ -166,7 +218,7 @@ def test_defaults_are_the_papers_scaled_to_the_group_size(config_kwargs):
     assert (config.d3s_token_ratio_start, config.d3s_token_ratio_end) == (0.05, 0.20)
     assert (config.d3s_sample_scope, config.d3s_token_scope, config.d3s_loss_normalization) == (
         "pooled",
-        "micro",
+        "batch",
         "token_mean_kept",
     )
     assert config.d3s_samples_start is None and config.d3s_samples_end is None and config.loss_type == "dapo"
@@ -177,10 +229,7 @@ def test_defaults_are_the_papers_scaled_to_the_group_size(config_kwargs):
 # ---------------------------------------------------------------------------------------------------- one step
 CASES = {
     "default": dict(),
-    "kl_masked": dict(beta=0.04),
-    "gspo_token_sequence_scope": dict(
-        importance_sampling_level="sequence", d3s_token_scope="sequence", d3s_loss_normalization="seq_mean_kept"
-    ),
+    "sequence_scope_seq_mean_kept": dict(d3s_token_scope="sequence", d3s_loss_normalization="seq_mean_kept"),
     "group_scope_mask_only_seq": dict(d3s_sample_scope="group", d3s_loss_normalization="mask_only_seq"),
     "binary_ties_literal_eq10": dict(d3s_loss_normalization="literal_eq10", reward=digit_present_reward),
     "one_token_completions": dict(max_completion_length=1, d3s_loss_normalization="seq_mean_kept_all"),
@@ -219,7 +268,7 @@ def test_step_trains_exactly_the_kept_rollouts_and_tokens(tiny_model_dir, arithm
     scope = "sequence" if config.d3s_token_scope == "sequence" else "batch"
     assert torch.equal(keep, token_keep_mask(inputs["advantages"], entropies, mask, ratio, scope=scope))
     expected_count = planned_kept_tokens(mask.sum(1) if scope == "sequence" else mask.sum(), ratio).sum()
-    assert keep.sum() == expected_count == inputs["d3s_kept_tokens"]
+    assert keep.sum() == expected_count == rec["loss_inputs"][0]["d3s_kept_tokens"]
 
     # Unkept tokens get exactly zero gradient from every term; kept tokens with A != 0 get some.
     grad = raw_logps.grad
@@ -238,6 +287,64 @@ def test_step_trains_exactly_the_kept_rollouts_and_tokens(tiny_model_dir, arithm
         and config.importance_sampling_level == "token"
     ):
         torch.testing.assert_close(rec["loss"][0], loss.detach(), rtol=1e-4, atol=1e-6)  # logged value = D3S loss
+
+
+STEP2_CASES = {
+    # Step 2 of fresh batches: policy != reference, so the KL and its gradient are not 0. TRL's default bias
+    # correction (KL x token ratio) is part of the hand loss.
+    "kl_masked": dict(beta=0.5, max_steps=2),
+    # Second update on one batch: old != current, so the GSPO-token ratio sg(s_i) exp(logp - sg logp) differs from
+    # the token ratio; KL on, without the bias correction (required at the sequence level).
+    "gspo_token_kl_sequence_scope": dict(
+        importance_sampling_level="sequence",
+        beta=0.5,
+        use_bias_correction_kl=False,
+        num_iterations=2,
+        max_steps=2,
+        d3s_token_scope="sequence",
+        d3s_loss_normalization="seq_mean_kept",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STEP2_CASES))
+def test_second_step_gradient_is_the_hand_loss_with_masked_kl(tiny_model_dir, arithmetic_train, config_kwargs, case):
+    """The parameter gradient of step 2 equals the D3S loss written by hand, with the KL on the kept tokens only
+    (Eq. 10) and the GSPO-token ratio; and it differs from the loss with the KL on every valid token and from the
+    one with token-level ratios, so the comparison can tell them apart."""
+    options = {"per_device_train_batch_size": 16, "max_grad_norm": 0.0, "d3s_token_ratio_start": 0.3}
+    options.update(STEP2_CASES[case], d3s_token_ratio_end=0.3)
+    config = D3SConfig(**config_kwargs(**options))
+    trainer = run(tiny_model_dir, arithmetic_train, config)
+    rec = trainer.rec
+    assert len(rec["loss_inputs"]) == 2
+    inputs, keep = rec["loss_inputs"][1], rec["keep"][1]
+    mask = inputs["completion_mask"].bool()
+    kept = keep & mask
+    norm, level = config.d3s_loss_normalization, config.importance_sampling_level
+    gspo = level == "sequence"
+    assert torch.all(rec["raw_logps"][1].grad[mask & ~keep] == 0)
+
+    def hand_grads(level="gspo_token" if gspo else "token", kl_mask=kept):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        model.load_state_dict(rec["state"][1])
+        surrogate, kl, _ = hand_terms(model, inputs, config.temperature, level=level,
+                                      bias_correction_kl=config.use_bias_correction_kl)  # fmt: skip
+        loss = masked_token_loss(surrogate, keep, mask, normalization=norm)
+        if norm == "token_mean_kept":
+            loss = loss + config.beta * torch.where(kl_mask, kl, 0.0).sum() / kept.sum()
+        else:
+            loss = loss + masked_token_loss(config.beta * kl, keep, kl_mask, normalization=norm)
+        loss.backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+
+    if gspo:  # the batch was reused: the step-2 ratio is off-policy
+        assert (inputs["old_per_token_logps"] - rec["raw_logps"][1].detach())[mask].abs().max() > 1e-3
+    assert (inputs["ref_per_token_logps"] - rec["raw_logps"][1].detach())[mask].abs().max() > 1e-3
+    got = trainer.grad_capture.grads[1]
+    assert_grads_close(got, hand_grads())
+    with pytest.raises(AssertionError):  # the mutation this case guards against
+        assert_grads_close(got, hand_grads(level="token") if gspo else hand_grads(kl_mask=mask))
 
 
 def test_full_schedule_is_grpo_with_token_mean_loss(tiny_model_dir, arithmetic_train, config_kwargs):
@@ -265,7 +372,79 @@ def test_reused_batch_is_not_edited_by_the_loss(tiny_model_dir, arithmetic_train
     assert len(trainer.rec["full"]) == 1 and len(trainer.rec["inputs"]) == 2
     first, second = trainer.rec["inputs"]
     assert second["advantages"].dim() == 1 and torch.equal(first["advantages"], second["advantages"])
+    first, second = trainer.rec["loss_inputs"]
     assert first["num_items_in_batch"] == second["num_items_in_batch"] == trainer.rec["keep"][1].sum()
+    # "batch" scope: ranked once with the sampling policy, the same mask for both updates.
+    assert torch.equal(trainer.rec["keep"][0], trainer.rec["keep"][1])
+
+
+@pytest.mark.parametrize(("spg", "accumulation", "iterations"), [(2, 1, 1), (4, 2, 1), (1, 2, 2)])
+def test_each_optimizer_step_divides_by_its_own_kept_tokens(
+    tiny_model_dir, arithmetic_train, config_kwargs, spg, accumulation, iterations
+):
+    """Spec §2.6: |T| = the kept tokens of the optimizer step (all its micro-steps), also when one generation batch
+    feeds several optimizer steps or one optimizer step takes several updates on a batch. d loss / d logp on a kept
+    token is -A r / |T| (0 where the ratio is clipped)."""
+    options = dict(per_device_train_batch_size=4, steps_per_generation=spg, gradient_accumulation_steps=accumulation)
+    options.update(num_iterations=iterations, max_steps=2, d3s_token_ratio_start=0.2, d3s_token_ratio_end=0.2)
+    trainer = run(tiny_model_dir, arithmetic_train, D3SConfig(**config_kwargs(**options)))
+    rec = trainer.rec
+    assert len(rec["loss_inputs"]) == 2 * accumulation
+    for step in range(2):
+        calls = range(step * accumulation, (step + 1) * accumulation)
+        kept_tokens = sum(int((rec["keep"][c] & rec["inputs"][c]["completion_mask"].bool()).sum()) for c in calls)
+        for c in calls:
+            inputs, keep, raw = rec["loss_inputs"][c], rec["keep"][c], rec["raw_logps"][c]
+            kept = keep & inputs["completion_mask"].bool()
+            old = inputs.get("old_per_token_logps")
+            ratio = torch.exp(raw.detach() - (raw.detach() if old is None else old))
+            adv = inputs["advantages"][:, None].expand_as(ratio)
+            clipped = ((adv > 0) & (ratio > 1.2)) | ((adv < 0) & (ratio < 0.8))
+            expected = torch.where(clipped, 0.0, -adv * ratio) / kept_tokens
+            torch.testing.assert_close(raw.grad[kept], expected[kept], rtol=1e-5, atol=1e-8)
+
+
+def test_batch_scope_ranks_the_whole_generation_batch_once(tiny_model_dir, arithmetic_train, config_kwargs):
+    """Default "batch" scope over 2 micro-steps (spec §11 #5, §10.11): one ranking over every kept rollout of the
+    generation batch with the sampling policy's entropies; every kept token scores >= every unkept valid one."""
+    options = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=1)
+    trainer = run(tiny_model_dir, arithmetic_train, D3SConfig(**config_kwargs(**options, d3s_token_ratio_start=0.2)))
+    rec = trainer.rec
+    assert len(rec["inputs"]) == 2
+    width = max(x["completion_ids"].size(1) for x in rec["inputs"])
+
+    def cat(tensors):
+        return torch.cat([torch.nn.functional.pad(t, (0, width - t.size(1))) for t in tensors])
+
+    # No optimizer step between the two micro-steps: their loss forwards are the sampling policy.
+    entropies, keep = cat(rec["entropies"]), cat([k.int() for k in rec["keep"]]).bool()
+    mask = cat([x["completion_mask"] for x in rec["inputs"]]).bool()
+    adv = torch.cat([x["advantages"] for x in rec["inputs"]])
+    order = torch.cat([x["d3s_rollout_index"] for x in rec["inputs"]]).argsort()
+    expected = torch.empty_like(keep)
+    expected[order] = token_keep_mask(adv[order], entropies[order], mask[order], 0.2)
+    assert torch.equal(keep, expected)
+    assert keep.sum() == planned_kept_tokens(mask.sum(), 0.2) == rec["loss_inputs"][0]["d3s_kept_tokens"]
+    score = adv.abs()[:, None] * entropies
+    assert score[keep].min() >= score[mask & ~keep].max() - 1e-6
+
+
+def test_token_ties_go_to_the_earlier_rollout_not_the_shuffled_row(tiny_model_dir, arithmetic_train, config_kwargs):
+    """Constant reward: every score is 0, so the tie rule alone decides (spec §2.4): the first ceil(K n) valid tokens
+    in (global rollout index, position) order, whatever order TRL shuffled the rows into."""
+    options = dict(max_steps=1, d3s_samples_start=4, d3s_samples_end=4, d3s_token_ratio_start=0.25)
+    trainer = run(tiny_model_dir, arithmetic_train, D3SConfig(**config_kwargs(**options)), reward=constant_reward)
+    full, inputs, keep = trainer.rec["full"][0], trainer.rec["inputs"][0], trainer.rec["keep"][0]
+    index = inputs["d3s_rollout_index"]
+    assert sorted(index.tolist()) == list(range(8)) and index.tolist() != sorted(index.tolist()), "not shuffled"
+    width = inputs["completion_ids"].size(1)
+    assert torch.equal(full["completion_ids"][index, :width], inputs["completion_ids"])  # the index is the row's
+    assert torch.equal(full["completion_mask"][index, :width], inputs["completion_mask"])
+    mask = full["completion_mask"].bool()
+    first = mask.reshape(-1).nonzero().squeeze(1)[: int(planned_kept_tokens(mask.sum(), 0.25))]
+    expected = torch.zeros_like(mask).reshape(-1)
+    expected[first] = True
+    assert torch.equal(keep, expected.reshape(mask.shape)[index, :width])
 
 
 def test_all_zero_advantages_train_nothing(tiny_model_dir, arithmetic_train, config_kwargs):
@@ -418,14 +597,16 @@ def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
         ent = torch.cat([pad(rk["entropies"][c]) for rk in ranks])
         mask = torch.cat([pad(x["completion_mask"]) for x in chunk]).bool()
         adv = torch.cat([x["advantages"] for x in chunk])
-        keep = token_keep_mask(adv, ent, mask, ratio)
+        order = torch.cat([x["d3s_rollout_index"] for x in chunk]).argsort()  # ties by global rollout index
+        keep = torch.empty_like(mask)
+        keep[order] = token_keep_mask(adv[order], ent[order], mask[order], ratio)
         assert torch.equal(torch.cat([pad(rk["keep"][c]) for rk in ranks]), keep)
         for r, x in enumerate(chunk):
             per_token, _ = hand_per_token_loss(model, x, 1.0, 0.0)
             rows_r = slice(r * x["completion_ids"].size(0), (r + 1) * x["completion_ids"].size(0))
             local_keep = keep[rows_r, : x["completion_ids"].size(1)] & x["completion_mask"].bool()
             loss = loss + torch.where(local_keep, per_token, 0.0).sum()
-    assert ranks[0]["inputs"][0]["d3s_kept_tokens"] == total_kept
+    assert ranks[0]["loss_inputs"][0]["d3s_kept_tokens"] == total_kept
     (loss / total_kept).backward()
     for rank in ranks:
         assert_grads_close(rank["grads"], {n: p.grad for n, p in model.named_parameters()})

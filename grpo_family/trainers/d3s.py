@@ -13,18 +13,28 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
   completion mask is zeroed, which receives no gradient and enters no count or metric. Completion columns that
   only held padding of dropped rows are trimmed.
 * **token level** (``_get_per_token_logps_and_entropies``, the forward of TRL's loss): the keep mask is the top
-  ``ceil(K n)`` valid tokens by ``|A| * H``, with ``H`` the entropies TRL already computes in that forward (no
-  extra pass), ranked over every row of the loss call on all processes (``"micro"``; this is the spec's whole-batch
-  ranking when ``steps_per_generation == 1``) or per rollout (``"sequence"``). Unkept tokens get no gradient from
-  any term of TRL's loss (surrogate, KL, entropy bonus): the returned log-probs keep their values but carry the
-  gradient ``w * d logp`` with ``w = 0`` off the mask, and ``w`` = the normalisation's per-token weight on it.
-  Because every term of TRL's loss is a per-token function of these log-probs, the gradient is exactly the one of
-  ``sum w * l / D`` (for ``importance_sampling_level="sequence"`` it is the spec's GSPO-token gradient).
-* **normalisation** (``_prepare_inputs``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
-  ``num_items_in_batch``; D3S replaces it by the global denominator of ``d3s_loss_normalization`` (default: the
-  number of kept tokens of the whole generation batch, all processes and micro-steps, known in advance because
-  the kept count depends only on K and the valid-token counts), so micro-batching and padding rows do not change
-  the gradient. The logged loss is the D3S loss for the normalisations whose weight is 1 on kept tokens
+  ``ceil(K n)`` valid tokens by ``|A| * H``, ties to the earlier (global rollout index, position) (the index is
+  carried through TRL's row shuffle as ``d3s_rollout_index``). Scopes: ``"batch"`` (default, spec §11 #5) = one
+  ranking over the kept rollouts of the whole generation batch on all processes with the sampling policy's
+  entropies: with one micro-step per generation batch those of the first loss forward (no extra pass; the mask is
+  kept for the next ``num_iterations``), else those of one no-grad forward over the kept rows when the batch is
+  split (``_batch_token_keep``); ``"micro"`` = every row of one loss call on all processes, entropies of that
+  forward; ``"sequence"`` = per rollout. Unkept tokens get no gradient from any term of TRL's loss (surrogate, KL,
+  entropy bonus): the returned log-probs keep their values but carry the gradient ``w * d logp`` with ``w = 0`` off
+  the mask, and ``w`` = the normalisation's per-token weight on it. With ``importance_sampling_level="token"`` every
+  term of TRL's loss is a per-token function of these log-probs (the bias-corrected KL is ``KL_t * w_t``), so the
+  gradient is exactly the one of ``sum w * l / D``. With ``"sequence"`` the surrogate's gradient is the spec's
+  GSPO-token one, but TRL's bias-corrected KL (``KL_t * s_i``, ``use_bias_correction_kl``, TRL's default) would
+  carry unkept tokens' KL into the kept tokens through ``s_i``; the config therefore requires
+  ``use_bias_correction_kl=False`` there when ``beta != 0`` (the KL is then per-token and masked).
+* **normalisation** (``compute_loss``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
+  ``num_items_in_batch``; D3S replaces it, per loss call, by the denominator of ``d3s_loss_normalization`` over the
+  optimizer step the call belongs to (default: the kept tokens of all its micro-steps on all processes, spec §2.6),
+  rescaled for TRL's ``accumulation / steps_per_generation`` factor, so micro-batching, padding rows and
+  ``steps_per_generation != gradient_accumulation_steps`` do not change the gradient. The counts are made once per
+  generation batch (``_prepare_generation_batch``); an optimizer step must not span two generation batches
+  (``steps_per_generation x num_iterations`` a multiple of ``gradient_accumulation_steps``, checked in the config).
+  The logged loss is the D3S loss for the normalisations whose weight is 1 on kept tokens
   (token_mean_kept, literal_eq10, mask_only_token) with token-level ratios, plus ``beta`` x the KL of unkept tokens
   (a value without gradient, so that TRL's ``kl`` metric stays the policy's KL over all tokens); for the
   per-rollout normalisations it is the kept-token mean (their gradient is still exact).
@@ -58,7 +68,7 @@ from .base import GRPOFamilyTrainer
 logger = logging.getLogger(__name__)
 
 SAMPLE_SCOPES = ("pooled", "group")
-TOKEN_SCOPES = ("micro", "sequence")
+TOKEN_SCOPES = ("batch", "micro", "sequence")
 BASE_ESTIMATORS = ("grpo", "ms_grpo")
 # TRL loss types whose aggregation is "token sum / num_items_in_batch": the denominator D3S controls.
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
@@ -130,12 +140,15 @@ class D3SConfig(GRPOConfig):
         },
     )
     d3s_token_scope: str = field(
-        default="micro",
+        default="batch",
         metadata={
-            "help": "Ranking scope of the token filter: 'micro' (default) = every valid token of the rollouts in one "
-            "loss call, over all processes; with steps_per_generation = 1 that is the whole kept batch (the "
-            "paper's global ranking); 'sequence' = a separate top-K inside each rollout. The entropies are the ones "
-            "TRL computes in the loss forward (no extra pass)."
+            "help": "Ranking scope of the token filter: 'batch' (default, spec §11 #5) = one ranking over every valid "
+            "token of the kept rollouts of the whole generation batch (all processes), with the sampling policy's "
+            "entropies, reused for every update on the batch (from the first loss forward when the batch is one "
+            "micro-step, else from one extra no-grad forward over the kept rows); 'micro' = every valid token of "
+            "the rollouts in one loss call, over all processes, with that forward's entropies (no extra pass; equal "
+            "to 'batch' when steps_per_generation = num_iterations = 1); 'sequence' = a separate top-K inside each "
+            "rollout (entropies of the loss forward)."
         },
     )
     d3s_loss_normalization: str = field(
@@ -211,6 +224,21 @@ class D3SConfig(GRPOConfig):
                 "top_entropy_quantile must be 1.0 with D3S: its token filter (|A| x entropy, d3s_token_ratio_*) "
                 "replaces TRL's entropy mask, and both together would mask tokens twice."
             )
+        if self.importance_sampling_level == "sequence" and self.beta != 0.0 and self.use_bias_correction_kl:
+            raise ValueError(
+                "importance_sampling_level='sequence' with beta != 0 needs use_bias_correction_kl=False with D3S: "
+                "TRL multiplies each token's KL by the sequence ratio s_i, whose gradient reaches every token of the "
+                "rollout, so the KL of unkept tokens would train the kept ones (spec §2.4, Eq. 10 masks the KL). "
+                "Set use_bias_correction_kl=False, or importance_sampling_level='token', or beta=0."
+            )
+        if (self.steps_per_generation * self.num_iterations) % self.gradient_accumulation_steps != 0:
+            raise ValueError(
+                f"D3S divides each optimizer step's loss by the kept tokens of that step (spec §2.6), which must all "
+                f"come from one generation batch: steps_per_generation x num_iterations "
+                f"({self.steps_per_generation} x {self.num_iterations}) must be a multiple of "
+                f"gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set steps_per_generation to a "
+                "multiple of gradient_accumulation_steps (the default is equal)."
+            )
         if self.d3s_base_estimator == "ms_grpo":
             from ..algorithms.ms_grpo import validate_multiscale_options
 
@@ -269,6 +297,7 @@ class D3STrainer(GRPOFamilyTrainer):
         self._d3s_global_advantages: torch.Tensor | None = None
         self._d3s_warned_degenerate = False
         self._d3s_loss_inputs: dict[str, Any] | None = None
+        self._d3s_keep_cache: dict[str, Any] | None = None
         # What the last generation batch selected (global flat indices b*G + i, schedule values); for inspection.
         self.d3s_last_selection: dict[str, Any] = {}
 
@@ -379,6 +408,9 @@ class D3STrainer(GRPOFamilyTrainer):
                 output[key] = [value[i] for i in index.tolist()]
         # Padding rows are inert: no valid completion token, so no gradient, no kept token, no count, no metric.
         output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
+        # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
+        # micro-steps, and token ties are broken by this index (spec §2.4), not by the shuffled row order.
+        output["d3s_rollout_index"] = torch.where(real, start + index, -1)
         adv = output["advantages"]
         output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
         self._trim_completion_columns(output)
@@ -390,7 +422,6 @@ class D3STrainer(GRPOFamilyTrainer):
         )
         generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
         output["d3s_token_ratio"] = torch.tensor(ratio, dtype=torch.float64, device=device)
-        output["d3s_num_rollouts"] = torch.tensor(float(kept.numel()), dtype=torch.float64, device=device)
         output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
 
         self.d3s_last_selection = {
@@ -434,49 +465,80 @@ class D3STrainer(GRPOFamilyTrainer):
         inputs = super()._prepare_inputs(generation_batch)
         if self._mode == "train":
             if self._buffered_inputs is not previous:  # a new generation batch was split into micro-steps
-                self._set_denominators(self._buffered_inputs)
+                self._prepare_generation_batch(self._buffered_inputs)
         else:
-            self._set_denominators([inputs])
+            self._prepare_generation_batch([inputs])
         return inputs
 
     @torch.no_grad()
-    def _set_denominators(self, chunks: list[dict[str, Any]]) -> None:
-        """Write into every micro-step the global denominator D as TRL's ``num_items_in_batch`` (spec §2.6).
+    def _prepare_generation_batch(self, chunks: list[dict[str, Any]]) -> None:
+        """Per-micro-step counts of the generation batch (global over processes), for the loss denominators.
 
-        TRL's token-sum losses compute ``sum(mask * l) / (D / processes * accumulation / steps_per_generation)``;
-        with DDP's mean over processes and the sum over micro-steps the optimizer step gets ``sum_batch(w l) / D``.
-        D is the normalisation's own denominator when its weights are 1 on the kept tokens (the logged loss is then
-        the D3S loss); for the per-rollout normalisations D = |T| and the per-rollout factors go into the weights
-        (the logged loss is then the kept-token mean, the gradient still the normalisation's).
+        Writes into every chunk ``d3s_chunk_stats``: a (chunks, 4) table of [valid tokens, kept tokens, kept rollouts,
+        rollouts with a kept token (-1 = known only in the loss call)]. With ``d3s_token_scope="batch"`` and several
+        micro-steps the keep masks are made here (one ranking over the whole batch, entropies of one no-grad forward
+        of the sampling policy over the kept rows) and stored as ``d3s_keep``; with one micro-step the first loss
+        call ranks the whole batch and stores its mask for the next iterations.
         """
+        a = self.args
         ratio = float(chunks[0]["d3s_token_ratio"])
+        if a.d3s_token_scope == "batch" and len(chunks) > 1:
+            self._batch_token_keep(chunks, ratio)
         local = []
         for chunk in chunks:
             valid = self._loss_mask(chunk).sum(1).double()
-            # valid tokens; kept tokens and rollouts with a kept token under "sequence" scope
-            local.append(torch.stack([valid.sum(), planned_kept_tokens(valid, ratio).sum(), (valid > 0).sum()]))
-        totals = self.accelerator.reduce(torch.stack(local), reduction="sum")  # (micro-steps, 3), global
-        valid_tokens = totals[:, 0].sum()
-        if self.args.d3s_token_scope == "micro":
-            kept_tokens = planned_kept_tokens(totals[:, 0], ratio).sum()
+            if "d3s_keep" in chunk:
+                kept = chunk["d3s_keep"].sum(1).double()
+            elif a.d3s_token_scope == "sequence":
+                kept = planned_kept_tokens(valid, ratio)
+            else:
+                kept = torch.zeros_like(valid)
+            rollouts = (chunk["d3s_rollout_index"] >= 0).sum().double()
+            local.append(torch.stack([valid.sum(), kept.sum(), rollouts, (kept > 0).sum().double()]))
+        table = self.accelerator.reduce(torch.stack(local), reduction="sum")
+        if "d3s_keep" not in chunks[0] and a.d3s_token_scope != "sequence":  # one ranking per chunk: count known
+            table[:, 1] = planned_kept_tokens(table[:, 0], ratio)
+            table[:, 3] = -1.0
+        for chunk in chunks:
+            chunk["d3s_chunk_stats"] = table.clone()
+        kept_tokens, valid_tokens = float(table[:, 1].sum()), float(table[:, 0].sum())
+        generated = float(chunks[0]["d3s_generated_tokens"])
+        self.log_method_metric("kept_tokens", kept_tokens)
+        self.log_method_metric("kept_token_frac", kept_tokens / max(valid_tokens, 1.0))
+        self.log_method_metric("trained_token_frac", kept_tokens / max(generated, 1.0))
+
+    def _window_denominators(self, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The loss denominator D of the optimizer step this loss call belongs to (spec §2.6), as TRL's
+        ``num_items_in_batch``, and the step's counts the per-token weights need.
+
+        TRL's token-sum losses compute ``sum(mask * l) / (num_items / processes * accumulation / steps_per_generation)``;
+        with DDP's mean over processes and the sum over the micro-steps of the optimizer step, ``num_items = D *
+        steps_per_generation / accumulation`` gives ``sum_step(w l) / D``. The step's micro-steps are TRL's
+        ``_step`` window; the config check makes them all come from one generation batch. D is the normalisation's
+        own denominator when its weights are 1 on the kept tokens (the logged loss is then the D3S loss); for the
+        per-rollout normalisations D = |T| and the per-rollout factors go into the weights.
+        """
+        table = inputs["d3s_chunk_stats"]
+        if self._mode == "train":
+            spg, accumulation = self.args.steps_per_generation, self.args.gradient_accumulation_steps
+            first = self._step - self._step % accumulation
+            calls = [step % spg for step in range(first, first + accumulation)]
+            scale = spg / self.current_gradient_accumulation_steps
         else:
-            kept_tokens = totals[:, 1].sum()
-        num_rollouts = chunks[0]["d3s_num_rollouts"].to(kept_tokens)
+            calls, scale = list(range(table.size(0))), 1.0
+        valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
+        if bool((table[calls, 3] < 0).any()):
+            rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
         denominator = {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
             self.args.d3s_loss_normalization, kept_tokens
         )
-        extra = {
-            "num_items_in_batch": denominator.float().clamp_min(1.0),
+        return {
+            "num_items_in_batch": (denominator.clamp_min(1.0) * scale).float(),
             "d3s_kept_tokens": kept_tokens,
-            "d3s_rows_with_tokens": totals[:, 2].sum(),
-            "d3s_loss_calls": torch.tensor(float(len(chunks)), dtype=torch.float64, device=totals.device),
+            "d3s_num_rollouts": num_rollouts,
+            "d3s_rows_with_tokens": rows_with_tokens,
+            "d3s_loss_calls": torch.tensor(float(len(calls)), dtype=torch.float64, device=table.device),
         }
-        for chunk in chunks:
-            chunk.update({k: v.clone() for k, v in extra.items()})
-        generated = float(chunks[0]["d3s_generated_tokens"])
-        self.log_method_metric("kept_tokens", float(kept_tokens))
-        self.log_method_metric("kept_token_frac", float(kept_tokens) / max(float(valid_tokens), 1.0))
-        self.log_method_metric("trained_token_frac", float(kept_tokens) / max(generated, 1.0))
 
     @staticmethod
     def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
@@ -487,12 +549,17 @@ class D3STrainer(GRPOFamilyTrainer):
     # ------------------------------------------------------------------ token level
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # A copy: the loss call edits its advantages, and TRL reuses the buffered batch when num_iterations > 1.
+        buffered = inputs
         inputs = dict(inputs)
+        inputs.update(self._window_denominators(inputs))
         self._d3s_loss_inputs = inputs
+        # "batch" scope with one micro-step: the first loss call's mask is kept for the next iterations.
+        self._d3s_keep_cache = buffered if self._mode == "train" else None
         try:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             self._d3s_loss_inputs = None
+            self._d3s_keep_cache = None
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
@@ -517,15 +584,19 @@ class D3STrainer(GRPOFamilyTrainer):
     @torch.no_grad()
     def _token_weights(self, inputs: dict[str, Any], entropies: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keep mask T (spec §2.4) and per-token gradient weights ``w = D * omega`` of one loss call (§2.6), where
-        ``omega`` is the normalisation's weight in ``sum omega * l`` over the generation batch."""
+        ``omega`` is the normalisation's weight in ``sum omega * l`` over the optimizer step."""
         a = self.args
         valid = self._loss_mask(inputs).bool()
         advantages = inputs["advantages"]
         ratio = float(inputs["d3s_token_ratio"])
         if a.d3s_token_scope == "sequence":
             keep = token_keep_mask(advantages, entropies, valid, ratio, scope="sequence")
+        elif inputs.get("d3s_keep") is not None:
+            keep = inputs["d3s_keep"]
         else:
-            keep = self._global_token_keep(advantages, entropies, valid, ratio)
+            keep = self._global_token_keep(advantages, entropies, valid, ratio, inputs["d3s_rollout_index"])
+            if a.d3s_token_scope == "batch" and self._d3s_keep_cache is not None:
+                self._d3s_keep_cache["d3s_keep"] = keep
         norm = a.d3s_loss_normalization
         if norm in _UNIT_WEIGHT_NORMALIZATIONS:
             return keep, keep.float()
@@ -534,26 +605,71 @@ class D3STrainer(GRPOFamilyTrainer):
             row = valid.sum(1, keepdim=True).double().clamp_min(1) * inputs["d3s_num_rollouts"]
         elif norm == "seq_mean_kept_all":  # (1 / |T_i|) / |S|
             row = kept_per_row.clamp_min(1) * inputs["d3s_num_rollouts"]
-        elif a.d3s_token_scope == "sequence":  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}, known in advance
+        elif inputs["d3s_rows_with_tokens"] >= 0:  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}, known in advance
             row = kept_per_row.clamp_min(1) * inputs["d3s_rows_with_tokens"]
-        else:  # seq_mean_kept, "micro": rollouts with a kept token counted per loss call, mean over the calls
+        else:  # seq_mean_kept, one ranking per loss call: rollouts with a kept token per call, mean over the calls
             rows_with_tokens = self.accelerator.reduce((kept_per_row > 0).double().sum().reshape(1), reduction="sum")
             row = kept_per_row.clamp_min(1) * rows_with_tokens * inputs["d3s_loss_calls"]
         return keep, (keep.double() * inputs["d3s_kept_tokens"] / row.clamp_min(1)).float()
 
-    def _global_token_keep(self, advantages, entropies, valid, ratio) -> torch.Tensor:
-        """``token_keep_mask`` over the rows of this loss call on every process (equal row counts, widths padded);
-        ties go to the earlier (process, row, position)."""
-        width = valid.size(1)
+    def _gather_rows(self, advantages, entropies, valid, rollout_index):
+        """Rows of every process (rank-major, widths padded): advantages, entropies, valid mask, rollout index."""
         pad = self.accelerator.pad_across_processes
         ent = gather(pad(entropies.float().contiguous(), dim=1, pad_index=0))
         mask = gather(pad(valid.to(torch.int32).contiguous(), dim=1, pad_index=0))
         adv = advantages.float().contiguous()
         adv = gather(pad(adv, dim=1, pad_index=0) if adv.dim() == 2 else adv)
-        keep = token_keep_mask(adv, ent, mask, ratio, scope="batch")
+        return adv, ent, mask, gather(rollout_index.contiguous())
+
+    @staticmethod
+    def _rank_in_rollout_order(advantages, entropies, mask, rollout_index, ratio) -> torch.Tensor:
+        """``token_keep_mask`` over all rows with ties broken by (global rollout index, position) (spec §2.4): the
+        rows are ranked in rollout order (padding rows, index -1, have no valid token), then put back."""
+        order = torch.sort(rollout_index, stable=True).indices
+        keep = torch.empty_like(mask, dtype=torch.bool)
+        keep[order] = token_keep_mask(advantages[order], entropies[order], mask[order], ratio, scope="batch")
+        return keep
+
+    def _global_token_keep(self, advantages, entropies, valid, ratio, rollout_index) -> torch.Tensor:
+        """``token_keep_mask`` over the rows of this loss call on every process."""
+        width = valid.size(1)
+        keep = self._rank_in_rollout_order(*self._gather_rows(advantages, entropies, valid, rollout_index), ratio)
         rows = valid.size(0)
         start = self.accelerator.process_index * rows
         return keep[start : start + rows, :width]
+
+    def _batch_token_keep(self, chunks: list[dict[str, Any]], ratio: float) -> None:
+        """The "batch" scope over several micro-steps: one no-grad forward of the sampling policy over the kept rows for
+        the entropies, one ranking over every chunk of every process, each chunk's mask stored as ``d3s_keep``."""
+        gathered = []
+        for chunk in chunks:
+            ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
+            attention = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
+            _, entropies, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                ids,
+                attention,
+                chunk["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=True,
+            )
+            valid = self._loss_mask(chunk).bool()
+            gathered.append(self._gather_rows(chunk["advantages"], entropies, valid, chunk["d3s_rollout_index"]))
+        width = max(g[1].size(1) for g in gathered)
+
+        def cat(i):
+            parts = [
+                g[i] if g[i].dim() == 1 else torch.nn.functional.pad(g[i], (0, width - g[i].size(1))) for g in gathered
+            ]
+            return torch.cat(parts)
+
+        keep = self._rank_in_rollout_order(cat(0), cat(1), cat(2), cat(3), ratio)
+        offset = 0
+        for chunk, g in zip(chunks, gathered):
+            rows, local_width = chunk["completion_ids"].shape
+            start = offset + self.accelerator.process_index * rows
+            chunk["d3s_keep"] = keep[start : start + rows, :local_width].clone()
+            offset += g[1].size(0)
 
 
 __all__ = ["D3SConfig", "D3STrainer"]

@@ -38,6 +38,7 @@ def main():
             max_grad_norm=0.0,
             bf16=False,
             d3s_token_ratio_start=0.3,
+            d3s_token_scope="micro",  # one ranking per micro-step over both ranks (no extra forward)
         )
     )
     trainer = Recorder(
@@ -53,6 +54,7 @@ def main():
         "rewards": rec["rewards"][0],
         "full": rec["full"][0],
         "inputs": rec["inputs"],
+        "loss_inputs": rec["loss_inputs"],
         "entropies": rec["entropies"],
         "keep": rec["keep"],
         "grads": trainer.grad_capture.grads[0],
