@@ -16,6 +16,7 @@ import pytest
 from grpo_family.rewards.judges import (
     DEFAULT_PROMPT_PATH,
     FAIL,
+    HeuristicReferenceJudge,
     JudgeRequest,
     JudgeVerdict,
     OpenAICompatibleJudge,
@@ -23,7 +24,11 @@ from grpo_family.rewards.judges import (
     PromptTemplate,
     StepJudge,
     TransformersJudge,
+    final_answer_step,
+    has_final_answer,
     parse_verdict,
+    reference_numbers,
+    stated_results,
     strip_reasoning,
 )
 from grpo_family.rewards.steps import split_steps
@@ -94,6 +99,15 @@ def test_custom_template_file(tmp_path):
         ("<think>long reasoning FIRST_ERROR_STEP: 1</think>\nI could not decide.", FAIL),
         ("reasoning whose <think> was opened in the prompt FIRST_ERROR_STEP: 1</think> FIRST_ERROR_STEP: 3", 3),
         ("<think>cut off mid-thought FIRST_ERROR_STEP: 2", FAIL),
+        ("  \n<think>cut off after whitespace FIRST_ERROR_STEP: 2", FAIL),
+        ("<think>done</think>\n<think>cut off in a second block FIRST_ERROR_STEP: 2", FAIL),
+        # A judge quoting the candidate's "<think>" step keeps its verdict (the tag does not open a block there).
+        (
+            "Step 1: OK - `<think>` just opens the reasoning.\nStep 2: OK - sets n = 4.\n"
+            "Step 3: ERROR - 2n = 8, not 9; the final answer 9 follows from it.\nFIRST_ERROR_STEP: 3",
+            3,
+        ),
+        ("[1] <think>\nis fine. FIRST_ERROR_STEP: 2", 2),
         ("FIRST_ERROR_STEP: 4", FAIL),  # out of range for K = 3
         ("FIRST_ERROR_STEP: 0", FAIL),
         ("FIRST_ERROR_STEP: -1", FAIL),
@@ -113,7 +127,25 @@ def test_parse_verdict(text, expected):
 def test_strip_reasoning():
     assert strip_reasoning("a<think>x</think>b<reasoning>y</reasoning>c") == "abc"
     assert strip_reasoning("x</think>answer") == "answer"
-    assert strip_reasoning("answer<think>never closed") == "answer"
+    # An unclosed opening tag swallows the rest only where it starts the answer (a judge cut off mid-thought);
+    # anywhere else it is text (e.g. quoted from a candidate's step), so the text is kept.
+    assert strip_reasoning("answer<think>never closed") == "answer<think>never closed"
+    assert strip_reasoning("<think>never closed") == ""
+    assert strip_reasoning(" \n <THINK>never closed") == ""
+    assert strip_reasoning("<think>a</think>\n<think>cut off") == ""
+    assert strip_reasoning("<think>a</think>kept [1] <think> quoted") == "kept [1] <think> quoted"
+
+
+def test_quoted_think_step_verdict_from_the_audit():
+    # A Qwen3-style completion split with its <think> block (spec Sec. 2.2); a non-reasoning judge quotes step 1.
+    steps = split_steps("<think>\nLet n = 4.\nThen 2n = 9.\n</think>\nAnswer: 9")
+    assert len(steps) == 5 and steps[0] == "<think>"
+    answer = (
+        "Step 1: OK - `<think>` just opens the reasoning.\nStep 2: OK - sets n = 4.\n"
+        "Step 3: ERROR - 2n = 8, not 9; the final answer 9 follows from it.\nFIRST_ERROR_STEP: 3"
+    )
+    assert parse_verdict(answer, len(steps)) == 3
+    assert strip_reasoning(answer) == answer
 
 
 # ---------------------------------------------------------------------------------------------------- loopback server
@@ -422,10 +454,16 @@ class ScriptedLM:
 def test_transformers_judge_parses_a_real_verdict_and_survives_generate_errors(tiny_tokenizer):
     judge = TransformersJudge(ScriptedLM(tiny_tokenizer, "Step 1: OK\nFIRST_ERROR_STEP: 2"), tiny_tokenizer)
     assert [v.first_error for v in judge.judge([REQUEST, REQUEST])] == [2, 2]
+    # M greedy votes are one generation counted M times: one model call.
+    greedy = TransformersJudge(
+        ScriptedLM(tiny_tokenizer, "FIRST_ERROR_STEP: 2"), tiny_tokenizer, num_votes=3, temperature=0.0
+    )
+    [verdict] = greedy.judge([REQUEST])
+    assert verdict.votes == [2, 2, 2] and verdict.num_calls == 1
     broken = TransformersJudge(ScriptedLM(tiny_tokenizer, "", fail=True), tiny_tokenizer, num_votes=2)
     [verdict] = broken.judge([REQUEST])
     assert verdict.failed and len(verdict.votes) == 2 and all(is_fail(v) for v in verdict.votes)
-    assert "generate" in verdict.reasons[0]
+    assert "generate" in verdict.reasons[0] and verdict.num_calls == 2  # two sampled votes were asked for
     short = TransformersJudge(ScriptedLM(tiny_tokenizer, "FIRST_ERROR_STEP: 1"), tiny_tokenizer, max_input_tokens=50)
     [verdict] = short.judge([REQUEST])
     assert verdict.failed and "tokens" in verdict.reasons[0]
@@ -476,3 +514,122 @@ def test_programmatic_judge_against_the_problem_or_the_reference_order():
     assert ProgrammaticJudge(source="reference").judge([request])[0].first_error == 1
     same_order = JudgeRequest("Compute 2*3+4*5.", reference, "26", ("2*3=6", "4*5=20", "6+20=27"))
     assert ProgrammaticJudge(source="reference").judge([same_order])[0].first_error == 3
+
+
+# ---------------------------------------------------------------------------------------------------- heuristic
+ARITHMETIC_REFERENCE = "3*4=12\n2+12=14\nAnswer: 14"
+
+
+def heuristic(steps, reference=ARITHMETIC_REFERENCE, gold="14"):
+    [verdict] = HeuristicReferenceJudge().judge([JudgeRequest("Compute 2+3*4.", reference, gold, tuple(steps))])
+    return verdict
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("3*4=12\n2+12=14\nAnswer: 15", 3),  # every result is the reference's: the final answer's step
+        ("3*4=12\n2+12=16\nAnswer: 16", 2),  # 16 is not a number of the reference
+        ("3*4=11\n2+11=13\nAnswer: 13", 1),
+        ("2+3=5\n5*4=20\nAnswer: 20", 1),  # precedence: 5 is not in the reference
+        ("3*4=12\n2+12=14", None),  # truncated, nothing off the reference, no final answer
+        ("3*4=12\n\n2+12=14\nAnswer: 16", 2),  # paragraphs: step 2 holds the answer line
+        ("3*4=12\n2+12=14\nso the result is \\boxed{15}", 3),  # a boxed result not in the reference
+    ],
+)
+def test_heuristic_judge_on_the_arithmetic_task(response, expected):
+    verdict = heuristic(split_steps(response))
+    assert verdict.first_error == expected and verdict.votes == [expected] and verdict.num_calls == 1
+    assert parse_verdict(verdict.raw[0], len(split_steps(response))) == expected  # its raw text says the same
+
+
+def test_heuristic_judge_number_formats():
+    # Numbers compare as exact fractions: 12 = 12.0, -3 (a glued minus), 1/2 = 0.5 = \frac{1}{2}, 1,000 = 1000.
+    reference = "x = 12, y = -3 and z = 0.5; in all 1,000 items."
+    same = ("a = 12.0", "b = -3", "c = 1/2", "d = \\frac{1}{2}.", "e = 1000 so f = 12.00 and g=$0.50$")
+    assert heuristic(same, reference, "12").first_error is None  # no result off the reference, no final answer
+    assert heuristic(("a = 12.0", "b = 3"), reference, "12").first_error == 2  # 3 is not -3
+    assert heuristic(("a = 12", "b = 5 - 3 = 2"), reference, "12").first_error == 2  # 5 is an operand, 2 a result
+    assert heuristic(("a = 12", "b = 0.333"), "z = 1/3", "12").first_error == 2  # 0.333 is not 1/3
+    assert heuristic(("a = 12", "b = 1/3"), "z = 1/3", "12").first_error is None
+    assert heuristic(("a = 12", "so \\boxed{-3}"), reference, "12").first_error == 2  # wrong final answer: flagged
+    # Operands, inequalities, terms and exponents are not stated results.
+    assert heuristic(("a = 7 + 5", "b <= 9", "c = 3x", "d = 2^5", "e == 4"), reference, "12").first_error is None
+    # Units and prose after the number: still a result.
+    assert heuristic(("She has 7 apples = 7 apples",), reference, "12").first_error == 1
+
+
+def test_heuristic_reference_numbers_and_stated_results():
+    from fractions import Fraction
+
+    assert reference_numbers("5-8=-3") == {5, 8, -3}  # "-" glued to a digit subtracts; after "=" it is a sign
+    assert reference_numbers("\\frac{1}{2} and 6/3, 12.0, 1,000, (-2)") == {1, 2, Fraction(1, 2), 6, 3, 12, 1000, -2}
+    assert reference_numbers(None) == set() and reference_numbers("no numbers") == set()
+    assert stated_results("x = 12 + 3") == [] and stated_results("y = 2^5") == [] and stated_results("a <= 3") == []
+    assert stated_results("3*4=12, so \\boxed{12.0}") == [(12, "12"), (12, "12.0")]
+    assert stated_results("x = 1/0 and \\boxed{x+1}") == []
+    assert stated_results("x \u2212 1 = \u22123") == [(-3, "\u22123")]
+
+
+def test_heuristic_judge_think_blocks_and_final_answers():
+    reference, gold = "n = 4, so 2n = 8.", "8"
+    # The whole completion is judged, <think> block included: the wrong step inside it is found.
+    steps = split_steps("<think>\nn = 4\n\n2n = 9\n</think>\n\nAnswer: 9")
+    assert heuristic(steps, reference, gold).first_error == 2
+    # Cut off inside <think>: a boxed number there is no final answer -> no wrong step.
+    steps = split_steps("<think>\nn = 4\n\nmaybe \\boxed{8}")
+    assert heuristic(steps, reference, gold).first_error is None
+    # After </think>, a (wrong) final answer is flagged at its step.
+    steps = split_steps("<think>\nn = 4\n</think>\n\nThe final answer is 9.\n\nDone.")
+    assert heuristic(steps, reference, gold).first_error == 2
+
+
+def test_has_final_answer_and_its_step():
+    assert has_final_answer("so \\boxed{12}") and has_final_answer("**Final Answer:** 14")
+    assert has_final_answer("<answer>7</answer>") and has_final_answer("#### 72")
+    assert has_final_answer("Then the final answer is -3.") and has_final_answer("<think>a</think>Answer: 5")
+    assert not has_final_answer("3*4=12\n2+12=14") and not has_final_answer("so \\boxed{12")  # cut off in the box
+    assert not has_final_answer("<think>Answer: 5") and not has_final_answer("<think>\\boxed{5}</think>")
+    assert not has_final_answer("The answer is not obvious.") and not has_final_answer("")
+    assert final_answer_step(["a = 1", "Answer: 2", "thanks"]) == 2
+    assert final_answer_step(["a = 1", "<answer>", "2</answer>"]) == 3  # spans steps: the last one
+    assert final_answer_step(["a = 1"]) is None and final_answer_step([]) is None
+
+
+def test_heuristic_judge_edge_cases():
+    judge = HeuristicReferenceJudge()
+    assert isinstance(judge, StepJudge)
+    empty, nothing, gold_only = judge.judge(
+        [
+            JudgeRequest("p", "x = 1", "1", ()),
+            JudgeRequest("p", None, None, ("x = 1",)),
+            JudgeRequest("p", None, "7", ("x = 7", "y = 8")),
+        ]
+    )
+    assert empty.first_error is None and empty.votes == [] and empty.num_calls == 0
+    assert nothing.failed and "reference" in nothing.reasons[0]
+    assert gold_only.first_error == 2  # the gold answer alone is the reference
+
+
+def test_heuristic_judge_is_exported():
+    import grpo_family.rewards as rewards
+
+    assert rewards.HeuristicReferenceJudge is HeuristicReferenceJudge
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "=" * 100_000,
+        "= 1" * 30_000 + "+",
+        "\\boxed{" * 15_000,
+        "1" * 100_000 + "/",
+        "answer" + ":" * 100_000,
+        "<think>" * 15_000 + "= 5",
+        "-" * 50_000 + "1/1/1" * 10_000,
+    ],
+    ids=["equals", "operands", "boxes", "digits", "colons", "think", "signs"],
+)
+def test_heuristic_judge_on_hostile_text_returns_a_verdict(text):
+    verdict = HeuristicReferenceJudge().judge([JudgeRequest("p", text, text, (text, text))])[0]
+    assert verdict.failed or verdict.first_error in (None, 1, 2)

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.algorithms.sgpo import (
     groups_to_judge,
     partial_credit,
@@ -40,6 +41,11 @@ def reference_advantages(rewards, ddof=1, eps=1e-4):
         std = math.sqrt(sum((r - mean) ** 2 for r in valid) / (len(valid) - ddof))
         out.append([0.0 if math.isnan(r) or std == 0 else (r - mean) / (std + eps) for r in row])
     return out
+
+
+def library_advantages(rewards, ddof=1, eps=1e-4):
+    """The library's GRPO advantage (grpo_family.algorithms.grpo.group_advantages), in float64."""
+    return group_advantages(torch.tensor(rewards, dtype=torch.float64), ddof=ddof, eps=eps)
 
 
 def stable_sigmoid(z):
@@ -93,31 +99,35 @@ def test_e2_all_negative_group(float64):
     assert_close(r, [E2_R])
     assert_close(r.mean(), 0.472311)
     assert_close(r.std(), 0.396155)
-    assert_close(
-        reference_advantages(r.tolist()),
-        [[-1.072249, 1.140252, 1.314800, -1.175044, 0.069878, 0.069878, 0.652983, -1.000497]],
-    )
-    assert_close(
-        reference_advantages(r.tolist(), ddof=0, eps=0),
-        [[-1.146572, 1.219289, 1.405935, -1.256492, 0.074721, 0.074721, 0.698244, -1.069846]],
-    )
+    # Every advantage is checked twice: the library's group_advantages (what the trainers run) and the reference
+    # written out above, both against the spec's numbers.
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(
+            advantages(r.tolist()),
+            [[-1.072249, 1.140252, 1.314800, -1.175044, 0.069878, 0.069878, 0.652983, -1.000497]],
+        )
+        assert_close(
+            advantages(r.tolist(), ddof=0, eps=0),
+            [[-1.146572, 1.219289, 1.405935, -1.256492, 0.074721, 0.074721, 0.698244, -1.069846]],
+        )
     linear = sgpo_rewards(correct, [E2_K_ERR], [E2_K], mode="linear")
     assert_close(linear, [[0.2, 0.75, 1.0, 0.0, 0.5, 0.5, 0.6, 0.25]], atol=1e-15)
-    assert_close(
-        reference_advantages(linear.tolist()),
-        [[-0.857196, 0.857196, 1.636465, -1.480611, 0.077927, 0.077927, 0.389634, -0.701342]],
-    )
     literal = sgpo_rewards(correct, [E2_K_ERR], [E2_K], beta=0.5, gamma=10.0)
     assert_close(literal.mean(), 0.008566)
     assert_close(literal.std(), 0.001375)
-    assert_close(
-        reference_advantages(literal.tolist()),
-        [[-0.796076, 0.774846, 1.641667, -1.269800, 0.008014, 0.008014, 0.303503, -0.670168]],
-    )
-    assert_close(
-        reference_advantages(literal.tolist(), eps=0),
-        [[-0.853977, 0.831203, 1.761071, -1.362157, 0.008597, 0.008597, 0.325578, -0.718912]],
-    )
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(
+            advantages(linear.tolist()),
+            [[-0.857196, 0.857196, 1.636465, -1.480611, 0.077927, 0.077927, 0.389634, -0.701342]],
+        )
+        assert_close(
+            advantages(literal.tolist()),
+            [[-0.796076, 0.774846, 1.641667, -1.269800, 0.008014, 0.008014, 0.303503, -0.670168]],
+        )
+        assert_close(
+            advantages(literal.tolist(), eps=0),
+            [[-0.853977, 0.831203, 1.761071, -1.362157, 0.008597, 0.008597, 0.325578, -0.718912]],
+        )
 
 
 def test_e2_default_float32_path():
@@ -136,10 +146,11 @@ def test_e3_mixed_group_is_plain_grpo():
     r = sgpo_rewards(correct, E3_ERR, E3_K)
     assert torch.equal(r, correct.float())
     assert not groups_to_judge(correct).any()
-    assert_close(
-        reference_advantages(r.tolist()),
-        [[1.619835, -0.539945, -0.539945, 1.619835, -0.539945, -0.539945, -0.539945, -0.539945]],
-    )
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(
+            advantages(r.tolist()),
+            [[1.619835, -0.539945, -0.539945, 1.619835, -0.539945, -0.539945, -0.539945, -0.539945]],
+        )
 
 
 def test_e3b_all_incorrect_scope(float64):
@@ -147,10 +158,11 @@ def test_e3b_all_incorrect_scope(float64):
     assert groups_to_judge(correct, scope="all_incorrect").tolist() == [True]
     r = sgpo_rewards(correct, E3_ERR, E3_K, scope="all_incorrect")
     assert_close(r, [[1, 0.027347, 0.5, 1, 0.952574, 0.006693, 0.5, 0.993307]])
-    assert_close(
-        reference_advantages(r.tolist()),
-        [[0.877523, -1.383413, -0.284729, 0.877523, 0.767282, -1.431423, -0.284729, 0.861966]],
-    )
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(
+            advantages(r.tolist()),
+            [[0.877523, -1.383413, -0.284729, 0.877523, 0.767282, -1.431423, -0.284729, 0.861966]],
+        )
 
 
 def test_e4_failure_empty_and_no_error(float64):
@@ -160,7 +172,8 @@ def test_e4_failure_empty_and_no_error(float64):
     valid = r[~r.isnan()]
     assert_close(valid.mean(), 0.347681)
     assert_close(valid.std(), 0.406421)
-    assert_close(reference_advantages(r.tolist()), [[-0.562033, -0.562033, 0.0, -0.838797, 1.588174, 0.374689]])
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(advantages(r.tolist()), [[-0.562033, -0.562033, 0.0, -0.838797, 1.588174, 0.374689]])
 
 
 def test_e5_majority_vote():
@@ -170,7 +183,8 @@ def test_e5_majority_vote():
     assert voted == [4, 7, 2, 9]
     r = sgpo_rewards(torch.zeros(1, 4, dtype=torch.bool), [voted], [num_steps])
     assert_close(r, [[0.119203, 0.924142, 0.047426, 0.841131]])
-    assert_close(reference_advantages(r.tolist()), [[-0.784401, 0.951285, -0.939174, 0.772289]])
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(advantages(r.tolist()), [[-0.784401, 0.951285, -0.939174, 0.772289]])
 
 
 def test_e6_batch_of_three_groups():
@@ -182,10 +196,58 @@ def test_e6_batch_of_three_groups():
     r = sgpo_rewards(correct, first_error, num_steps)
     assert_close(r[:2], correct[:2].float(), atol=0)
     assert_close(r[2], [0.924142, 0.017986, 0.993307, 0.042088])
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(
+            advantages(r.tolist()),
+            [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0.800134, -0.886957, 0.928907, -0.842085]],
+        )
+    # After the window (epoch >= 3) the same batch is plain GRPO: binary rewards, group 3 all zero.
     assert_close(
-        reference_advantages(r.tolist()),
-        [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0.800134, -0.886957, 0.928907, -0.842085]],
+        library_advantages(correct.double().tolist()),
+        [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0, 0, 0, 0]],
     )
+
+
+# ---------------------------------------------------------------- no_error_policy (spec Sec. 7, Sec. 12 A12)
+
+
+def test_no_error_policy_last_step_on_hand_computed_numbers(float64):
+    # "full_credit" (default): NONE -> RTS 1. "last_step": NONE on a response with a (wrong) final answer -> k = K.
+    assert trajectory_score(None, 5) == 1.0
+    assert trajectory_score(None, 5, no_error_policy="last_step", has_final_answer=True) == pytest.approx(4 / 5)
+    assert trajectory_score(None, 5, no_error_policy="last_step", has_final_answer=False) == 1.0  # truncated
+    assert trajectory_score(None, 1, no_error_policy="last_step", has_final_answer=True) == 0.0
+    assert trajectory_score(None, 5, has_final_answer=True) == 1.0  # full_credit ignores it
+    assert trajectory_score(2, 5, no_error_policy="last_step", has_final_answer=True) == pytest.approx(1 / 5)
+    assert trajectory_score(None, 0, no_error_policy="last_step", has_final_answer=True) == 0.0  # empty
+
+    correct = torch.zeros(1, 4, dtype=torch.bool)
+    first_error, num_steps = [[None, None, None, 2]], [[3, 2, 4, 4]]
+    answered = [[True, False, True, True]]
+    # RTS: 2/3, 1 (no answer), 3/4, 1/4 -> sigmoid(10 (RTS - 0.5)) from the spec's E1 table.
+    last = sgpo_rewards(correct, first_error, num_steps, no_error_policy="last_step", has_final_answer=answered)
+    assert_close(last, [[0.841131, 0.993307, 0.924142, 0.075858]])
+    full = sgpo_rewards(correct, first_error, num_steps, has_final_answer=answered)
+    assert_close(full, [[0.993307, 0.993307, 0.993307, 0.075858]])
+    # mean 0.708610, std(ddof=1) 0.426397, A = (r - mean) / (std + 1e-4), worked out with math.exp alone.
+    for advantages in (reference_advantages, library_advantages):
+        assert_close(advantages(last.tolist()), [[0.310721, 0.667526, 0.505355, -1.483601]])
+    linear = sgpo_rewards(
+        correct, first_error, num_steps, mode="linear", no_error_policy="last_step", has_final_answer=answered
+    )
+    assert_close(linear, [[2 / 3, 1.0, 0.75, 0.25]], atol=1e-15)
+
+
+def test_no_error_policy_inputs_are_checked():
+    correct = torch.zeros(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match="no_error_policy"):
+        trajectory_score(None, 3, no_error_policy="zero")
+    with pytest.raises(ValueError, match="no_error_policy"):
+        sgpo_rewards(correct, [[None, 1]], [[2, 2]], no_error_policy="zero")
+    with pytest.raises(ValueError, match="has_final_answer"):
+        sgpo_rewards(correct, [[None, 1]], [[2, 2]], no_error_policy="last_step")
+    with pytest.raises(ValueError, match="has_final_answer"):
+        sgpo_rewards(correct, [[None, 1]], [[2, 2]], no_error_policy="last_step", has_final_answer=[[True]])
 
 
 # ---------------------------------------------------------------- input checking

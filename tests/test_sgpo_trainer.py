@@ -21,7 +21,13 @@ from transformers import PreTrainedTokenizerFast, TrainerState
 
 from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.rewards.extract import completion_text
-from grpo_family.rewards.judges import JudgeVerdict, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
+from grpo_family.rewards.judges import (
+    HeuristicReferenceJudge,
+    JudgeVerdict,
+    OpenAICompatibleJudge,
+    ProgrammaticJudge,
+    TransformersJudge,
+)
 from grpo_family.rewards.steps import split_steps
 from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, check_steps, split_into_steps
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, make_judge
@@ -150,6 +156,9 @@ def metric(trainer, name):
         ({"judge_max_retries": -1}, "judge_max_retries"),
         ({"judge_batch_timeout": 0.0}, "judge_batch_timeout"),
         ({"judge_temperature": -0.1}, "judge_temperature"),
+        ({"judge_temperature": math.nan}, "judge_temperature"),
+        ({"judge_temperature": math.inf}, "judge_temperature"),
+        ({"sgpo_no_error_policy": "zero"}, "sgpo_no_error_policy"),
         ({"judge_batch_timeout": 2000.0}, "ddp_timeout"),
     ],
 )
@@ -163,10 +172,13 @@ def test_config_defaults_are_the_papers(tmp_path):
     assert (config.sgpo_beta, config.sgpo_gamma, config.partial_credit_mode) == (10.0, 0.5, "sigmoid")
     assert (config.judge_scope, config.sgpo_num_epochs, config.num_judge_votes) == ("all_negative", 3.0, 1)
     assert config.mask_truncated_completions is False
+    assert config.sgpo_no_error_policy == "full_credit"
 
 
 def test_make_judge_from_config(tmp_path, tiny_model_dir):
     assert isinstance(make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path))), ProgrammaticJudge)
+    heuristic = make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="heuristic")))
+    assert isinstance(heuristic, HeuristicReferenceJudge)
     with pytest.raises(ValueError, match="judge_base_url"):
         make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="openai")))
     template = tmp_path / "t.txt"
@@ -353,6 +365,207 @@ def test_hook_outside_the_window_is_grpo_and_never_calls_the_judge():
     assert len(judge.requests) == 2
 
 
+def hook_batch(texts, correct, group_size, **row):
+    """``(base rewards, batch)`` as ``_compute_advantages`` receives them; ``texts`` are strings or completions."""
+    base = torch.tensor(correct, dtype=torch.float32).view(-1, group_size)
+    row = {"prompt": [{"role": "user", "content": "p"}], "answer": "a", "solution": "s", **row}
+    completions = [[{"role": "assistant", "content": t}] if isinstance(t, str) else t for t in texts]
+    batch = {
+        "mode": "train",
+        "num_generations": group_size,
+        "rewards_per_func": base.reshape(-1, 1).clone(),
+        "inputs": [row] * len(texts),
+        "completions": completions,
+    }
+    return base, batch
+
+
+def numbered_texts(num_steps):
+    """Completion n has num_steps[n] paragraphs "c{n}-{j}" (ScriptedJudge reads n back from the first step)."""
+    return ["\n\n".join(f"c{n}-{j}" for j in range(k)) for n, k in enumerate(num_steps)]
+
+
+# Spec Sec. 13, E2 / E4 / E5 / E6 through the trainer's advantage path (judge -> vote -> RTS -> reward -> GRPO).
+@pytest.mark.parametrize(
+    "num_steps, votes, expected",
+    [
+        (  # E2: G = 8, one vote each
+            [10, 12, 8, 5, 20, 6, 15, 4],
+            [[3], [10], [None], [1], [11], [4], [10], [2]],
+            [-1.072249, 1.140252, 1.314800, -1.175044, 0.069878, 0.069878, 0.652983, -1.000497],
+        ),
+        (  # E4: a judge failure, an empty response (never sent) and a no-error verdict
+            [10, 10, 7, 0, 9, 16],
+            [[4], [4], [math.nan], None, [None], [9]],
+            [-0.562033, -0.562033, 0.0, -0.838797, 1.588174, 0.374689],
+        ),
+        (  # E5: M = 4 votes, majority with ties to the smallest position
+            [10, 8, 5, 12],
+            [[4, 4, 6, math.nan], [None, None, 7, 7], [2, 3, 2, 3], [9, None, 9, 10]],
+            [-0.784401, 0.951285, -0.939174, 0.772289],
+        ),
+    ],
+    ids=["E2", "E4", "E5"],
+)
+def test_hook_reproduces_the_spec_worked_examples(num_steps, votes, expected):
+    verdicts = {n: v for n, v in enumerate(votes) if v is not None}
+    judge = ScriptedJudge(verdicts, dict(enumerate(num_steps)))
+    trainer = bare_trainer(judge)
+    base, batch = hook_batch(numbered_texts(num_steps), [0.0] * len(num_steps), len(num_steps))
+    advantages = trainer._compute_advantages(base.clone(), batch)
+    torch.testing.assert_close(advantages, torch.tensor([expected]), atol=2e-6, rtol=0)
+    assert len(judge.requests) == len(verdicts)
+
+
+def test_hook_reproduces_e6_inside_and_after_the_window():
+    correct = [1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0]
+    num_steps = [1, 1, 1, 1, 1, 1, 1, 1, 8, 10, 3, 16]
+    judge = ScriptedJudge({8: [7], 9: [2], 10: [None], 11: [4]}, dict(enumerate(num_steps)))
+    trainer = bare_trainer(judge, sgpo_num_epochs=3.0)
+    base, batch = hook_batch(numbered_texts(num_steps), correct, 4)
+    inside = trainer._compute_advantages(base.clone(), batch)
+    expected = [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0.800134, -0.886957, 0.928907, -0.842085]]
+    torch.testing.assert_close(inside, torch.tensor(expected), atol=2e-6, rtol=0)
+    assert len(judge.requests) == 4 and trainer._metrics["train"]["sgpo/judge_calls"] == [4.0]
+    trainer.state.epoch = 3.0
+    base, batch = hook_batch(numbered_texts(num_steps), correct, 4)
+    after = trainer._compute_advantages(base.clone(), batch)
+    expected = [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0, 0, 0, 0]]
+    torch.testing.assert_close(after, torch.tensor(expected), atol=2e-6, rtol=0)
+    assert len(judge.requests) == 4  # no judge call after the window
+
+
+class ReportingJudge:
+    """Verdicts with the model calls a judge with retries / greedy votes reports (JudgeVerdict.num_calls)."""
+
+    def __init__(self, script):
+        self.script = script  # n -> (votes, num_calls or None)
+
+    def judge(self, requests):
+        out = []
+        for r in requests:
+            votes, calls = self.script[int(r.steps[0].split("-")[0][1:])]
+            out.append(JudgeVerdict.from_votes(votes, len(r.steps), [""] * len(votes), [""] * len(votes), calls))
+        return out
+
+
+def test_judge_calls_counts_the_model_calls_the_judge_reports():
+    script = {
+        0: ([3], 3),  # valid after two retries
+        1: ([math.nan], 3),  # failed after two retries
+        2: ([None], None),  # not reported: one call per vote
+        3: ([2, 2], 1),  # M = 2 greedy votes from one generation
+    }
+    trainer = bare_trainer(ReportingJudge(script))
+    base, batch = hook_batch(numbered_texts([4, 4, 4, 4]), [0.0] * 4, 4)
+    trainer._compute_advantages(base.clone(), batch)
+    metrics = trainer._metrics["train"]
+    assert metrics["sgpo/judge_requests"] == [4.0]
+    assert metrics["sgpo/judge_calls"] == [3.0 + 3.0 + 1.0 + 1.0]  # not the 5 votes
+
+
+class RecordingJudge:
+    """Answers NONE to everything and keeps the requests."""
+
+    def __init__(self):
+        self.requests = []
+
+    def judge(self, requests):
+        self.requests.extend(requests)
+        return [JudgeVerdict([None], None, [""], [""], 1) for _ in requests]
+
+
+def test_judge_sees_the_reasoning_trl_parsed_out_of_the_completion():
+    # With a response schema (tools, or a tokenizer that ships one) TRL 1.16 moves the <think> block into
+    # reasoning_content / thinking; spec Sec. 2.2 item 1: the judge sees the whole completion.
+    completions = [
+        [{"role": "assistant", "reasoning_content": "3*4=12\n\n2+12=15", "content": "Answer: 15"}],
+        [{"role": "assistant", "thinking": "3*4=11\n\nso 13", "content": ""}],  # cut off after the reasoning
+        [{"role": "assistant", "content": "<think>\n3*4=12\n</think>\n\nAnswer: 16"}],  # not parsed: as is
+        "3*4=12\n\nAnswer: 17",
+    ]
+    judge = RecordingJudge()
+    trainer = bare_trainer(judge)
+    base, batch = hook_batch(completions, [0.0] * 4, 4)
+    trainer._compute_advantages(base.clone(), batch)
+    seen = [list(r.steps) for r in judge.requests]
+    assert seen == [
+        split_steps("<think>\n3*4=12\n\n2+12=15\n</think>\n\nAnswer: 15"),
+        split_steps("<think>\n3*4=11\n\nso 13\n</think>"),
+        split_steps("<think>\n3*4=12\n</think>\n\nAnswer: 16"),
+        split_steps("3*4=12\n\nAnswer: 17"),
+    ]
+    assert seen[0] == ["<think>\n3*4=12", "2+12=15\n</think>", "Answer: 15"]
+    # The answer rewards still read the content alone (the shared completion_text is unchanged).
+    assert completion_text(completions[0]) == "Answer: 15"
+
+
+class KeyedJudge:
+    """Votes per completion text (its steps joined by blank lines)."""
+
+    def __init__(self, votes_by_text):
+        self.votes_by_text = votes_by_text
+
+    def judge(self, requests):
+        out = []
+        for r in requests:
+            votes = self.votes_by_text["\n\n".join(r.steps)]
+            out.append(JudgeVerdict.from_votes(votes, len(r.steps), [""], [""], 1))
+        return out
+
+
+NO_ERROR_TEXTS = [
+    "3*4=12\n\n2+12=14\n\nAnswer: 15",  # K = 3, NONE, wrong final answer -> last_step: k = 3, RTS 2/3
+    "3*4=12\n\n2+12=14",  # K = 2, NONE, truncated (no answer) -> RTS 1 either way
+    "a = 1\n\nb = 2\n\nc = 3\n\nso \\boxed{7}",  # K = 4, NONE, boxed answer -> last_step: RTS 3/4
+    "a = 1\n\nb = 2\n\nc = 3\n\nd = 4",  # K = 4, first error 2 -> RTS 1/4 either way
+]
+
+
+@pytest.mark.parametrize(
+    "policy, rewards, advantages, rts_mean",
+    [
+        (  # sigmoid(10 (RTS - 0.5)) from the spec's E1 table; A worked out with math.exp alone
+            "last_step",
+            [0.841131, 0.993307, 0.924142, 0.075858],
+            [0.310721, 0.667526, 0.505355, -1.483601],
+            (2 / 3 + 1 + 3 / 4 + 1 / 4) / 4,
+        ),
+        ("full_credit", [0.993307, 0.993307, 0.993307, 0.075858], [0.499891, 0.499891, 0.499891, -1.499673], 0.8125),
+    ],
+)
+def test_no_error_policy_in_the_hook(policy, rewards, advantages, rts_mean):
+    votes = {text: [None] for text in NO_ERROR_TEXTS[:3]} | {NO_ERROR_TEXTS[3]: [2]}
+    trainer = bare_trainer(KeyedJudge(votes), sgpo_no_error_policy=policy)
+    base, batch = hook_batch(NO_ERROR_TEXTS, [0.0] * 4, 4)
+    got = trainer._compute_advantages(base.clone(), batch)
+    torch.testing.assert_close(batch["rewards"], torch.tensor([rewards]), atol=2e-6, rtol=0)
+    torch.testing.assert_close(got, torch.tensor([advantages]), atol=5e-6, rtol=0)
+    metrics = trainer._metrics["train"]
+    assert metrics["sgpo/rts_mean"] == [pytest.approx(rts_mean)] and metrics["sgpo/rts_max"] == [1.0]
+
+
+def test_judge_answer_column_is_checked_against_the_training_set(caplog):
+    trainer = bare_trainer(None)
+    prompt = [{"role": "user", "content": PROBLEM}]
+    trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"], "solution": [SOLUTION]})
+    with pytest.raises(ValueError, match="judge_answer_column 'answer' is not a training-set column"):
+        trainer._check_judge_columns(None)
+    trainer.args.judge_answer_column = "final_answer"
+    trainer._check_judge_columns(None)  # the right column: fine
+    # No reference column: the warning names the gold-answer column the judge sees instead, which exists.
+    trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"]})
+    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
+        trainer._check_judge_columns(None)
+    assert "gold answer (column 'final_answer')" in caplog.text
+    # ... and the judge is sent that column's value.
+    judge = RecordingJudge()
+    trainer = bare_trainer(judge, judge_answer_column="final_answer")
+    base, batch = hook_batch(["a\n\nb", "c\n\nd"], [0.0, 0.0], 2, final_answer="14")
+    trainer._compute_advantages(base.clone(), batch)
+    assert [r.gold_answer for r in judge.requests] == ["14", "14"]
+
+
 # ---------------------------------------------------------------------------------------------------- training
 def test_judge_colours_all_negative_groups_and_mixed_groups_stay_grpo(memorising_model_dir, config_kwargs):
     # A small learning rate keeps the second batch sampled from the memorised mixture too.
@@ -399,6 +612,48 @@ def test_judge_colours_all_negative_groups_and_mixed_groups_stay_grpo(memorising
     # The logged reward is what was trained on.
     trained_means = [torch.nanmean(r["trained"]).item() for r in trainer.records]
     assert metric(trainer, "reward") == pytest.approx(trained_means)
+
+
+# RTS the heuristic judge gives each wrong variant, worked out by hand: no stated result off the reference
+# ("3*4=12", "2+12=14") -> the final answer's step (3 of 3); 16 at step 2; 11 at step 1; truncated, nothing off
+# the reference and no answer -> NONE; 5 at step 1.
+HEURISTIC_RTS = {VARIANTS[1]: 2 / 3, VARIANTS[2]: 1 / 3, VARIANTS[3]: 0.0, VARIANTS[4]: 1.0, VARIANTS[5]: 0.0}
+
+
+def test_heuristic_judge_trains_from_the_config(memorising_model_dir, config_kwargs):
+    config = SGPOConfig(
+        **config_kwargs(
+            per_device_train_batch_size=16,
+            max_completion_length=32,
+            max_steps=2,
+            learning_rate=1e-5,
+            judge_type="heuristic",
+        )
+    )
+    trainer = Recording(
+        model=memorising_model_dir,
+        reward_funcs=[arithmetic_reward],
+        args=config,
+        train_dataset=one_problem_dataset(),
+        processing_class=char_tokenizer(memorising_model_dir),
+    )
+    assert isinstance(trainer.judge, HeuristicReferenceJudge)
+    trainer.train()
+    compared = coloured = 0
+    for record in trainer.records:
+        base, trained, advantages, texts = record["base"], record["trained"], record["advantages"], record["texts"]
+        for g in range(base.size(0)):
+            if (base[g] == 1).any():
+                assert torch.equal(trained[g], base[g])
+                continue
+            for i in range(4):
+                rts = HEURISTIC_RTS.get(texts[g * 4 + i])
+                if rts is not None:
+                    compared += 1
+                    assert trained[g, i].item() == pytest.approx(sigmoid_credit(rts), abs=1e-6)
+            coloured += int(advantages[g].abs().sum() > 0)
+    assert compared > 0 and coloured > 0, (compared, coloured)
+    assert metric(trainer, "sgpo/judge_failures") == [0.0, 0.0]
 
 
 def test_random_model_groups_are_judged_only_inside_the_window(tiny_model_dir, arithmetic_train, config_kwargs):

@@ -10,7 +10,9 @@ The maths, in the order the trainer applies it:
 
 1. ``vote_first_error``: ``M`` verdicts -> one (majority on position, ``None`` = ``K + 1``, ties -> smallest
    position, failures dropped; all failed -> failure). Sec. 2.10.
-2. ``trajectory_score``: ``RTS = (k - 1) / K``; ``1`` for ``None``; ``0`` for an empty completion. Sec. 2.4.
+2. ``trajectory_score``: ``RTS = (k - 1) / K``; ``1`` for ``None`` (``no_error_policy="full_credit"``, the
+   default; ``"last_step"`` reads ``None`` as ``k = K`` for a response that has a wrong final answer, Sec. 7 and
+   Sec. 12 A12); ``0`` for an empty completion. Sec. 2.4.
 3. ``partial_credit``: ``sigmoid(beta * (RTS - gamma))`` (paper Eq. 2) or ``RTS`` (``"linear"``, the
    "w/o {beta, gamma}" ablation), always strictly below the correct reward 1. Sec. 2.5.
 4. ``sgpo_rewards``: binary correctness everywhere, partial credit for the incorrect completions of judged
@@ -30,6 +32,7 @@ import torch
 
 __all__ = [
     "MODES",
+    "NO_ERROR_POLICIES",
     "SCOPES",
     "groups_to_judge",
     "is_failure",
@@ -41,6 +44,7 @@ __all__ = [
 
 MODES = ("sigmoid", "linear")
 SCOPES = ("all_negative", "all_incorrect")
+NO_ERROR_POLICIES = ("full_credit", "last_step")
 
 Verdict = int | float | None  # int = first wrong step (1-based), None = no error, nan = failure
 
@@ -59,19 +63,34 @@ def _check_verdict(verdict: Verdict, num_steps: int) -> None:
         raise ValueError(f"first wrong step {verdict} is outside 1..{num_steps}.")
 
 
-def trajectory_score(first_error: Verdict, num_steps: int) -> float:
+def trajectory_score(
+    first_error: Verdict,
+    num_steps: int,
+    *,
+    no_error_policy: str = "full_credit",
+    has_final_answer: bool = False,
+) -> float:
     """Reasoning trajectory score RTS in ``[0, 1]`` (spec Sec. 2.4), NaN for a failed judge.
 
     ``(k - 1) / K`` for a first wrong step ``k``, ``1.0`` when no step is wrong (``None``), ``0.0`` for an
     empty completion (``num_steps == 0``: never judged, so its verdict is ignored). The denominator counts
     every step, including those after the error (paper: 5 steps, error at step 4 -> 3/5).
+
+    ``no_error_policy`` decides what ``None`` (the judge found no wrong step) means (spec Sec. 7, Sec. 12 A12):
+    ``"full_credit"`` (default, the paper) RTS = 1; ``"last_step"`` RTS = ``(K - 1) / K`` (``k = K``) when
+    ``has_final_answer`` -- the response states a final answer, which is wrong since only incorrect responses
+    are judged, so at least its answer step is wrong -- and still 1 for a response without one (truncated).
     """
+    if no_error_policy not in NO_ERROR_POLICIES:
+        raise ValueError(f"no_error_policy must be one of {NO_ERROR_POLICIES}, got {no_error_policy!r}.")
     if num_steps < 0:
         raise ValueError(f"num_steps must be >= 0, got {num_steps}.")
     if num_steps == 0:
         return 0.0
     _check_verdict(first_error, num_steps)
     if first_error is None:
+        if no_error_policy == "last_step" and has_final_answer:
+            return (num_steps - 1) / num_steps
         return 1.0
     if is_failure(first_error):
         return math.nan
@@ -146,6 +165,8 @@ def sgpo_rewards(
     gamma: float = 0.5,
     mode: str = "sigmoid",
     scope: str = "all_negative",
+    no_error_policy: str = "full_credit",
+    has_final_answer: Sequence[Sequence[bool]] | None = None,
 ) -> torch.Tensor:
     """SGPO rewards ``(num_prompts, G)`` that feed the unchanged GRPO advantage (spec Secs. 2.4-2.6, E2-E6).
 
@@ -158,6 +179,9 @@ def sgpo_rewards(
             shape; read where ``first_error`` is.
         beta, gamma, mode: the partial-credit map, see :func:`partial_credit`.
         scope: which groups are judged, see :func:`groups_to_judge`.
+        no_error_policy: ``"full_credit"`` (default) or ``"last_step"``, see :func:`trajectory_score`.
+        has_final_answer: nested lists of bools, same shape: whether each response states a final answer; read
+            with ``no_error_policy="last_step"`` (where it is required) for ``None`` verdicts.
 
     Returns:
         float rewards on ``correct``'s device (default dtype): ``1``/``0`` correctness, except incorrect
@@ -168,6 +192,12 @@ def sgpo_rewards(
     num_prompts, group_size = correct.shape
     if len(first_error) != num_prompts or len(num_steps) != num_prompts:
         raise ValueError("first_error and num_steps must have one row per prompt.")
+    if no_error_policy not in NO_ERROR_POLICIES:
+        raise ValueError(f"no_error_policy must be one of {NO_ERROR_POLICIES}, got {no_error_policy!r}.")
+    if no_error_policy == "last_step" and has_final_answer is None:
+        raise ValueError('no_error_policy="last_step" needs has_final_answer (which responses state an answer).')
+    if has_final_answer is not None and len(has_final_answer) != num_prompts:
+        raise ValueError("has_final_answer must have one row per prompt.")
     judged = groups_to_judge(correct, scope=scope)
     to_score = (judged[:, None] & ~correct).tolist()
 
@@ -176,9 +206,16 @@ def sgpo_rewards(
     for b in range(num_prompts):
         if len(first_error[b]) != group_size or len(num_steps[b]) != group_size:
             raise ValueError(f"row {b} of first_error / num_steps must have {group_size} entries.")
+        if has_final_answer is not None and len(has_final_answer[b]) != group_size:
+            raise ValueError(f"row {b} of has_final_answer must have {group_size} entries.")
         for i in range(group_size):
             if to_score[b][i]:
-                rts[b, i] = trajectory_score(first_error[b][i], int(num_steps[b][i]))
+                rts[b, i] = trajectory_score(
+                    first_error[b][i],
+                    int(num_steps[b][i]),
+                    no_error_policy=no_error_policy,
+                    has_final_answer=bool(has_final_answer[b][i]) if has_final_answer is not None else False,
+                )
 
     dtype = torch.get_default_dtype()
     credit = partial_credit(rts.to(dtype), beta=beta, gamma=gamma, mode=mode)

@@ -21,7 +21,8 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
 
 Step judges for SGPO (:mod:`grpo_family.rewards.judges`): ``OpenAICompatibleJudge`` (vLLM / hosted APIs),
-``TransformersJudge`` (a local model), ``ProgrammaticJudge`` (the bundled task, exact).
+``TransformersJudge`` (a local model), ``ProgrammaticJudge`` (the bundled task, exact), ``HeuristicReferenceJudge``
+(numbers checked against the reference solution; crude, for smoke tests and CI).
 
 This package imports only the standard library, math-verify and its own modules (never TRL, torch or the
 trainers), so the scoring worker subprocesses of :mod:`grpo_family.rewards.timeout` start quickly.
@@ -46,6 +47,7 @@ from .format import (
 from .judges import (
     DEFAULT_PROMPT_PATH,
     FAIL,
+    HeuristicReferenceJudge,
     JudgeRequest,
     JudgeVerdict,
     OpenAICompatibleJudge,
@@ -132,6 +134,7 @@ __all__ = [
     "with_timeout",
     "DEFAULT_PROMPT_PATH",
     "FAIL",
+    "HeuristicReferenceJudge",
     "JudgeRequest",
     "JudgeVerdict",
     "OpenAICompatibleJudge",

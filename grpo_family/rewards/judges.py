@@ -1,6 +1,6 @@
 """Step judges for SGPO: the first wrong step of a response split into numbered steps (SGPO spec Sec. 3).
 
-One small interface, three implementations::
+One small interface, four implementations::
 
     judge.judge(requests: list[JudgeRequest]) -> list[JudgeVerdict]
 
@@ -20,6 +20,9 @@ advantage).
   single-machine and notebook use.
 * :class:`ProgrammaticJudge` -- an exact step checker; by default the bundled arithmetic task's
   :func:`grpo_family.tasks.arithmetic.check_steps`, which makes SGPO testable and runnable offline.
+* :class:`HeuristicReferenceJudge` -- a crude, deterministic check of the numbers a response states against the
+  numbers of the reference solution (spec Sec. 3.5, item 4): any task with numeric answers, CPU only, for smoke
+  tests and CI.
 
 The two LLM judges share the prompt template (:class:`PromptTemplate`, default ``judge_prompt.txt`` next to this
 file, spec Sec. 3.3; pass your own file to replace it) and the parser (:func:`parse_verdict`, spec Sec. 3.4).
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import concurrent.futures
+import functools
 import http.client
 import ipaddress
 import json
@@ -47,12 +51,16 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from .extract import last_boxed, last_tag_content
 
 __all__ = [
     "DEFAULT_PROMPT_PATH",
     "FAIL",
+    "HeuristicReferenceJudge",
     "JudgeRequest",
     "JudgeVerdict",
     "OpenAICompatibleJudge",
@@ -60,7 +68,11 @@ __all__ = [
     "PromptTemplate",
     "StepJudge",
     "TransformersJudge",
+    "final_answer_step",
+    "has_final_answer",
     "parse_verdict",
+    "reference_numbers",
+    "stated_results",
     "strip_reasoning",
 ]
 
@@ -103,14 +115,16 @@ class JudgeVerdict:
     """The votes for one request and their majority ``first_error`` (int / ``None`` / :data:`FAIL`).
 
     ``raw`` holds each vote's raw judge text (``""`` where none came back) and ``reasons`` why a vote failed
-    (``""`` for a valid vote). ``num_calls`` counts the model calls made, retries included.
+    (``""`` for a valid vote). ``num_calls`` counts the model calls made, retries included (a greedy
+    :class:`TransformersJudge` generates once for its ``M`` identical votes: 1); ``None`` = not reported, which
+    SGPO counts as one call per vote.
     """
 
     votes: list[Verdict]
     first_error: Verdict
     raw: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
-    num_calls: int = 0
+    num_calls: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -118,15 +132,20 @@ class JudgeVerdict:
 
     @classmethod
     def from_votes(
-        cls, votes: list[Verdict], num_steps: int, raw: list[str], reasons: list[str], num_calls: int = 0
+        cls,
+        votes: list[Verdict],
+        num_steps: int,
+        raw: list[str],
+        reasons: list[str],
+        num_calls: int | None = None,
     ) -> JudgeVerdict:
         from ..algorithms.sgpo import vote_first_error  # torch; imported only when judging
 
         return cls(list(votes), vote_first_error(votes, num_steps), list(raw), list(reasons), num_calls)
 
     @classmethod
-    def failure(cls, reason: str, num_votes: int = 1) -> JudgeVerdict:
-        return cls([FAIL] * num_votes, FAIL, [""] * num_votes, [reason] * num_votes, 0)
+    def failure(cls, reason: str, num_votes: int = 1, num_calls: int = 0) -> JudgeVerdict:
+        return cls([FAIL] * num_votes, FAIL, [""] * num_votes, [reason] * num_votes, num_calls)
 
 
 @runtime_checkable
@@ -204,7 +223,6 @@ def _as_template(template: PromptTemplate | str | os.PathLike | None) -> PromptT
 # ---------------------------------------------------------------------------------------------------- parsing
 _THINK_TAG = re.compile(r"<(/?)(think|thinking|reasoning)>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
 # FIRST_ERROR_STEP: 3 / first error step = NONE / **FIRST_ERROR_STEP:** `3` / "first_error_step": null / Step 3
 _VERDICT = re.compile(
     r"first[\s_-]*error[\s_-]*step[\s*`'\"]*[:=][\s*`'\"\[(]*(?:step\s*)?(none|null|\d+)\b", re.IGNORECASE
@@ -237,20 +255,24 @@ def _drop_think_blocks(text: str) -> str:
     return "".join(kept)
 
 
+_LEADING_THINK_OPEN = re.compile(r"\s*<(?:think|thinking|reasoning)>", re.IGNORECASE)
+
+
 def strip_reasoning(text: str) -> str:
     """``text`` without reasoning blocks (spec Sec. 3.4 step 1).
 
     Removes ``<think>...</think>`` (also ``thinking``/``reasoning``) blocks; keeps only what follows a stray
-    closing tag (templates that open the block in the prompt); drops an unclosed block to the end (a judge cut
-    off mid-thought has not answered).
+    closing tag (templates that open the block in the prompt); drops an unclosed block to the end only when it
+    starts the answer (after optional whitespace, once closed blocks are removed: a judge cut off mid-thought
+    has not answered). An opening tag anywhere else is text, e.g. a judge quoting a candidate's step
+    ``[1] <think>``, and does not swallow the verdict after it. Linear in ``len(text)`` (up to a log factor).
     """
     text = _drop_think_blocks(text)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:
         text = text[closes[-1].end() :]
-    opened = _THINK_OPEN.search(text)
-    if opened:
-        text = text[: opened.start()]
+    if _LEADING_THINK_OPEN.match(text):
+        return ""
     return text
 
 
@@ -279,6 +301,52 @@ def parse_verdict(text: str | None, num_steps: int) -> Verdict:
     or non-text output). Never raises.
     """
     return _parse(text, num_steps)[0]
+
+
+# ---------------------------------------------------------------------------------------------------- final answer
+# "Answer: 14", "**Final Answer:** 14", "> answer: x = 3" at the start of a line; "the final answer is 14"; GSM8K's
+# "#### 72". Character classes that exclude what follows them, so no backtracking: linear in the text.
+_ANSWER_LINE = re.compile(
+    r"^[ \t>#*_-]*(?:the[ \t]+)?(?:final[ \t]+)?answer[ \t*_]*:[ \t*`$]*[-\w\\]", re.IGNORECASE | re.MULTILINE
+)
+_FINAL_ANSWER_IS = re.compile(r"\bfinal[ \t]+answer[ \t]+is[ \t:*`$]*[-\w\\]", re.IGNORECASE)
+_HASH_ANSWER = re.compile(r"^[ \t]*####[ \t]*[-\w\\$]", re.MULTILINE)
+
+
+def _states_answer(text: str) -> bool:
+    return bool(
+        last_boxed(text) is not None
+        or last_tag_content(text, "answer") is not None
+        or _ANSWER_LINE.search(text)
+        or _FINAL_ANSWER_IS.search(text)
+        or _HASH_ANSWER.search(text)
+    )
+
+
+def has_final_answer(text: str) -> bool:
+    """Whether a response states a final answer, outside its reasoning block (:func:`strip_reasoning`).
+
+    A final answer is a complete ``\\boxed{...}`` (the last box of the text; an unfinished box is none), a complete
+    ``<answer>...</answer>`` block, a line starting ``Answer:`` / ``Final answer:`` (markdown allowed), "the final
+    answer is ...", or GSM8K's ``#### ...``. A response cut off inside ``<think>`` has none. The answer's
+    correctness is not checked: SGPO only asks about incorrect responses. A truncated response whose template
+    opened the reasoning block in the prompt (no ``<think>`` in the completion) is read whole, so a boxed
+    intermediate result there counts as an answer.
+    """
+    return isinstance(text, str) and _states_answer(strip_reasoning(text))
+
+
+def final_answer_step(steps: Sequence[str]) -> int | None:
+    """1-based index of the step holding the response's final answer (see :func:`has_final_answer`), or ``None``
+    when the response has none: the last step that states an answer, or the last step if the answer spans steps.
+    """
+    steps = list(steps)
+    if not steps or not has_final_answer("\n\n".join(steps)):
+        return None
+    for j in range(len(steps), 0, -1):
+        if _states_answer(steps[j - 1]):
+            return j
+    return len(steps)
 
 
 # ---------------------------------------------------------------------------------------------------- OpenAI
@@ -505,12 +573,17 @@ class TransformersJudge:
         model: a causal LM object, or a path / Hub id loaded with ``AutoModelForCausalLM`` (``model_kwargs``).
         tokenizer: a tokenizer object or path; ``None`` -> loaded from ``model``'s path or ``name_or_path``.
         num_votes: ``M`` votes per response, majority-voted. Greedy votes are identical, so with ``M > 1`` and
-            ``temperature == 0`` one greedy answer is generated and counted ``M`` times.
+            ``temperature == 0`` one greedy answer is generated and counted ``M`` times (``num_calls`` = 1: one
+            generation; ``M`` when sampled).
         temperature: ``None`` -> 0.0 (greedy) for one vote, 0.6 (sampled) for several.
         max_new_tokens: generation budget per vote.
         prompt_template: a :class:`PromptTemplate`, a path, or ``None`` for the default (the same as the API judge).
         batch_size: prompts per ``generate`` call.
         max_input_tokens: prompts longer than this fail without generating (``None``: no limit).
+
+    There are no retries: an unparseable or out-of-range vote is :data:`FAIL` at once (a greedy retry would repeat
+    the same answer). ``judge_max_retries`` of :class:`~grpo_family.trainers.sgpo.SGPOConfig` applies to the
+    OpenAI-compatible judge only.
     """
 
     def __init__(
@@ -608,8 +681,9 @@ class TransformersJudge:
                 outputs = self._generate([p for _, p in chunk])
             except Exception as error:  # noqa: BLE001 - e.g. out of memory: these requests fail, training goes on
                 logger.warning("TransformersJudge: generation failed (%s: %s)", type(error).__name__, error)
+                calls = self.num_votes if self.temperature > 0 else 1  # the model was called, and failed
                 for i, _ in chunk:
-                    verdicts[i] = JudgeVerdict.failure(f"generate: {type(error).__name__}", self.num_votes)
+                    verdicts[i] = JudgeVerdict.failure(f"generate: {type(error).__name__}", self.num_votes, calls)
                 continue
             for (i, _), texts in zip(chunk, outputs):
                 parsed = [_parse(t, requests[i].num_steps) for t in texts]
@@ -685,6 +759,132 @@ class ProgrammaticJudge:
             if line <= seen:
                 return JudgeVerdict([j], j, [str(line)], [""], 1)
         return JudgeVerdict.failure(f"checker returned line {line} beyond the response")
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeVerdict]:
+        return [self._one(r) for r in requests]
+
+
+# ---------------------------------------------------------------------------------------------------- heuristic
+# A number literal: 12, 12.0, .5, 1,000 (thousands separators); its sign is a "-" (or a Unicode minus) glued to it
+# and not glued to a word or closing bracket before it ("x-3" and "5-3" subtract, "-3", "(-3" and "x = -3" are
+# negative). A fraction is "a/b" or \frac{a}{b} (\dfrac, \tfrac).
+_LIT = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?|\.\d+)"
+_SIGN = r"(?:(?<![\w)\]}])[-\u2212])?"
+_FRAC = rf"\\[dt]?frac[ \t]*\{{[ \t]*{_SIGN}{_LIT}[ \t]*\}}[ \t]*\{{[ \t]*{_LIT}[ \t]*\}}"
+_NUMBER = re.compile(rf"{_SIGN}(?<![\w.]){_LIT}")
+_FRACTION = re.compile(rf"{_SIGN}(?:(?<![\w.]){_LIT}[ \t]*/[ \t]*{_LIT}(?![\d.])|{_FRAC})")
+# What a step states as a result: the number that is the whole right-hand side of an "=" (not <=, >=, !=, ==):
+# "= 12", "= -3", "=$1/2$", "= \frac{1}{2}." but not "= 12 + 3" (an operand), "= 3x" or "= 2^5".
+_VALUE = rf"[-\u2212]?(?:{_FRAC}|(?<![\w.]){_LIT}(?:[ \t]*/[ \t]*{_LIT})?)"
+_RESULT = re.compile(
+    rf"(?<![<>!=])=(?!=)[ \t]*(?:\$|\\\(|\\\[)?[ \t]*(?P<value>(?>{_VALUE}))"
+    r"(?![ \t]*(?:[-+*/^\u00d7\u00b7\u00f7\u2212]|\\(?:cdot|times|div)(?![A-Za-z])))(?![\w(^]|\.\d|,\d{3})"
+)
+# A number alone in a box: "\boxed{12}", "\boxed{ $-3$ }", "\boxed{\frac{1}{2}}", "\boxed{0.5.}".
+_BOXED = re.compile(rf"\\(?:boxed|fbox)[ \t]*\{{[ \t$]*(?P<value>(?>{_VALUE}))[ \t$.]*\}}")
+
+
+_MAX_DIGITS = 1000  # longer literals are not read (int() refuses > 4300 digits; no reference has such numbers)
+
+
+def _to_fraction(literal: str) -> Fraction | None:
+    literal = literal.replace(",", "")
+    return Fraction(literal) if len(literal) <= _MAX_DIGITS else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _value(text: str) -> Fraction | None:
+    """Exact value (a ``Fraction``) of one number written as ``_VALUE`` matches it: ``12``, ``12.0``, ``-3``,
+    ``1/2``, ``0.5``, ``\\frac{1}{2}``, ``1,000``; ``None`` for a zero denominator or a literal of more than 1000
+    digits."""
+    text = text.strip().replace("\u2212", "-")
+    sign = -1 if text.startswith("-") else 1
+    text = text.lstrip("-").strip()
+    if "frac" in text:
+        num, den = re.findall(r"\{\s*(-?[\d.,]+)\s*\}", text)
+    elif "/" in text:
+        num, den = text.split("/")
+    else:
+        num, den = text, "1"
+    num, den = _to_fraction(num.strip()), _to_fraction(den.strip())
+    return None if num is None or den is None or den == 0 else sign * num / den
+
+
+def reference_numbers(text: str | None) -> set[Fraction]:
+    """Every number in ``text`` as an exact ``Fraction`` (see :class:`HeuristicReferenceJudge`): each literal (with
+    its sign) and the value of each fraction ``a/b`` or ``\\frac{a}{b}`` (whose parts count as literals too)."""
+    if not text:
+        return set()
+    text = str(text)
+    values = {_value(m.group(0)) for m in _NUMBER.finditer(text)}
+    values |= {_value(m.group(0)) for m in _FRACTION.finditer(text)}
+    values.discard(None)
+    return values
+
+
+def stated_results(step: str) -> list[tuple[Fraction, str]]:
+    """``(value, as written)`` for each result a step states: the number that is the whole right-hand side of an
+    ``=`` and a number alone in a ``\\boxed{}`` (see :class:`HeuristicReferenceJudge`), in order of appearance."""
+    found = [(m.start("value"), m.group("value")) for m in _RESULT.finditer(step)]
+    found += [(m.start("value"), m.group("value")) for m in _BOXED.finditer(step)]
+    results = []
+    for _, written in sorted(found):
+        value = _value(written)
+        if value is not None:
+            results.append((value, written))
+    return results
+
+
+class HeuristicReferenceJudge:
+    """A cheap, deterministic reference checker for smoke tests and CI (spec Sec. 3.5, item 4); no model.
+
+    It collects the numbers of the reference solution and the gold answer (:func:`reference_numbers`), walks
+    through the steps and flags the first step that states a result (:func:`stated_results`: the number that is
+    the whole right-hand side of an ``=``, or a number alone in ``\\boxed{}``) that is not among them. If no step
+    is flagged and the response states a final answer (:func:`final_answer_step`; it is wrong, since only
+    incorrect responses are judged), the step holding that answer is flagged; if there is none (a truncated
+    response), the verdict is ``None`` (no wrong step).
+
+    Numbers are compared as exact fractions: ``12`` = ``12.0`` = ``12.00``, ``1/2`` = ``0.5`` =
+    ``\\frac{1}{2}``, ``1,000`` = ``1000``; ``-3`` is negative only with the minus glued to it and not to a word or
+    closing bracket before it (``5-3`` subtracts 3, ``x = -3`` is -3); ``0.333`` is not ``1/3``. A result with
+    units or prose after it (``= 12 apples``) counts, one followed by an operator (``= 12 + 3``) or a letter
+    (``= 3x``) does not. Crude by design: a correct step whose result the reference never writes down is flagged.
+
+    A request with neither a reference solution nor a gold answer fails (nothing to check against).
+    """
+
+    def __init__(self):
+        self.num_votes = 1
+
+    def _one(self, request: JudgeRequest) -> JudgeVerdict:
+        try:
+            return self._check(request)
+        except Exception as error:  # noqa: BLE001 - a bug here fails this request only, never the batch
+            return JudgeVerdict.failure(f"heuristic: {type(error).__name__}: {error}")
+
+    def _check(self, request: JudgeRequest) -> JudgeVerdict:
+        if request.num_steps == 0:
+            return JudgeVerdict([], None, [], [], 0)
+        reference, gold = request.reference_solution, request.gold_answer
+        if not (reference and str(reference).strip()) and (gold is None or not str(gold).strip()):
+            return JudgeVerdict.failure("no reference solution or gold answer to check against")
+        known = reference_numbers(reference) | reference_numbers(None if gold is None else str(gold))
+        for j, step in enumerate(request.steps, start=1):
+            for value, written in stated_results(step):
+                if value not in known:
+                    raw = (
+                        f"Step {j}: ERROR - states {written}, which is not a number of the reference solution or "
+                        f"the gold answer.\nFIRST_ERROR_STEP: {j}"
+                    )
+                    return JudgeVerdict([j], j, [raw], [""], 1)
+        k = final_answer_step(request.steps)
+        if k is not None:
+            raw = f"Step {k}: ERROR - states the final answer, which is wrong.\nFIRST_ERROR_STEP: {k}"
+            return JudgeVerdict([k], k, [raw], [""], 1)
+        return JudgeVerdict(
+            [None], None, ["No stated result off the reference, no final answer.\nFIRST_ERROR_STEP: NONE"], [""], 1
+        )
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeVerdict]:
         return [self._one(r) for r in requests]

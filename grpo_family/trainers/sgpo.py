@@ -12,8 +12,9 @@ that the judge is asked once per completion, not once per process):
 
 1. correctness ``c`` = the correctness reward function's value ``>= correctness_threshold`` (NaN = incorrect);
    which groups are judged (``judge_scope``) is decided on the gathered values, identically everywhere;
-2. every process sends the text of its own to-be-judged completions (with problem, gold answer and reference
-   solution from its dataset rows) to the main process (``gather_object``);
+2. every process sends the whole text of its own to-be-judged completions (reasoning included, also where TRL
+   parsed it into ``reasoning_content``; spec Sec. 2.2), with problem, gold answer and reference solution from
+   its dataset rows, to the main process (``gather_object``);
 3. the main process splits each into steps (:func:`~grpo_family.rewards.steps.split_steps`), calls the judge
    once for the whole batch (concurrently inside the judge), under a deadline, and broadcasts the verdicts
    (``broadcast_object_list``);
@@ -41,15 +42,22 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig
 
-from ..algorithms.sgpo import MODES, SCOPES, groups_to_judge, sgpo_rewards, trajectory_score
+from ..algorithms.sgpo import MODES, NO_ERROR_POLICIES, SCOPES, groups_to_judge, sgpo_rewards, trajectory_score
 from ..rewards.extract import completion_text
-from ..rewards.judges import JudgeRequest, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
+from ..rewards.judges import (
+    HeuristicReferenceJudge,
+    JudgeRequest,
+    OpenAICompatibleJudge,
+    ProgrammaticJudge,
+    TransformersJudge,
+    has_final_answer,
+)
 from ..rewards.steps import SPLITTERS, split_steps
 from .base import GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
-JUDGE_TYPES = ("programmatic", "openai", "transformers")
+JUDGE_TYPES = ("programmatic", "openai", "transformers", "heuristic")
 _GRACE_S = 1.0  # beyond judge_batch_timeout, for a judge that honours the deadline itself to hand back its results
 
 
@@ -88,6 +96,17 @@ class SGPOConfig(GRPOConfig):
         metadata={
             "help": "Which groups are judged: 'all_negative' (no correct completion; the paper's experiments, "
             "default) or 'all_incorrect' (every incorrect completion of every group; Eq. 2 read literally)."
+        },
+    )
+    sgpo_no_error_policy: str = field(
+        default="full_credit",
+        metadata={
+            "help": "What a 'no wrong step' verdict (NONE) gives an incorrect response: 'full_credit' (RTS = 1; the "
+            "paper; default) or 'last_step' (k = K, RTS = (K-1)/K, for a response that states a final answer, which "
+            "is wrong by definition; one without an answer, e.g. truncated, keeps RTS = 1). 'States a final answer' "
+            "is read from the judged text outside its <think> block: a complete \\boxed{}, an <answer></answer> "
+            "block, an 'Answer:' line, 'the final answer is ...' or '#### ...' (grpo_family.rewards.judges."
+            "has_final_answer). Spec Sec. 7, Sec. 12 A12."
         },
     )
     sgpo_num_epochs: float | None = field(
@@ -148,8 +167,10 @@ class SGPOConfig(GRPOConfig):
         default="programmatic",
         metadata={
             "help": "'programmatic' (exact checker of the bundled arithmetic task; offline; default), 'openai' (any "
-            "OpenAI-compatible endpoint, e.g. `vllm serve`; the paper's setting) or 'transformers' (a local model). "
-            "A judge object passed to the trainer (judge=...) overrides this."
+            "OpenAI-compatible endpoint, e.g. `vllm serve`; the paper's setting), 'transformers' (a local model) or "
+            "'heuristic' (HeuristicReferenceJudge: flags the first stated result that is not a number of the "
+            "reference solution or gold answer; crude, CPU only, for smoke tests and CI). A judge object passed to "
+            "the trainer (judge=...) overrides this."
         },
     )
     judge_base_url: str | None = field(
@@ -188,7 +209,10 @@ class SGPOConfig(GRPOConfig):
     )
     judge_max_retries: int = field(
         default=2,
-        metadata={"help": "Retries of a failed / unparseable judge request, with exponential backoff. Default 2."},
+        metadata={
+            "help": "Retries of a failed / unparseable judge request, with exponential backoff (judge_type='openai' "
+            "only: the local 'transformers' judge does not retry). Default 2."
+        },
     )
     judge_concurrency: int = field(default=64, metadata={"help": "Judge requests in flight at once. Default 64."})
     judge_batch_timeout: float = field(
@@ -219,6 +243,7 @@ class SGPOConfig(GRPOConfig):
             ("judge_scope", self.judge_scope, SCOPES),
             ("step_splitter", self.step_splitter, SPLITTERS),
             ("judge_type", self.judge_type, JUDGE_TYPES),
+            ("sgpo_no_error_policy", self.sgpo_no_error_policy, NO_ERROR_POLICIES),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
@@ -250,8 +275,10 @@ class SGPOConfig(GRPOConfig):
                 "'JUDGE_API_KEY'), not the key itself: export the key (e.g. `export JUDGE_API_KEY=...`) and pass "
                 "the variable's name. The value given is not a valid variable name."
             )
-        if self.judge_temperature is not None and self.judge_temperature < 0:
-            raise ValueError(f"judge_temperature must be >= 0 or None, got {self.judge_temperature}.")
+        if self.judge_temperature is not None and not (
+            math.isfinite(self.judge_temperature) and self.judge_temperature >= 0
+        ):
+            raise ValueError(f"judge_temperature must be finite and >= 0, or None, got {self.judge_temperature}.")
         if self.judge_temperature == 0 and self.num_judge_votes > 1:
             logger.warning("num_judge_votes > 1 with judge_temperature 0: the votes will be identical.")
 
@@ -260,6 +287,8 @@ def make_judge(args: SGPOConfig):
     """The judge ``args`` describe (``judge_type`` and the ``judge_*`` fields)."""
     if args.judge_type == "programmatic":
         return ProgrammaticJudge()
+    if args.judge_type == "heuristic":
+        return HeuristicReferenceJudge()
     if args.judge_type == "openai":
         if not args.judge_base_url or not args.judge_model:
             raise ValueError(
@@ -301,6 +330,33 @@ def _problem_text(row: dict, column: str | None) -> str:
     return completion_text(users[-1:] or prompt)
 
 
+def _judge_text(completion: Any) -> str:
+    """The text the judge sees: the whole completion, reasoning included (spec Sec. 2.2, item 1).
+
+    :func:`~grpo_family.rewards.extract.completion_text` (the message an answer reward reads), with the message's
+    chain of thought put back in front: when the tokenizer has a response schema (TRL sets one when tools are
+    used; some tokenizers ship one), TRL parses a conversational completion into ``reasoning_content`` (or
+    ``thinking``, per model family) and a ``content`` holding only what follows ``</think>``. The reasoning is
+    restored as ``<think>\\n...\\n</think>\\n\\n`` + content (Qwen3's rendering).
+    """
+    text = completion_text(completion)
+    if isinstance(completion, dict):
+        message = completion
+    elif isinstance(completion, list):  # the message completion_text reads
+        messages = [m for m in completion if isinstance(m, dict)]
+        assistant = [m for m in messages if m.get("role") == "assistant"]
+        message = (assistant or messages or [None])[-1]
+    else:
+        return text
+    if message is None:
+        return text
+    reasoning = message.get("reasoning_content") or message.get("thinking")
+    if not isinstance(reasoning, str) or not reasoning.strip():
+        return text
+    block = "<think>\n" + reasoning.strip("\n") + "\n</think>"
+    return f"{block}\n\n{text}" if text.strip() else block
+
+
 def _clean_verdict(verdict: Any, num_steps: int) -> tuple[Any, int, str]:
     """``(first_error, calls, reason)`` from whatever a judge returned: a :class:`JudgeVerdict`-like object or a
     bare verdict. Anything but ``None``, NaN or an int in ``1..K`` is a failure; never raises (it runs on the main
@@ -314,7 +370,11 @@ def _clean_verdict(verdict: Any, num_steps: int) -> tuple[Any, int, str]:
 def _read_verdict(verdict: Any, num_steps: int) -> tuple[Any, int, str]:
     value = getattr(verdict, "first_error", verdict)
     votes = getattr(verdict, "votes", None)
-    calls = len(votes) if isinstance(votes, list) else 1
+    reported = getattr(verdict, "num_calls", None)  # model calls, retries included (JudgeVerdict.num_calls)
+    if isinstance(reported, numbers.Integral) and not isinstance(reported, bool) and reported >= 0:
+        calls = int(reported)
+    else:  # not reported: one call per vote
+        calls = len(votes) if isinstance(votes, list) else 1
     reasons = [r for r in getattr(verdict, "reasons", None) or [] if r]
     if value is None:
         return None, calls, ""
@@ -389,6 +449,11 @@ class SGPOTrainer(GRPOFamilyTrainer):
             raise ValueError(
                 f"judge_problem_column {args.judge_problem_column!r} is not a training-set column ({columns})."
             )
+        if args.judge_answer_column not in columns:
+            raise ValueError(
+                f"judge_answer_column {args.judge_answer_column!r} is not a training-set column ({columns}): the "
+                "judge would never see the gold answer. Set judge_answer_column to the gold final answer's column."
+            )
         if args.judge_reference_column not in columns:
             if args.require_reference:
                 raise ValueError(
@@ -396,8 +461,10 @@ class SGPOTrainer(GRPOFamilyTrainer):
                     f"({columns}): SGPO would never judge. Set judge_reference_column, or require_reference=False."
                 )
             logger.warning(
-                "SGPO: no %r column in the training set; the judge will see the gold answer as the reference.",
+                "SGPO: no %r column in the training set; the judge will see the gold answer (column %r) as the "
+                "reference.",
                 args.judge_reference_column,
+                args.judge_answer_column,
             )
         if judge is None and args.judge_type == "programmatic" and len(self.train_dataset) > 0:
             row = self.train_dataset[0]
@@ -448,17 +515,19 @@ class SGPOTrainer(GRPOFamilyTrainer):
     def _judge_items(self, items: list[dict]) -> dict:
         """Main process: steps, one batched judge call, verdicts per global completion index."""
         args = self.args
-        results, requests, owners, skipped = {}, [], [], 0
+        results, requests, owners, answered, skipped = {}, [], [], [], 0
         for item in items:
             if args.require_reference and not item["reference"]:
                 skipped += 1
                 continue
             steps = split_steps(item["text"], splitter=args.step_splitter, max_steps=args.judge_max_steps)
             if not steps:  # empty completion: RTS = 0 without asking (spec Sec. 2.4)
-                results[item["index"]] = (None, 0, "")
+                results[item["index"]] = (None, 0, "", False)
                 continue
             requests.append(JudgeRequest(item["problem"], item["reference"], item["gold"], tuple(steps)))
             owners.append(item["index"])
+            # Only "last_step" reads it (a NONE verdict on a response with a wrong final answer -> k = K).
+            answered.append(args.sgpo_no_error_policy == "last_step" and has_final_answer(item["text"]))
         stats = {"requests": len(requests), "calls": 0, "latency": None, "skipped": skipped}
         if requests:
             start = time.perf_counter()
@@ -466,11 +535,11 @@ class SGPOTrainer(GRPOFamilyTrainer):
             stats["latency"] = time.perf_counter() - start
             for n, (index, request) in enumerate(zip(owners, requests)):
                 if verdicts is None:
-                    results[index] = (math.nan, request.num_steps, reason)
+                    results[index] = (math.nan, request.num_steps, reason, answered[n])
                     continue
                 value, calls, why = _clean_verdict(verdicts[n], request.num_steps)
                 stats["calls"] += calls
-                results[index] = (value, request.num_steps, why)
+                results[index] = (value, request.num_steps, why, answered[n])
         return {"results": results, "stats": stats}
 
     # ------------------------------------------------------------------ advantage hook
@@ -502,7 +571,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
                     local.append(
                         {
                             "index": start + i,
-                            "text": completion_text(batch["completions"][i]),
+                            "text": _judge_text(batch["completions"][i]),
                             "problem": _problem_text(row, args.judge_problem_column),
                             "gold": None if gold is None else str(gold),
                             "reference": str(reference) if reference else None,
@@ -516,10 +585,11 @@ class SGPOTrainer(GRPOFamilyTrainer):
         num_prompts = column.size(0)
         first_error = [[None] * num_generations for _ in range(num_prompts)]
         num_steps = [[0] * num_generations for _ in range(num_prompts)]
+        answered = [[False] * num_generations for _ in range(num_prompts)]
         scored = torch.zeros(num_prompts * num_generations, dtype=torch.bool)
-        for index, (value, steps, _) in verdicts.items():
+        for index, (value, steps, _, has_answer) in verdicts.items():
             b, i = divmod(index, num_generations)
-            first_error[b][i], num_steps[b][i] = value, steps
+            first_error[b][i], num_steps[b][i], answered[b][i] = value, steps, has_answer
             scored[index] = True
         scored = scored.view(num_prompts, num_generations).to(column.device)
         credit = sgpo_rewards(
@@ -530,6 +600,8 @@ class SGPOTrainer(GRPOFamilyTrainer):
             gamma=args.sgpo_gamma,
             mode=args.partial_credit_mode,
             scope=args.judge_scope,
+            no_error_policy=args.sgpo_no_error_policy,
+            has_final_answer=answered,
         ).to(column.device, column.dtype)
         new_column = torch.where(scored, credit, column)
 
@@ -564,8 +636,8 @@ class SGPOTrainer(GRPOFamilyTrainer):
         if stats["latency"] is not None:
             log("judge_latency_s", stats["latency"])
         rts = [
-            trajectory_score(value, steps)
-            for value, steps, _ in verdicts.values()
+            trajectory_score(value, steps, no_error_policy=self.args.sgpo_no_error_policy, has_final_answer=has_answer)
+            for value, steps, _, has_answer in verdicts.values()
             if not (isinstance(value, float) and math.isnan(value))
         ]
         if rts:
@@ -579,7 +651,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
             degenerate = spread | (valid < 2)
             log("frac_degenerate_judged", float(degenerate.float().mean()))
         if num_failed and self.accelerator.is_main_process:
-            reasons = sorted({why for value, _, why in verdicts.values() if why})
+            reasons = sorted({why for _, _, why, _ in verdicts.values() if why})
             logger.warning(
                 "SGPO judge failed on %d of %d judged completions (%s); their rewards are NaN (advantage 0) and "
                 "training goes on.",
