@@ -16,7 +16,7 @@ dtype, finiteness (or NaN exactly where the contract puts it) and the spec's inv
 | grpo | ``normalize_then_sum_advantages`` | shape/dtype; finite; all-NaN completion -> 0; batch mean 0; invariant to scaling each reward function by 1e-30..1e30 |
 | ms_grpo | ``multiscale_advantages`` | exact and accelerated: shape/dtype; finite; NaN -> 0; all-equal or < tau_min scorable -> 0; zero-sum (exact); ties -> equal advantages; permutation equivariance (exact); weak order preservation; counts engine == enumeration; ``A(a*r; a*eps) = A(r; eps)``; shift invariance; same generator -> same output; regression: float64 1e300 rewards |
 | ms_grpo | ``scale_weights`` | float64, length G - tau_min + 1, non-negative, sum 1; each scheme's shape (uniform flat, global increasing, local decreasing, flat ~ C(G-1, tau-1), explicit proportional) |
-| ms_grpo | ``validate_multiscale_options`` | raises ValueError exactly when ``multiscale_advantages`` does, over valid and invalid options |
+| ms_grpo | ``validate_multiscale_options`` | raises ValueError exactly when ``multiscale_advantages`` does, over valid and invalid options, except G < tau_min (rejected; the function returns zeros) |
 | ms_grpo | ``dss_intervals`` | a partition of tau_min..G into at most M sorted intervals of length <= ceil(R/M) |
 | ms_grpo | ``draw_scales`` | bool (B, R); one drawn scale inside each interval per prompt; per_batch rows equal; all True without M; reproducible |
 | ms_grpo | ``diverse_subgroups`` | min(k, C(G, tau)) distinct sorted size-tau tuples, first (0..tau-1), deterministic |
@@ -461,7 +461,8 @@ def test_scale_weights_sum_to_one_with_each_schemes_shape(g, data):
 @given(st.integers(1, 6), st.data())
 def test_validate_multiscale_options_accepts_exactly_what_runs(g, data):
     """Every option set the validator accepts runs and gives finite advantages (also M > R, K > C(G, tau), empty
-    "paper" intervals); every one it rejects makes the function raise ValueError."""
+    "paper" intervals); every one it rejects makes the function raise ValueError, except groups smaller than
+    tau_min with otherwise valid options: a config error for the validator, zeros at runtime (spec §6)."""
     r_scales = max(g - 1, 1)
     opts = dict(
         tau_min=data.draw(st.sampled_from([0, 1, 2, 3, g + 1, 2.5])),
@@ -478,9 +479,18 @@ def test_validate_multiscale_options_accepts_exactly_what_runs(g, data):
     except ValueError:
         valid = False
     rewards = torch.arange(2 * g, dtype=torch.float32).reshape(2, g) % 3
-    if valid:
+    tau_min, weights = opts["tau_min"], opts["weights"]
+    too_small = isinstance(tau_min, int) and tau_min > g  # no admissible subgroup in a group of g
+    weights_ok = weights in ("uniform", "flat") or (isinstance(weights, list) and min(weights) >= 0 < sum(weights))
+    if too_small and weights_ok:  # the other options, checked where tau_min fits and the weights are a scheme
+        try:
+            validate_multiscale_options(tau_min, **{**opts, "weights": "uniform"})
+        except ValueError:
+            too_small = False
+    if valid or (too_small and weights_ok):
         out = multiscale_advantages(rewards, generator=torch.Generator().manual_seed(0), **opts)
         assert_finite(out)
+        assert valid or torch.equal(out, torch.zeros_like(out))
     else:
         with pytest.raises(ValueError):
             multiscale_advantages(rewards, generator=torch.Generator().manual_seed(0), **opts)

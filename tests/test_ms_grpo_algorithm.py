@@ -4,12 +4,14 @@ force, the testable properties (§10) and the accelerated scheme (§2.8)."""
 import itertools
 import math
 import statistics
+import warnings
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_family.algorithms import ms_grpo as ms_module
 from grpo_family.algorithms.ms_grpo import (
     MAX_ENUMERATED_SUBGROUPS,
     diverse_subgroups,
@@ -408,6 +410,20 @@ def test_dss_intervals_and_subgroup_counts():
     assert num_subgroups(8, num_scales=4, subgroups_per_scale=8, partition="paper") == 8 + 8 + 8 + (8 + 1) / 2
 
 
+def test_num_subgroups_counts_only_scales_with_weight():
+    # spec §2.8d: sum over the scales actually used; a zero-weight scale is skipped by the estimator
+    assert num_subgroups(8, weights=one_hot(8, 2, 8)) == 1  # only the full group
+    assert num_subgroups(8, weights=one_hot(8, 2, 2)) == 28
+    assert num_subgroups(8, subgroups_per_scale=8, weights=one_hot(8, 2, 8)) == 1
+    # bottom, M=4: the full group [8, 8] is always drawn; [6, 7] gives tau = 7 half of the time
+    w = [0, 0, 0, 0, 0, 1, 1]  # tau = 7, 8
+    assert num_subgroups(8, num_scales=4, subgroups_per_scale=8, weights=w) == 8 / 2 + 1
+    # paper, M=4: [2, 2] always, [7, 8] gives 8 or 1
+    w = [1, 0, 0, 0, 0, 0, 1]  # tau = 2, 8
+    assert num_subgroups(8, num_scales=4, subgroups_per_scale=8, partition="paper", weights=w) == 8 + 1 / 2
+    assert num_subgroups(3, tau_min=4) == 0  # no admissible subgroup
+
+
 def test_draw_scales_one_per_interval_and_determinism():
     for partition in ("bottom", "paper"):
         spans = dss_intervals(16, 2, 4, partition)
@@ -439,9 +455,18 @@ def test_greedy_selection_balance_and_diversity():
 
     for tau, expected in ((3, 46.20), (4, 40.00), (5, 33.31)):
         assert round(jaccard_sum(diverse_subgroups(8, tau, 8)), 2) == expected
-    big = diverse_subgroups(24, 12, 5)  # C(24, 12) > pool limit: greedy on a fixed-seed random pool
+    ms_module._candidate_pool.cache_clear()
+    ms_module._greedy_rows.cache_clear()
+    with pytest.warns(UserWarning, match=r"C\(24, 12\) = 2704156 .* random pool"):  # spec §11.9: warn ...
+        big = diverse_subgroups(24, 12, 5)  # C(24, 12) > pool limit: greedy on a fixed-seed random pool
     assert len(set(big)) == 5 and big[0] == tuple(range(12)) and all(len(S) == 12 for S in big)
-    assert diverse_subgroups(24, 12, 5) == big
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ... once: the pool is cached per (G, tau)
+        assert diverse_subgroups(24, 12, 5) == big
+        assert len(diverse_subgroups(24, 12, 7)) == 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning while the full pool is enumerated
+        diverse_subgroups(16, 8, 3)  # C(16, 8) = 12870 <= 20000
 
 
 @SETTINGS
@@ -478,7 +503,6 @@ def test_accelerated_without_weight_at_the_drawn_scales_falls_back_to_grpo():
 @pytest.mark.parametrize(
     "G, kwargs, match",
     [
-        (4, dict(tau_min=5), "tau_min"),
         (4, dict(tau_min=1), "tau_min"),
         (4, dict(tau_min=2.0), "tau_min"),
         (4, dict(weights=[1, 1]), "one entry per scale"),
@@ -494,6 +518,11 @@ def test_accelerated_without_weight_at_the_drawn_scales_falls_back_to_grpo():
         (4, dict(selection="best"), "greedy"),
         (4, dict(draw="per_step"), "per_group"),
         (4, dict(method="fast"), "enumerate"),
+        (4, dict(permute_labels="yes"), "permute_labels"),
+        # groups smaller than tau_min return zeros, but the options themselves are still checked
+        (1, dict(std="mad"), "population"),
+        (2, dict(tau_min=3, weights=[1, -1]), ">= 0"),
+        (2, dict(tau_min=3, draw="per_step"), "per_group"),
     ],
 )
 def test_invalid_options_raise(G, kwargs, match):
@@ -503,6 +532,20 @@ def test_invalid_options_raise(G, kwargs, match):
         multiscale_advantages(torch.rand(2, G), **kwargs)
 
 
+@pytest.mark.parametrize("accelerated", [False, True])
+def test_groups_smaller_than_tau_min_get_zeros(accelerated):
+    """Spec §6 ("G < tau_min: ... at runtime return zeros", "G = 1: zeros") and §3.1; the config check stays."""
+    kw = dict(num_scales=2, subgroups_per_scale=2, generator=torch.Generator().manual_seed(0)) if accelerated else {}
+    for rewards, tau_min in ((t([[0.3], [1.0]]), 2), (t([[1.0, 0.0], [0.2, 0.9]]), 3), (t([[1.0, 0.0, 2.0]]), 4)):
+        out = multiscale_advantages(rewards, tau_min=tau_min, **kw)
+        assert torch.equal(out, torch.zeros_like(rewards))
+        out = multiscale_advantages(rewards.float(), tau_min=tau_min, weights=[1.0, 2.0], **kw)  # any length
+        assert out.dtype == torch.float32 and torch.equal(out, torch.zeros_like(out))
+        with pytest.raises(ValueError, match=f"tau_min={tau_min} exceeds num_generations={rewards.size(1)}"):
+            validate_multiscale_options(rewards.size(1), tau_min=tau_min)
+
+
+@pytest.mark.filterwarnings("ignore:MS-GRPO diverse subgroups")  # C(20, tau) > 20000: the sampled pool
 def test_general_rewards_at_large_g_ask_for_the_accelerated_scheme():
     rows = torch.rand(8, 20, generator=torch.Generator().manual_seed(0))
     assert num_subgroups(20) > MAX_ENUMERATED_SUBGROUPS

@@ -10,9 +10,10 @@ schedule, the RNG of generation sampling and every method's own state must all c
 Each method runs with settings under which its state matters between step 2 and step 4: MS-GRPO in the accelerated
 (sampled) mode, D3S with a schedule that changes every step, SGPO with the programmatic judge and an epoch window
 that closes at step 4, GPG with beta_th resampling that draws extra prompts. Further tests show the comparison is
-not vacuous (a checkpoint without the MS-GRPO generator, without the global RNG state, or a sampler that forgets the
-epoch gives different weights), resume inside a generation batch (steps_per_generation > gradient accumulation,
-num_iterations > 1: TRL's buffered generations go into the checkpoint), and a 2-process resume (slow).
+not vacuous (a checkpoint with another micro-step counter, which seeds MS-GRPO's draws, without the global RNG
+state, or a sampler that forgets the epoch gives different weights), resume inside a generation batch
+(steps_per_generation > gradient accumulation, num_iterations > 1: TRL's buffered generations go into the
+checkpoint), and a 2-process resume (slow).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from grpo_family import METHODS, GRPOFamilyTrainer, MSGRPOTrainer
+from grpo_family import METHODS, GRPOFamilyTrainer
 from grpo_family.tasks import arithmetic_reward
 from grpo_family.trainers.base import EpochAlignedSampler
 
@@ -178,22 +179,18 @@ def _assert_resume_differs(method, uninterrupted, tiny_model_dir, tiny_tokenizer
     return logs[CHECKPOINT_STEP + 1], expected_logs[CHECKPOINT_STEP + 1]
 
 
-def test_ms_grpo_resume_without_its_generator_differs(
-    uninterrupted, tiny_model_dir, tiny_tokenizer, dataset, tmp_path, monkeypatch
+def test_ms_grpo_resume_with_another_step_counter_differs(
+    uninterrupted, tiny_model_dir, tiny_tokenizer, dataset, tmp_path
 ):
-    # The checkpoint of an MS-GRPO run whose state was written without the scale generator (the base class's state
-    # only): the resumed run draws scales and subgroups from a freshly seeded generator, i.e. other advantages.
+    # MS-GRPO keeps no state of its own: it seeds each call's scale and subgroup draws from (seed, global_step, TRL's
+    # micro-step counter), and the checkpoint restores both counters. A checkpoint whose state holds another micro-step
+    # counter resumes with other draws, i.e. other advantages from the same completions.
     _, _, source = uninterrupted("ms_grpo")
     checkpoint = _copy_checkpoint(source, tmp_path)
     state_file = os.path.join(checkpoint, "grpo_family_state_0.pt")
     saved = torch.load(state_file, weights_only=True)
-    assert "ms_grpo_generator" in saved
-    monkeypatch.setattr(MSGRPOTrainer, "_resume_state", GRPOFamilyTrainer._resume_state)
-    trainer = _trainer("ms_grpo", tiny_model_dir, tiny_tokenizer, dataset, tmp_path / "unused")
-    trainer._step = saved["step"]
-    torch.save(trainer._resume_state(), state_file)  # what the save writes when the method adds nothing
-    assert "ms_grpo_generator" not in torch.load(state_file, weights_only=True)
-    monkeypatch.undo()
+    assert saved["step"] == CHECKPOINT_STEP and not any(key.startswith("ms_grpo") for key in saved)
+    torch.save({**saved, "step": 0}, state_file)  # generation still happens at every step (0 % 1 == 0)
     resumed, expected = _assert_resume_differs(
         "ms_grpo", uninterrupted, tiny_model_dir, tiny_tokenizer, dataset, checkpoint, tmp_path
     )
@@ -310,10 +307,11 @@ def test_resume_inside_a_generation_batch_without_the_buffer_differs(
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_resume_is_lossless(tiny_model_dir, tmp_path):
-    # Per-process state files (each rank's buffered generations and MS-GRPO generator) and the shuffle of later epochs
-    # when accelerate shards and skips the batches. 4 completions per process and step, steps_per_generation 2 (one
-    # generation batch = the 4 prompts = 2 steps = 1 epoch): checkpoint-3 is in the middle of epoch 1 and of its
-    # generation batch; step 4 trains on the buffered generations, steps 5-6 on epoch 2's shuffle.
+    # Per-process state files (each rank's buffered generations and micro-step counter, which seeds MS-GRPO's draws)
+    # and the shuffle of later epochs when accelerate shards and skips the batches. 4 completions per process and
+    # step, steps_per_generation 2 (one generation batch = the 4 prompts = 2 steps = 1 epoch): checkpoint-3 is in the
+    # middle of epoch 1 and of its generation batch; step 4 trains on the buffered generations, steps 5-6 on epoch
+    # 2's shuffle.
     from test_distributed import launch
 
     config = dict(

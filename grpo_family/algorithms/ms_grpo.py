@@ -26,6 +26,7 @@ import functools
 import itertools
 import math
 import numbers
+import warnings
 
 import torch
 
@@ -125,6 +126,37 @@ def scale_weights(num_generations: int, tau_min: int = 2, weights="uniform") -> 
     return torch.tensor(_scale_weights(num_generations, tau_min, _weights_key(weights)), dtype=torch.float64)
 
 
+def _check_weights_shape_free(weights) -> None:
+    """The checks on ``weights`` that need no group size: a named scheme, or finite floats >= 0, not all 0."""
+    key = _weights_key(weights)
+    if isinstance(key, str):
+        if key not in WEIGHT_SCHEMES:
+            raise ValueError(f"weights must be one of {WEIGHT_SCHEMES} or a sequence of floats, got {key!r}")
+    elif not all(math.isfinite(v) and v >= 0 for v in key) or sum(key) <= 0:
+        raise ValueError(f"explicit weights must be finite, >= 0 and not all zero, got {list(key)}")
+
+
+def _validate_group_free(
+    *, tau_min, weights, std, eps, num_scales, subgroups_per_scale, partition, selection, draw, method, permute_labels
+) -> None:
+    """Every check of :func:`validate_multiscale_options` that does not depend on the group size."""
+    _check_int("tau_min", tau_min, 2)
+    _check_choice("std", std, STD_CONVENTIONS)
+    _check_choice("partition", partition, PARTITIONS)
+    _check_choice("selection", selection, SELECTIONS)
+    _check_choice("draw", draw, DRAWS)
+    _check_choice("method", method, METHODS)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite real >= 0, got {eps!r}")
+    if num_scales is not None:
+        _check_int("num_scales", num_scales, 1)
+    if subgroups_per_scale is not None:
+        _check_int("subgroups_per_scale", subgroups_per_scale, 1)
+    if not isinstance(permute_labels, bool):
+        raise ValueError(f"permute_labels must be True or False, got {permute_labels!r}")
+    _check_weights_shape_free(weights)
+
+
 def validate_multiscale_options(
     num_generations: int,
     *,
@@ -137,33 +169,28 @@ def validate_multiscale_options(
     partition: str = "bottom",
     selection: str = "greedy",
     draw: str = "per_group",
+    permute_labels: bool = False,
     method: str = "auto",
 ) -> None:
     """Raise ``ValueError`` naming what is allowed if the options are invalid for groups of ``num_generations``.
 
-    Needs no rewards, so a trainer config can call it at init. Allowed: ``2 <= tau_min <= num_generations``;
-    weights in ``WEIGHT_SCHEMES`` or ``num_generations - tau_min + 1`` finite non-negative floats, not all 0;
-    std in ``STD_CONVENTIONS``; finite ``eps >= 0``; ``num_scales`` and ``subgroups_per_scale`` None or
-    integers >= 1; partition in ``PARTITIONS``; selection in ``SELECTIONS``; draw in ``DRAWS``; method in
-    ``METHODS``.
+    Needs no rewards, so a trainer config can call it at init. Allowed: ``2 <= tau_min <= num_generations``
+    (spec §6: ``G < tau_min`` is a configuration error at init, while :func:`multiscale_advantages` returns zeros
+    for such groups at runtime); weights in ``WEIGHT_SCHEMES`` or ``num_generations - tau_min + 1`` finite
+    non-negative floats, not all 0; std in ``STD_CONVENTIONS``; finite ``eps >= 0``; ``num_scales`` and
+    ``subgroups_per_scale`` None or integers >= 1; partition in ``PARTITIONS``; selection in ``SELECTIONS``; draw
+    in ``DRAWS``; ``permute_labels`` a bool; method in ``METHODS``.
     """
     _check_int("num_generations", num_generations, 1)
-    _check_int("tau_min", tau_min, 2)
+    _validate_group_free(
+        tau_min=tau_min, weights=weights, std=std, eps=eps, num_scales=num_scales,
+        subgroups_per_scale=subgroups_per_scale, partition=partition, selection=selection, draw=draw, method=method,
+        permute_labels=permute_labels,
+    )  # fmt: skip
     if tau_min > num_generations:
         raise ValueError(
             f"tau_min={tau_min} exceeds num_generations={num_generations}; need 2 <= tau_min <= num_generations"
         )
-    _check_choice("std", std, STD_CONVENTIONS)
-    _check_choice("partition", partition, PARTITIONS)
-    _check_choice("selection", selection, SELECTIONS)
-    _check_choice("draw", draw, DRAWS)
-    _check_choice("method", method, METHODS)
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be a finite real >= 0, got {eps!r}")
-    if num_scales is not None:
-        _check_int("num_scales", num_scales, 1)
-    if subgroups_per_scale is not None:
-        _check_int("subgroups_per_scale", subgroups_per_scale, 1)
     _scale_weights(num_generations, tau_min, _weights_key(weights))
 
 
@@ -223,6 +250,14 @@ def _candidate_pool(G: int, tau: int) -> torch.Tensor:
     if math.comb(G, tau) <= GREEDY_POOL_LIMIT:
         idx = torch.tensor(list(itertools.combinations(range(G), tau)), dtype=torch.long).reshape(-1, tau)
         return torch.zeros(len(idx), G, dtype=torch.bool).scatter_(1, idx, True)
+    # Once per (G, tau): this function is cached.
+    warnings.warn(
+        f"MS-GRPO diverse subgroups: C({G}, {tau}) = {math.comb(G, tau)} candidate subgroups exceed "
+        f"GREEDY_POOL_LIMIT={GREEDY_POOL_LIMIT}, so the greedy Jaccard selection runs on a fixed-seed random pool of "
+        f"{GREEDY_POOL_LIMIT} of them (spec §11.9): an approximation of the paper's greedy, outside its G=8 setting.",
+        UserWarning,
+        stacklevel=2,
+    )
     gen = torch.Generator().manual_seed(1_000_003 * G + tau)  # reward-independent, identical on every process
     idx = torch.rand(GREEDY_POOL_LIMIT, G, generator=gen).argsort(1)[:, :tau]
     pool = torch.zeros(GREEDY_POOL_LIMIT + 1, G, dtype=torch.bool)
@@ -269,18 +304,25 @@ def num_subgroups(
     num_scales: int | None = None,
     subgroups_per_scale: int | None = None,
     partition: str = "bottom",
+    weights="uniform",
 ) -> float:
     """Expected number of subgroups used per prompt (over the scale draw), for logging (spec §2.8d).
 
-    ``sum_tau P(tau drawn) * min(K, C(G, tau))``; exact count when nothing is random (e.g. 247 for G=8
-    exhaustive, 25 for G=8, M=4, K=8 bottom partition, 49 for DGS only).
+    ``sum_tau P(tau drawn) * min(K, C(G, tau))`` over the scales with a positive weight (the estimator skips
+    the others); exact count when nothing is random (e.g. 247 for G=8 exhaustive, 25 for G=8, M=4, K=8 bottom
+    partition, 49 for DGS only, 1 for weights one-hot on tau=G). 28.5 for G=8, M=4, K=8 with the "paper"
+    partition (25 or 32 per draw, each with probability 1/2). 0 when ``G < tau_min`` (no admissible subgroup).
     """
     G, K = num_generations, subgroups_per_scale
+    if G < tau_min:
+        return 0.0
+    w = _scale_weights(G, tau_min, _weights_key(weights))
     if num_scales is None:
         probs = [(tau, 1.0) for tau in range(tau_min, G + 1)]
     else:
         spans = dss_intervals(G, tau_min, num_scales, partition)
         probs = [(tau, 1.0 / (e - s + 1)) for s, e in spans for tau in range(s, e + 1)]
+    probs = [(tau, p) for tau, p in probs if w[tau - tau_min] > 0]
     n = (math.comb(G, tau) if K is None else min(K, math.comb(G, tau)) for tau, _ in probs)
     return float(sum(p * c for (_, p), c in zip(probs, n)))
 
@@ -671,8 +713,11 @@ def multiscale_advantages(
     otherwise accelerated: ``num_scales`` = M dilated scale draws (``partition`` "bottom" | "paper", one
     draw per prompt or per batch), ``subgroups_per_scale`` = K subgroups per drawn scale chosen greedily
     Jaccard-diverse (``selection="greedy"``, cached per (G, tau, K)) or uniformly at random ("random", the
-    paper's ablation); ``permute_labels`` shuffles completion labels per prompt first. Randomness comes
-    from ``generator`` only.
+    paper's ablation); ``permute_labels`` shuffles completion labels per prompt first (accelerated mode only:
+    the exact estimator is permutation-equivariant). Randomness comes from ``generator`` only.
+
+    Groups too small for any subgroup (``G < tau_min``, e.g. ``G = 1``) get zeros (spec §6); the other options
+    are still checked. :func:`validate_multiscale_options`, for configs, rejects such a ``G``.
 
     ``method`` (exact mode): "auto" uses value-class tables when rewards take few distinct values and
     enumeration otherwise, and raises ``ValueError`` if general rewards would need more than
@@ -685,10 +730,15 @@ def multiscale_advantages(
     if not rewards.is_floating_point():
         rewards = rewards.to(torch.get_default_dtype())
     B, G = rewards.shape
-    validate_multiscale_options(
-        G, tau_min=tau_min, weights=weights, std=std, eps=eps, num_scales=num_scales,
+    options = dict(
+        tau_min=tau_min, weights=weights, std=std, eps=eps, num_scales=num_scales,
         subgroups_per_scale=subgroups_per_scale, partition=partition, selection=selection, draw=draw, method=method,
+        permute_labels=permute_labels,
     )  # fmt: skip
+    _validate_group_free(**options)
+    if G < tau_min:  # no admissible subgroup (spec §3.1, §6: G < tau_min and G = 1 give zeros at runtime)
+        return torch.zeros_like(rewards)
+    validate_multiscale_options(G, **options)
     eps, dtype = float(eps), rewards.dtype
     if dtype == torch.float64:  # float32/16 rewards cannot leave the safe range once cast to float64
         rewards, eps = _rescale_extreme(rewards, eps)

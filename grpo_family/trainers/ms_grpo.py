@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,9 +64,29 @@ class MSGRPOConfig(GRPOConfig):
         default="greedy",
         metadata={"help": "Subgroups per scale: 'greedy' Jaccard-diverse (paper) or 'random' (its ablation)."},
     )
+    draw: str = field(
+        default="per_group",
+        metadata={
+            "help": "Granularity of the dilated scale draw (accelerated mode, num_scales set): 'per_group' (default, "
+            "each prompt draws its own scales) or 'per_batch' (one draw shared by every prompt of the batch)."
+        },
+    )
+    permute_labels: bool = field(
+        default=False,
+        metadata={
+            "help": "Accelerated mode: shuffle the completion labels of each prompt before the index-based subgroups "
+            "are applied (spec §2.8b, optional). No effect in the exact mode, which is permutation-equivariant."
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "MS-GRPO standardises the weighted sum of the rewards inside every subgroup, so it has no "
+                f"per-reward-function normalisation: multi_objective_aggregation={self.multi_objective_aggregation!r} "
+                "is not supported. Set multi_objective_aggregation='sum_then_normalize' (the default)."
+            )
         if isinstance(self.weights, str) and self.weights not in ("uniform", "global", "local", "flat"):
             try:
                 self.weights = tuple(float(w) for w in self.weights.split(","))
@@ -76,6 +97,16 @@ class MSGRPOConfig(GRPOConfig):
         elif isinstance(self.weights, list):
             self.weights = tuple(float(w) for w in self.weights)
         validate_multiscale_options(self.num_generations, **self.multiscale_kwargs(with_scales=True))
+        # Spec §6: a group smaller than tau_min is a configuration error at init; that holds for eval groups too
+        # (explicit weights must also fit their number of scales).
+        if self.num_generations_eval is not None and self.num_generations_eval != self.num_generations:
+            try:
+                validate_multiscale_options(self.num_generations_eval, **self.multiscale_kwargs(with_scales=True))
+            except ValueError as error:
+                raise ValueError(
+                    f"num_generations_eval={self.num_generations_eval}: {error}. Set num_generations_eval >= "
+                    f"tau_min (and to num_generations with explicit weights), or leave it unset."
+                ) from None
 
     def multiscale_kwargs(self, with_scales: bool = True) -> dict[str, Any]:
         """Keyword arguments for `multiscale_advantages` (without the generator)."""
@@ -86,6 +117,8 @@ class MSGRPOConfig(GRPOConfig):
                 subgroups_per_scale=self.subgroups_per_scale,
                 partition=self.partition,
                 selection=self.selection,
+                draw=self.draw,
+                permute_labels=self.permute_labels,
             )
         return kwargs
 
@@ -96,8 +129,9 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
     Each completion's advantage is the weighted average, over scales tau = tau_min..G, of its mean z-score
     within every subgroup of size tau that contains it (or within M sampled scales x K diverse subgroups in
     the accelerated mode). Rewards are the globally gathered ones, so every process computes the same advantages;
-    the scale draws come from one generator seeded with `args.seed`, identical on every process and saved with
-    checkpoints.
+    the scale and subgroup draws come from a generator seeded afresh for every call from ``(args.seed,
+    global_step)`` and TRL's micro-step counter (see :meth:`_scale_generator`): identical on every process,
+    independent of evaluation, and reproduced by a resumed run without any state of its own.
     """
 
     method_name = "ms_grpo"
@@ -115,27 +149,32 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
             }"""),
     }
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.scale_generator = torch.Generator().manual_seed(self.args.seed)
+    def _scale_generator(self) -> torch.Generator:
+        """A CPU generator for this call's scale and subgroup draws, seeded from ``(args.seed, global_step, slot)``
+        (spec §3.4, §11.5). ``slot`` is 0 in evaluation and ``1 + self._step`` in training: TRL's micro-step
+        counter at generation time tells apart generation batches that share an optimizer step
+        (``steps_per_generation * num_iterations < gradient_accumulation_steps``), and it is part of every
+        checkpoint (``GRPOFamilyTrainer._resume_state``), so a resumed run draws what the uninterrupted one drew.
+        Seeding per call means an evaluation consumes nothing that training draws from. (D3S seeds with
+        ``seed * 1_000_003 + global_step``; a hash is used here because of the third component: a linear mix of
+        three integers can collide or overflow the 64-bit seed for large user seeds.)"""
+        slot = 1 + self._step if self._mode == "train" else 0
+        key = f"ms_grpo:{self.args.seed}:{self.state.global_step}:{slot}".encode()
+        seed = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1  # < 2**63
+        return torch.Generator().manual_seed(seed)
 
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         args = self.args
-        group_size = rewards.size(1)
-        if group_size < args.tau_min:  # eval with num_generations_eval < tau_min: MS-GRPO is undefined, use GRPO
-            return group_advantages(rewards, scale=self.scale_rewards)
-        advantages = multiscale_advantages(rewards, generator=self.scale_generator, **args.multiscale_kwargs())
+        # G < tau_min (only reachable if the config check was bypassed): multiscale_advantages gives zeros (spec §6).
+        advantages = multiscale_advantages(rewards, generator=self._scale_generator(), **args.multiscale_kwargs())
         grpo = group_advantages(rewards, scale=self.scale_rewards)
-        scales = dict(num_scales=args.num_scales, subgroups_per_scale=args.subgroups_per_scale)
-        self.log_method_metric("subgroups_per_prompt", num_subgroups(group_size, tau_min=args.tau_min, **scales))
+        scales = dict(
+            tau_min=args.tau_min,
+            num_scales=args.num_scales,
+            subgroups_per_scale=args.subgroups_per_scale,
+            partition=args.partition,
+            weights=args.weights,
+        )
+        self.log_method_metric("subgroups_per_prompt", num_subgroups(rewards.size(1), **scales))
         self.log_method_metric("abs_diff_to_grpo", (advantages - grpo).abs().mean().item())
         return advantages
-
-    # The scale generator is part of the training state: saved with every checkpoint, restored on resume.
-    def _resume_state(self) -> dict[str, Any]:
-        return {**super()._resume_state(), "ms_grpo_generator": self.scale_generator.get_state()}
-
-    def _restore_resume_state(self, state: dict[str, Any]) -> None:
-        super()._restore_resume_state(state)
-        if "ms_grpo_generator" in state:
-            self.scale_generator.set_state(state["ms_grpo_generator"].cpu())
