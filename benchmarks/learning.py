@@ -137,9 +137,10 @@ def run_one(job: dict) -> dict:
     }
 
 
-def run_all(jobs: list[dict], workers: int, cache: Path | None) -> list[dict]:
-    """Every job's run, in job order. Finished runs are kept in ``cache`` (one JSON per job, keyed by the job's
-    description), so an interrupted benchmark resumes where it stopped; the longest jobs (GPG's) start first."""
+def run_all(jobs: list[dict], workers: int, cache: Path | None) -> tuple[list[dict], int]:
+    """Every job's run, in job order, and how many were trained now. Finished runs are kept in ``cache`` (one JSON
+    per job, keyed by the job's description), so an interrupted benchmark resumes where it stopped; the longest jobs
+    (GPG's) start first."""
     results: dict[int, dict] = {}
     pending = []
     for index, job in enumerate(jobs):
@@ -159,7 +160,7 @@ def run_all(jobs: list[dict], workers: int, cache: Path | None) -> list[dict]:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(results[index]))
             print(f"[learning] {len(results)}/{len(jobs)} runs done", flush=True)
-    return [results[i] for i in range(len(jobs))]
+    return [results[i] for i in range(len(jobs))], len(pending)
 
 
 def _mean(values: list[float]) -> float:
@@ -290,7 +291,13 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
     lines = [
         "# Learning: every method vs GRPO on the bundled arithmetic task",
         "",
-        f"Command: `{meta['command']}` ({meta['wall_minutes']:.1f} min wall, {meta['workers']} worker processes)",
+        f"Command: `{meta['command']}` ({meta['wall_minutes']:.1f} min wall, {meta['workers']} worker processes"
+        + (
+            f"; it trained {meta['runs_trained']} of the {len(runs)} runs, the others came from the run cache"
+            if meta.get("runs_trained", len(runs)) < len(runs)
+            else ""
+        )
+        + ")",
         f"Machine: {meta['machine']}",
         f"Settings: warm-started tiny Qwen2 (`load_warm_start(seed=0)`), `DEFAULT_GRPO_ARGS` {meta['grpo_args']}, "
         "each method's default config except "
@@ -399,13 +406,14 @@ def main(argv: list[str] | None = None) -> dict:
         load_warm_start(seed=0)  # build the cache once, before the workers race for it
         start = time.perf_counter()
         cache = None if args.fresh or args.quick else ROOT / "outputs" / "learning_runs"
-        runs = run_all(jobs, args.workers, cache)
+        runs, runs_trained = run_all(jobs, args.workers, cache)
         grpo_args = {**DEFAULT_GRPO_ARGS, **overrides}
         shown = ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta")
         meta = {
             "command": " ".join(["python benchmarks/learning.py", *(sys.argv[1:] if argv is None else argv)]),
             "wall_minutes": (time.perf_counter() - start) / 60,
             "workers": args.workers,
+            "runs_trained": runs_trained,
             "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
             "1 thread per worker",
             "grpo_args": ", ".join(f"{k}={grpo_args[k]}" for k in shown),
