@@ -438,7 +438,7 @@ def _fake_trainer(G: int, mode: str = "token_truncate"):
     accelerator = types.SimpleNamespace(process_index=0, num_processes=1, gather=lambda t: t.reshape(1))
     return types.SimpleNamespace(
         num_generations=G, accelerator=accelerator, _tokenizer=types.SimpleNamespace(pad_token_id=0),
-        pad_to_multiple_of=None, vllm_importance_sampling_mode=mode,
+        pad_to_multiple_of=None, vllm_importance_sampling_mode=mode, _loss_mask=GPGTrainer._loss_mask,
     )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather, pad_across_processes
 from trl import GRPOConfig, GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
@@ -94,6 +95,21 @@ def is_empty_prompt(prompt: Any) -> bool:
 
 class RewardFunctionError(RuntimeError):
     """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
+
+
+# Multimodal inputs TRL's generation batch may carry; forwards over a batch pass them like TRL's own forwards do.
+FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 class GuardedReward:
@@ -420,6 +436,39 @@ class GRPOFamilyTrainer(GRPOTrainer):
     def log_method_metric(self, name: str, value: float) -> None:
         """Record a method metric; it reaches ``report_to`` backends as ``<method>/<name>``."""
         self._metrics[self._mode][f"{self.method_name}/{name}"].append(float(value))
+
+    # ------------------------------------------------------------------ forwards over a generation batch
+    @staticmethod
+    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+        """The mask TRL's loss uses: ``completion_mask`` x ``tool_mask``."""
+        mask = batch["completion_mask"]
+        return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
+
+    def _batch_logps_and_entropies(
+        self, model, batch: dict[str, Any], *, batch_size: int | None = None, compute_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """TRL's per-token log-probs (and entropies) of a generation batch's completions: the same helper, hence
+        the same temperature scaling, as TRL's own forwards, with the multimodal inputs passed on as TRL does."""
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+            torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
+            batch["completion_ids"].size(1),
+            batch_size=batch_size,
+            compute_entropy=compute_entropy,
+            **{key: batch.get(key) for key in FORWARD_KEYS},
+        )
+        return logps, entropies
+
+    @torch.no_grad()
+    def _no_grad_logps_and_entropies(
+        self, batch: dict[str, Any], *, batch_size: int, compute_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One extra no-grad forward of the current policy over ``batch``, as TRL makes its old log-probs."""
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            return self._batch_logps_and_entropies(
+                self.model, batch, batch_size=batch_size, compute_entropy=compute_entropy
+            )
 
     def _on_reward_error(self, name: str, count: int, reason: str) -> None:
         logger.warning("Reward function '%s' could not score %d completion(s): %s", name, count, reason)

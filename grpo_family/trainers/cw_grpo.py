@@ -39,7 +39,6 @@ from typing import Any
 import torch
 from accelerate.utils import gather, pad_across_processes
 from trl import GRPOConfig
-from trl.models.utils import disable_gradient_checkpointing
 
 from ..algorithms.cw_grpo import ADV_CENTERS, SCOPES, covariance_stats, covariance_weights
 from .base import GRPOFamilyTrainer
@@ -47,20 +46,6 @@ from .base import GRPOFamilyTrainer
 logger = logging.getLogger(__name__)
 
 LOGPS_SOURCES = ("policy", "sampler")
-
-# Multimodal inputs TRL's generation batch may carry; the extra forward passes them like TRL's own forwards do.
-_FORWARD_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
 
 
 @dataclass
@@ -230,27 +215,11 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
                     self._warned_sampler_logps = True
                 return sampler.detach(), False
         # One extra no-grad forward pass; the same helper as TRL's, so the same temperature scaling.
-        prompt_ids, completion_ids = batch["prompt_ids"], batch["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        mode = batch["mode"]
-        size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                completion_ids.size(1),
-                batch_size=size,
-                **{k: batch.get(k) for k in _FORWARD_KEYS},
-            )
+        size = (
+            self.args.per_device_train_batch_size if batch["mode"] == "train" else self.args.per_device_eval_batch_size
+        )
+        logps, _ = self._no_grad_logps_and_entropies(batch, batch_size=size)
         return logps.detach(), True
-
-    @staticmethod
-    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
-        """The mask TRL's loss uses: completion_mask x tool_mask (spec A15)."""
-        mask = batch["completion_mask"]
-        return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
 
     def _covariance_weights(self, logps, advantages, mask, num_generations) -> torch.Tensor:
         """The weights of the gathered batch (a method of its own so that tests can observe its inputs)."""

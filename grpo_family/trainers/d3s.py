@@ -540,12 +540,6 @@ class D3STrainer(GRPOFamilyTrainer):
             "d3s_loss_calls": torch.tensor(float(len(calls)), dtype=torch.float64, device=table.device),
         }
 
-    @staticmethod
-    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
-        """The mask TRL's loss uses: completion_mask x tool_mask."""
-        mask = batch["completion_mask"]
-        return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
-
     # ------------------------------------------------------------------ token level
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # A copy: the loss call edits its advantages, and TRL reuses the buffered batch when num_iterations > 1.
@@ -643,15 +637,8 @@ class D3STrainer(GRPOFamilyTrainer):
         the entropies, one ranking over every chunk of every process, each chunk's mask stored as ``d3s_keep``."""
         gathered = []
         for chunk in chunks:
-            ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
-            attention = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
-            _, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                ids,
-                attention,
-                chunk["completion_ids"].size(1),
-                batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=True,
+            _, entropies = self._no_grad_logps_and_entropies(
+                chunk, batch_size=self.args.per_device_train_batch_size, compute_entropy=True
             )
             valid = self._loss_mask(chunk).bool()
             gathered.append(self._gather_rows(chunk["advantages"], entropies, valid, chunk["d3s_rollout_index"]))

@@ -385,7 +385,7 @@ class GPGTrainer(GRPOFamilyTrainer):
             for key in (_RIGHT_PADDED & set(merged)) - per_sequence:
                 if merged[key].dim() == 2 and merged[key].size(1) == width:
                     merged[key] = merged[key][:, :end]
-        loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
+        loss_mask = self._loss_mask(merged)
         merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         return merged
 
@@ -418,7 +418,7 @@ class GPGTrainer(GRPOFamilyTrainer):
         if not self.args.use_alpha:
             alpha = 1.0
         # Groups can straddle processes: T_q (and T_all) come from the gathered loss masks, not the local ones.
-        loss_mask = output["completion_mask"] * output.get("tool_mask", 1)
+        loss_mask = self._loss_mask(output)
         global_mask = gather(pad_across_processes(loss_mask, dim=1))
         normalization = _AGGREGATIONS[self.args.loss_aggregation]
         weights = loss_row_weights(global_mask, G, normalization=normalization)[start : start + n_local]
@@ -443,21 +443,8 @@ class GPGTrainer(GRPOFamilyTrainer):
         """
         if return_outputs:
             raise ValueError("The GPGTrainer does not support returning outputs")
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        multimodal = (
-            "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
-            "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
-        )  # fmt: skip
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([prompt_ids, completion_ids], dim=1),
-            torch.cat([prompt_mask, completion_mask], dim=1),
-            completion_ids.size(1),
-            compute_entropy=True,
-            **{key: inputs.get(key) for key in multimodal},
-        )
+        mask = self._loss_mask(inputs)
+        per_token_logps, entropies = self._batch_logps_and_entropies(model, inputs, compute_entropy=True)
         advantages = inputs["advantages"]
         advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
         per_token = -advantages * per_token_logps  # REINFORCE: no ratio, no clip, no KL
