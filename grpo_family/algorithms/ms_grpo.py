@@ -730,21 +730,19 @@ def multiscale_advantages(
     if not rewards.is_floating_point():
         rewards = rewards.to(torch.get_default_dtype())
     B, G = rewards.shape
-    options = dict(
+    _validate_group_free(
         tau_min=tau_min, weights=weights, std=std, eps=eps, num_scales=num_scales,
         subgroups_per_scale=subgroups_per_scale, partition=partition, selection=selection, draw=draw, method=method,
         permute_labels=permute_labels,
     )  # fmt: skip
-    _validate_group_free(**options)
     if G < tau_min:  # no admissible subgroup (spec §3.1, §6: G < tau_min and G = 1 give zeros at runtime)
         return torch.zeros_like(rewards)
-    validate_multiscale_options(G, **options)
+    w = _scale_weights(G, tau_min, _weights_key(weights))  # the one check that needs G: explicit weights' length
     eps, dtype = float(eps), rewards.dtype
     if dtype == torch.float64:  # float32/16 rewards cannot leave the safe range once cast to float64
         rewards, eps = _rescale_extreme(rewards, eps)
     accelerated = num_scales is not None or subgroups_per_scale is not None
     if not accelerated and method != "enumerate" and B > 0:
-        w = _scale_weights(G, tau_min, _weights_key(weights))
         fast = _two_valued_fast(rewards, w, tau_min, std, eps)
         if fast is not None:
             return fast
