@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["answer_region", "completion_text", "last_boxed", "last_tag_content"]
+__all__ = ["answer_region", "completion_message", "completion_text", "last_boxed", "last_tag_content"]
 
 # ``\boxed`` and ``\fbox`` both box a final answer; ``\boxed 5`` (no braces) is valid LaTeX too.
 _BOX_START = re.compile(r"\\(?:boxed|fbox)\s*")
@@ -22,17 +22,22 @@ def completion_text(completion: Any) -> str:
     of the last assistant message (the last message when none has a role), where a final answer lives. Content given
     as a list of parts (``[{"type": "text", "text": ...}]``) is joined.
     """
-    if completion is None:
-        return ""
     if isinstance(completion, str):
         return completion
+    message = completion_message(completion)
+    return "" if message is None else _content_text(message.get("content"))
+
+
+def completion_message(completion: Any) -> dict | None:
+    """The message :func:`completion_text` reads from a conversational completion (a message dict, or the last
+    assistant message of a list, else its last message); ``None`` for a string, ``None`` or an empty list."""
     if isinstance(completion, dict):
-        return _content_text(completion.get("content"))
+        return completion
+    if completion is None or isinstance(completion, str):
+        return None
     messages = [m for m in completion if isinstance(m, dict)]
-    if not messages:
-        return ""
     assistant = [m for m in messages if m.get("role") == "assistant"]
-    return _content_text((assistant or messages)[-1].get("content"))
+    return (assistant or messages or [None])[-1]
 
 
 def _content_text(content: Any) -> str:

@@ -43,7 +43,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig
 
 from ..algorithms.sgpo import MODES, NO_ERROR_POLICIES, SCOPES, groups_to_judge, sgpo_rewards, trajectory_score
-from ..rewards.extract import completion_text
+from ..rewards.extract import completion_message, completion_text
 from ..rewards.judges import (
     HeuristicReferenceJudge,
     JudgeRequest,
@@ -339,15 +339,7 @@ def _judge_text(completion: Any) -> str:
     ``thinking``, per model family) and a ``content`` holding only what follows ``</think>``. The reasoning is
     restored as ``<think>\\n...\\n</think>\\n\\n`` + content (Qwen3's rendering).
     """
-    text = completion_text(completion)
-    if isinstance(completion, dict):
-        message = completion
-    elif isinstance(completion, list):  # the message completion_text reads
-        messages = [m for m in completion if isinstance(m, dict)]
-        assistant = [m for m in messages if m.get("role") == "assistant"]
-        message = (assistant or messages or [None])[-1]
-    else:
-        return text
+    text, message = completion_text(completion), completion_message(completion)
     if message is None:
         return text
     reasoning = message.get("reasoning_content") or message.get("thinking")
