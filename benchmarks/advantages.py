@@ -154,6 +154,8 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
     B, G = x.B, x.G
     flat = x.B * x.G
     per_completion = [(row, k) for row, k in zip(x.first_error, x.num_steps)]
+    rounds = [x.binary, x.binary.roll(1, dims=0)]  # GPG resampling: two generation rounds of the same batch size
+    round_masks = [gpg.degenerate_groups(r) for r in rounds]
     cases = [
         (
             "grpo.group_advantages",
@@ -290,6 +292,10 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
         ("gpg.count_degenerate_groups", "binary rewards", False, lambda: gpg.count_degenerate_groups(x.binary)),
         ("gpg.gpg_advantages", "f_norm=none", False, lambda: gpg.gpg_advantages(x.binary)),
         ("gpg.gpg_alpha", "binary rewards", False, lambda: gpg.gpg_alpha(x.binary)),
+        ("gpg.informative_fraction", "binary rewards", False, lambda: gpg.informative_fraction(x.binary)),
+        ("gpg.plan_assembly", "2 rounds, 1 process", False, lambda: gpg.plan_assembly(round_masks, 1)),
+        ("gpg.assemble_rewards", "2 rounds, 1 process", False, lambda: gpg.assemble_rewards(rounds, 1)),
+        ("gpg.informative_share", "2 rounds, 1 process", False, lambda: gpg.informative_share(rounds, 1)),
         ("gpg.gpg_loss", "group normalisation (Eq. 5)", True, lambda: gpg.gpg_loss(x.logps, x.advantages, x.mask, G)),
         ("gpg.group_token_weights", "from the mask", True, lambda: gpg.group_token_weights(x.mask, G)),
         (

@@ -26,14 +26,16 @@ from transformers import AutoModelForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dist"))
 from gpg_common import RecordingGPG, constant_reward, flagged_dataset, flat_or_dense_reward, reference_step  # noqa: E402
 
-from grpo_family.algorithms.gpg import degenerate_groups, gpg_advantages, gpg_alpha, loss_row_weights  # noqa: E402
-from grpo_family.trainers.gpg import (  # noqa: E402
-    GPGConfig,
-    GPGTrainer,
+from grpo_family.algorithms.gpg import (  # noqa: E402
     assemble_rewards,
+    degenerate_groups,
+    gpg_advantages,
+    gpg_alpha,
     informative_share,
+    loss_row_weights,
     plan_assembly,
 )
+from grpo_family.trainers.gpg import GPGConfig, GPGTrainer  # noqa: E402
 
 NORMALIZATION = {"group_token_mean": "group", "global_token_mean": "token", "sequence_mean": "sequence"}
 

@@ -21,13 +21,17 @@ import torch
 __all__ = [
     "F_NORMS",
     "NORMALIZATIONS",
+    "assemble_rewards",
     "count_degenerate_groups",
     "degenerate_groups",
     "gpg_advantages",
     "gpg_alpha",
     "gpg_loss",
     "group_token_weights",
+    "informative_fraction",
+    "informative_share",
     "loss_row_weights",
+    "plan_assembly",
     "scale_grad",
 ]
 
@@ -100,6 +104,19 @@ def gpg_advantages(
     return torch.where(zero, torch.zeros_like(advantages), advantages)
 
 
+def _no_grad_rows(rewards: torch.Tensor, tol: float) -> torch.Tensor:
+    """``M``'s rows: every row of a degenerate group and unscorable (NaN) rows of the others (spec Sec. 6, A7)."""
+    return degenerate_groups(rewards, tol=tol)[:, None] | torch.isnan(rewards)
+
+
+def informative_fraction(rewards: torch.Tensor, *, tol: float = 0.0) -> float:
+    """``rho = (B - M) / B`` of a batch, ``M`` counted as :func:`gpg_alpha` counts it, so ``rho = 1 / alpha``
+    (before any ``max_alpha`` cap, and for ``M < B``) and ``rho >= beta_th`` is exactly ``alpha <= 1 / beta_th``
+    (spec Sec. 2.6, P13)."""
+    _check_rewards(rewards)
+    return 1.0 - int(_no_grad_rows(rewards, tol).sum()) / rewards.numel()
+
+
 def gpg_alpha(rewards: torch.Tensor, *, tol: float = 0.0, max_alpha: float | None = None) -> float:
     """AGE factor ``alpha = B / (B - M)`` over the global batch (paper Eqs. 7-8, App. A; spec Sec. 2.4).
 
@@ -111,8 +128,7 @@ def gpg_alpha(rewards: torch.Tensor, *, tol: float = 0.0, max_alpha: float | Non
     ``max_alpha`` optionally caps it (not in the paper; off by default).
     """
     _check_rewards(rewards)
-    no_grad_rows = degenerate_groups(rewards, tol=tol)[:, None] | torch.isnan(rewards)
-    total, dead = rewards.numel(), int(no_grad_rows.sum())
+    total, dead = rewards.numel(), int(_no_grad_rows(rewards, tol).sum())
     alpha = total / (total - dead) if dead < total else 1.0
     return min(alpha, max_alpha) if max_alpha is not None else alpha
 
@@ -216,3 +232,40 @@ def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
     unscaled loss yet yields exactly ``alpha * grad(loss)``, before any DDP/ZeRO-3 reduction or clipping.
     """
     return _ScaleGrad.apply(x, factor)
+
+
+def plan_assembly(degenerate: list[torch.Tensor], num_processes: int) -> list[tuple[int, int]]:
+    """Which group fills each slot of the assembled generation batch (spec Sec. 2.6 step 4, A8, Example 5).
+
+    ``degenerate[k]`` is the global ``(P,)`` degenerate mask of generation round ``k``; process ``r`` generated
+    groups ``[r * P / W, (r + 1) * P / W)`` of every round. Each process keeps its informative round-0 groups in
+    place, fills its other slots, in order, with its own informative groups of later rounds, in (round, group)
+    order, and the slots still left with its own degenerate groups of the *last* round (the filler), so no
+    completion moves between processes. Returns ``(round, group)`` per global slot; every process computes the same
+    plan from the same gathered masks. With a single round the plan is the identity.
+    """
+    num_groups = degenerate[0].numel()
+    per_process = num_groups // num_processes
+    last = len(degenerate) - 1
+    plan = []
+    for rank in range(num_processes):
+        mine = range(rank * per_process, (rank + 1) * per_process)
+        extra = iter([(k, g) for k in range(1, len(degenerate)) for g in mine if not degenerate[k][g]])
+        # Enough filler always: slots without an informative group = per_process - (informative groups of all
+        # rounds) <= per_process - (informative groups of the last round) = degenerate groups of the last round.
+        filler = iter([(last, g) for g in mine if degenerate[last][g]])
+        plan.extend((0, g) if not degenerate[0][g] else next(extra, None) or next(filler) for g in mine)
+    return plan
+
+
+def assemble_rewards(
+    rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0
+) -> tuple[list[tuple[int, int]], torch.Tensor]:
+    """The :func:`plan_assembly` plan for rounds with these gathered ``(P, G)`` rewards, and the assembled rewards."""
+    plan = plan_assembly([degenerate_groups(r, tol=tol) for r in rewards], num_processes)
+    return plan, torch.stack([rewards[k][g] for k, g in plan])
+
+
+def informative_share(rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0) -> float:
+    """:func:`informative_fraction` of the batch :func:`plan_assembly` builds from rounds with these rewards."""
+    return informative_fraction(assemble_rewards(rewards, num_processes, tol=tol)[1], tol=tol)

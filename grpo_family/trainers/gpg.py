@@ -33,7 +33,15 @@ from accelerate.utils import gather, pad_across_processes
 from trl import GRPOConfig
 from trl.trainer.utils import nanstd
 
-from ..algorithms.gpg import degenerate_groups, gpg_advantages, gpg_alpha, loss_row_weights, scale_grad
+from ..algorithms.gpg import (
+    assemble_rewards,
+    degenerate_groups,
+    gpg_advantages,
+    gpg_alpha,
+    informative_fraction,
+    loss_row_weights,
+    scale_grad,
+)
 from .base import GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
@@ -182,53 +190,6 @@ class GPGConfig(GRPOConfig):
                 )
 
 
-def plan_assembly(degenerate: list[torch.Tensor], num_processes: int) -> list[tuple[int, int]]:
-    """Which group fills each slot of the assembled generation batch (spec Sec. 2.6 step 4, A8, Example 5).
-
-    ``degenerate[k]`` is the global ``(P,)`` degenerate mask of generation round ``k``; process ``r`` generated
-    groups ``[r * P / W, (r + 1) * P / W)`` of every round. Each process keeps its informative round-0 groups in
-    place, fills its other slots, in order, with its own informative groups of later rounds, in (round, group)
-    order, and the slots still left with its own degenerate groups of the *last* round (the filler), so no
-    completion moves between processes. Returns ``(round, group)`` per global slot; every process computes the same
-    plan from the same gathered masks. With a single round the plan is the identity.
-    """
-    num_groups = degenerate[0].numel()
-    per_process = num_groups // num_processes
-    last = len(degenerate) - 1
-    plan = []
-    for rank in range(num_processes):
-        mine = range(rank * per_process, (rank + 1) * per_process)
-        extra = iter([(k, g) for k in range(1, len(degenerate)) for g in mine if not degenerate[k][g]])
-        # Enough filler always: slots without an informative group = per_process - (informative groups of all
-        # rounds) <= per_process - (informative groups of the last round) = degenerate groups of the last round.
-        filler = iter([(last, g) for g in mine if degenerate[last][g]])
-        plan.extend((0, g) if not degenerate[0][g] else next(extra, None) or next(filler) for g in mine)
-    return plan
-
-
-def assemble_rewards(
-    rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0
-) -> tuple[list[tuple[int, int]], torch.Tensor]:
-    """The :func:`plan_assembly` plan for rounds with these gathered ``(P, G)`` rewards, and the assembled rewards."""
-    plan = plan_assembly([degenerate_groups(r, tol=tol) for r in rewards], num_processes)
-    return plan, torch.stack([rewards[k][g] for k, g in plan])
-
-
-def informative_share(rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0) -> float:
-    """``rho = (B - M) / B`` of the batch :func:`plan_assembly` builds from rounds with these rewards (spec Sec. 2.6).
-
-    ``M`` counts what :func:`~grpo_family.algorithms.gpg.gpg_alpha` counts -- rows of degenerate groups and
-    unscorable (NaN) rows (spec A7) -- so ``rho = 1 / alpha`` (before any ``max_alpha`` cap, and for ``M < B``) and
-    ``rho >= beta_th`` is exactly ``alpha <= 1 / beta_th`` (P13).
-    """
-    return _row_share(assemble_rewards(rewards, num_processes, tol=tol)[1], tol)
-
-
-def _row_share(rewards: torch.Tensor, tol: float) -> float:
-    dead = degenerate_groups(rewards, tol=tol)[:, None] | torch.isnan(rewards)
-    return 1.0 - int(dead.sum()) / rewards.numel()
-
-
 class GPGTrainer(GRPOFamilyTrainer):
     """GPG (Chu et al., "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning", ICLR 2026).
 
@@ -295,15 +256,17 @@ class GPGTrainer(GRPOFamilyTrainer):
             # number of rounds: the generation and reward gathers inside super() stay matched across processes.
             # The stop test is rho = (B - M) / B >= beta_th on the batch that would be assembled, with M counted as
             # alpha counts it (unscorable rows included), so that alpha <= 1 / beta_th whenever it is met (P13).
-            while len(rounds) < self.args.max_generation_rounds:
-                _, assembled = assemble_rewards([r["rewards"] for r in rounds], num_processes, tol=tol)
-                if _row_share(assembled, tol) >= beta_th:
+            while True:
+                plan, assembled = assemble_rewards([r["rewards"] for r in rounds], num_processes, tol=tol)
+                share = informative_fraction(assembled, tol=tol)
+                if (
+                    share >= beta_th
+                    or len(rounds) >= self.args.max_generation_rounds
+                    or not degenerate_groups(assembled, tol=tol).any()  # only unscorable rows hold rho down:
+                ):  # more rounds could not change the assembled batch
                     break
-                if not degenerate_groups(assembled, tol=tol).any():
-                    break  # only unscorable rows hold rho down; more rounds cannot change the assembled batch
                 outputs.append(super()._generate_and_score_completions(self._draw_prompts(len(rounds))))
                 rounds.append(self._gpg_round)
-            share = informative_share([r["rewards"] for r in rounds], num_processes, tol=tol)
             self.log_method_metric("informative_share", share)
             self.log_method_metric("threshold_met", float(share >= beta_th))
             if share < beta_th:
@@ -312,7 +275,7 @@ class GPGTrainer(GRPOFamilyTrainer):
                     "what was collected.", share, beta_th, len(rounds),
                 )  # fmt: skip
             if len(rounds) > 1:
-                plan, rewards = assemble_rewards([r["rewards"] for r in rounds], num_processes, tol=tol)
+                rewards = assembled
                 output = self._merge_rounds(outputs, plan)
                 G = rewards.size(1)
                 per_func = torch.cat([rounds[k]["rewards_per_func"][g * G : (g + 1) * G] for k, g in plan])
