@@ -488,7 +488,9 @@ def test_schedule_follows_global_step_across_a_checkpoint_resume(tiny_model_dir,
     full = schedule_log(trainer.state.log_history)
     expected = {s + 1: schedule(s, 4, num_generations=8, samples_start=2, samples_end=8, token_ratio_start=0.1)
                 for s in range(4)}  # fmt: skip
-    assert full == pytest.approx(expected)
+    assert full.keys() == expected.keys()
+    for step, (samples, ratio) in full.items():  # pytest >= 9 refuses approx over nested containers
+        assert samples == expected[step][0] and ratio == pytest.approx(expected[step][1])
     assert full[3] != full[1]  # the schedule moves: a restart from step 0 would be visible
 
     resumed = D3STrainer(
@@ -496,7 +498,8 @@ def test_schedule_follows_global_step_across_a_checkpoint_resume(tiny_model_dir,
     )
     resumed.train(resume_from_checkpoint=f"{config.output_dir}/checkpoint-2")
     after = schedule_log(resumed.state.log_history)
-    assert {s: after[s] for s in (3, 4)} == pytest.approx({s: full[s] for s in (3, 4)})
+    for step in (3, 4):
+        assert after[step][0] == full[step][0] and after[step][1] == pytest.approx(full[step][1])
 
 
 def test_evaluation_applies_the_filters_with_the_eval_group_size(tiny_model_dir, arithmetic_train, config_kwargs):

@@ -1,6 +1,7 @@
 """Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: an SGPO run where every rank
 records the judge requests it made, the gathered base and trained rewards, and its own completions, for the test
-to check that the judge is asked once per completion (on the main process only) and that both ranks agree."""
+to check that the judge is asked once per completion (on the main process only) and that both ranks agree. The reward
+marks every completion wrong, so every group is all-negative and judged, whatever the policy samples."""
 
 import sys
 
@@ -10,11 +11,14 @@ from transformers import PreTrainedTokenizerFast
 
 from grpo_family.rewards.extract import completion_text
 from grpo_family.rewards.judges import ProgrammaticJudge
-from grpo_family.tasks import arithmetic_reward
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
 
 sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
 from conftest import tiny_config_kwargs  # noqa: E402
+
+
+def never_correct(completions, **kwargs):
+    return [0.0] * len(completions)
 
 
 class CountingJudge(ProgrammaticJudge):
@@ -64,7 +68,7 @@ def main():
     )
     trainer = Recording(
         model=model_dir,
-        reward_funcs=[arithmetic_reward],
+        reward_funcs=[never_correct],
         args=config,
         train_dataset=data,
         processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),  # not AutoTokenizer's Qwen2Tokenizer
