@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, set_seed
+from transformers import AutoTokenizer, TrainerCallback, set_seed
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from grpo_family import METHODS, get_method
@@ -57,48 +57,55 @@ class TrainScriptArguments(ScriptArguments):
         default=None,
         metadata={"help": "Generation length for the held-out accuracy (max_completion_length if unset)."},
     )
+    held_out_every: int = field(
+        default=25,
+        metadata={
+            "help": "Also score the held-out set every this many optimizer steps during training (0: only before and "
+            "after). The scores go into the logs as `held_out_accuracy` and onto the plot."
+        },
+    )
     task_difficulty: str = field(default="default", metadata={"help": "Bundled task difficulty (embedded default)."})
 
 
-def _method_from_argv(argv: list[str]) -> str:
-    """The ``--method`` value, from the command line or the ``--config`` YAML, before the full parse."""
+def _pre_parse(argv: list[str]) -> argparse.Namespace:
+    """``--method``, ``--model_name_or_path`` and ``--dataset_name`` from the command line or the ``--config`` YAML,
+    before the full parse (which needs the method's config class and the embedded default's settings)."""
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--method", default=None)
-    pre.add_argument("--config", default=None)
+    for flag in ("--method", "--config", "--model_name_or_path", "--dataset_name"):
+        pre.add_argument(flag, default=None)
     known, _ = pre.parse_known_args(argv)
-    method = known.method
-    if method is None and known.config:
+    if known.config:
         import yaml
 
         with open(known.config) as f:
-            method = (yaml.safe_load(f) or {}).get("method")
-    method = method or "grpo"
-    get_method(method)  # unknown method -> ValueError listing the valid ones
-    return method
+            recipe = yaml.safe_load(f) or {}
+        for key in ("method", "model_name_or_path", "dataset_name"):
+            if getattr(known, key) is None:
+                setattr(known, key, recipe.get(key))
+    known.method = known.method or "grpo"
+    get_method(known.method)  # unknown method -> ValueError listing the valid ones
+    return known
 
 
 def parse_args(argv: list[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    config_cls, trainer_cls = get_method(_method_from_argv(argv))
+    known = _pre_parse(argv)
+    config_cls, trainer_cls = get_method(known.method)
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig))
     if not torch.cuda.is_available():  # TRL defaults to bf16, which a CPU-only machine rejects
         parser.set_defaults(bf16=False)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    if model_args.model_name_or_path is None and script_args.dataset_name is None:
-        # Embedded default: the bundled task's tuned settings, unless the user set them (CLI or YAML win).
+    if known.model_name_or_path is None and known.dataset_name is None:
+        # Embedded default: the bundled task's tuned settings as defaults, before the config's own checks run (so
+        # `--num_generations 16` is checked against the demo's batch of 64, not TRL's 8); the YAML and the command
+        # line still win.
         from grpo_family.tasks import DEFAULT_GRPO_ARGS
 
-        explicit = {a.lstrip("-").split("=")[0] for a in argv if a.startswith("--")}
-        if "--config" in argv:
-            import yaml
+        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    if known.model_name_or_path is not None or known.dataset_name is not None:
+        from grpo_family.rewards import get_reward_funcs
 
-            with open(argv[argv.index("--config") + 1]) as f:
-                explicit |= set((yaml.safe_load(f) or {}).keys())
-        defaults = {k: v for k, v in DEFAULT_GRPO_ARGS.items() if k not in explicit}
-        if "output_dir" not in explicit:
-            defaults["output_dir"] = f"outputs/{script_args.method}"
-        parser.set_defaults(**defaults)
-        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+        get_reward_funcs(script_args.reward_funcs)  # an unknown name fails here, before any model or data loads
     return script_args, training_args, model_args, trainer_cls
 
 
@@ -167,20 +174,56 @@ def held_out_accuracy(model, tokenizer, dataset, reward_func, max_new_tokens: in
     return sum(scores) / max(1, len(scores))
 
 
+class HeldOutAccuracy(TrainerCallback):
+    """Scores the held-out set every ``every`` steps (main process) into the log history as `held_out_accuracy`;
+    the score before training (``initial``) goes in at step 0 (``train()`` starts a new log history)."""
+
+    def __init__(self, score, every: int, label: str):
+        self.score, self.every, self.label, self.initial = score, every, label, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            record_accuracy(state, self.initial, self.label)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every and state.global_step % self.every == 0 and state.global_step < state.max_steps:
+            record_accuracy(state, self.score(), self.label)
+
+
+def record_accuracy(state, accuracy: float | None, label: str) -> None:
+    if accuracy is None:
+        return
+    state.log_history.append({"step": state.global_step, "held_out_accuracy": accuracy})
+    print(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}", flush=True)
+
+
 def plot_rewards(log_history: list[dict], path: Path, title: str) -> None:
+    """Training reward (raw, faint; smoothed, bold) and held-out accuracy (markers) against the step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = [(h["step"], h["reward"]) for h in log_history if "reward" in h]
-    if not points:
+    rewards = [(h["step"], h["reward"]) for h in log_history if "reward" in h]
+    accuracy = [(h["step"], h["held_out_accuracy"]) for h in log_history if "held_out_accuracy" in h]
+    if not rewards and not accuracy:
         return
-    steps, rewards = zip(*points)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, rewards, marker=".")
-    ax.set(xlabel="step", ylabel="mean reward", title=title)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    if rewards:
+        steps, values = zip(*rewards)
+        window = max(1, len(values) // 10)
+        smooth = [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                  for i in range(len(values))]  # fmt: skip
+        ax.plot(steps, values, color="tab:blue", alpha=0.3, linewidth=1, label="training reward")
+        ax.plot(steps, smooth, color="tab:blue", linewidth=2.5, label=f"training reward, mean of {window} logs")
+    if accuracy:
+        steps, values = zip(*accuracy)
+        ax.plot(steps, values, color="tab:red", marker="o", linewidth=1.5, label="held-out greedy accuracy")
+        for step, value in (accuracy[0], accuracy[-1]):
+            ax.annotate(f"{value:.2f}", (step, value), textcoords="offset points", xytext=(0, 7), ha="center")
+    ax.set(xlabel="optimizer step", ylabel="reward / accuracy", title=title, ylim=(0, 1.05))
     ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -197,6 +240,16 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         model, tokenizer, train, evaluation, reward_funcs = load_real(script_args, training_args, model_args)
 
+    label = script_args.method
+    max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
+    trainer = None
+
+    def score() -> float | None:
+        if evaluation is None or not trainer.accelerator.is_main_process:
+            return None
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        return held_out_accuracy(model, tokenizer, evaluation, reward_funcs[0], max_new_tokens)
+
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
@@ -204,33 +257,27 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        callbacks=[held_out := HeldOutAccuracy(score, script_args.held_out_every, label)],
     )
-    max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
-    accelerator = trainer.accelerator
-    results = {"method": script_args.method}
-
-    def score() -> float | None:
-        if evaluation is None or not accelerator.is_main_process:
-            return None
-        model = accelerator.unwrap_model(trainer.model)
-        return held_out_accuracy(model, tokenizer, evaluation, reward_funcs[0], max_new_tokens)
-
-    results["accuracy_before"] = score()
-    if results["accuracy_before"] is not None:
-        print(f"[{script_args.method}] held-out accuracy before training: {results['accuracy_before']:.3f}")
+    results = {"method": label, "accuracy_before": score()}
+    held_out.initial = results["accuracy_before"]
     # `--resume_from_checkpoint <dir>` (or `true` for the latest in output_dir) continues an interrupted run.
     resume = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resume in ("true", "True") else resume)
     results["accuracy_after"] = score()
-    if results["accuracy_after"] is not None:
-        print(f"[{script_args.method}] held-out accuracy after training:  {results['accuracy_after']:.3f}")
+    record_accuracy(trainer.state, results["accuracy_after"], label)
 
     trainer.save_model(training_args.output_dir)
-    if accelerator.is_main_process:
+    trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
+    if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
-        plot_rewards(trainer.state.log_history, out / "reward_curve.png", f"{script_args.method}: reward")
+        before, after = results["accuracy_before"], results["accuracy_after"]
+        title = f"{label}: held-out accuracy {before:.2f} -> {after:.2f}" if after is not None else label
+        plot_rewards(trainer.state.log_history, out / "reward_curve.png", title)
         (out / "results.json").write_text(json.dumps(results, indent=2))
-        print(f"[{script_args.method}] saved model, reward_curve.png and results.json to {out}")
+        if after is not None:
+            print(f"[{label}] held-out accuracy: {before:.3f} before training, {after:.3f} after")
+        print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
     return results

@@ -10,7 +10,9 @@ A problem is an expression over small non-negative integers with `+`, `-` and `*
 
 The reference solution applies one operator per line in the standard order (every `*` first, left to right, then
 `+`/`-` left to right); every intermediate value lies in `[0, max_value]`, so no line needs a minus sign. The final
-line is `Answer: N`. `arithmetic_reward` checks only the final answer; `check_steps` locates the first wrong line
+line is `Answer: N`. Most problems of the default difficulty *need precedence*: a `*` follows a `+` or `-`, so
+evaluating strictly left to right (`left_to_right`, the classic student error the warm start is taught to make
+often) gives a wrong answer. `arithmetic_reward` checks only the final answer; `check_steps` locates the first wrong line
 (the programmatic step judge SGPO can use); `split_into_steps` is the matching segmenter (one step per non-empty
 line).
 """
@@ -31,7 +33,9 @@ __all__ = [
     "arithmetic_reward",
     "check_steps",
     "extract_answer",
+    "left_to_right",
     "make_arithmetic_dataset",
+    "needs_precedence",
     "solve",
     "split_into_steps",
 ]
@@ -45,7 +49,10 @@ class Difficulty:
 
     Each problem has between `min_ops` and `max_ops` operators drawn from `operators`, operands drawn uniformly
     from `[min_operand, max_operand]`, and every intermediate value of the reference solution in `[0, max_value]`
-    (problems breaking that are redrawn).
+    (problems breaking that are redrawn). With `precedence_share` set, that share of the problems *needs
+    precedence* (`needs_precedence`) and the rest does not, and the left-to-right evaluation's intermediate values
+    must lie in `[0, max_value]` too (so the warm start's wrong-order solutions are well formed); with None the
+    operators are drawn uniformly.
     """
 
     name: str
@@ -55,13 +62,15 @@ class Difficulty:
     max_operand: int = 9
     max_value: int = 99
     operators: str = OPERATORS
+    precedence_share: float | None = None
 
 
 DIFFICULTIES = {
     # Learnt almost perfectly by the warm start; handy for debugging.
     "easy": Difficulty("easy", min_ops=1, max_ops=2, max_operand=9),
-    # The embedded default: the warm start solves some problems but not most, and GRPO improves it quickly.
-    "default": Difficulty("default", min_ops=2, max_ops=3, max_operand=9),
+    # The embedded default: 9 in 10 problems need precedence, which the warm start gets right in about 1 sample in
+    # 5 (its teacher often evaluated left to right) and almost never greedily; RL fixes the order quickly.
+    "default": Difficulty("default", min_ops=2, max_ops=3, max_operand=9, precedence_share=0.9),
     # Most groups of 8 samples are all wrong under the warm start: the regime SGPO targets.
     "hard": Difficulty("hard", min_ops=4, max_ops=5, max_operand=19, max_value=199),
 }
@@ -100,6 +109,20 @@ def solve(numbers: list[int], ops: list[str]) -> list[tuple[int, str, int, int]]
     return steps
 
 
+def left_to_right(numbers: list[int], ops: list[str]) -> list[tuple[int, str, int, int]]:
+    """The steps of strict left-to-right evaluation, ignoring precedence (wrong where `needs_precedence`)."""
+    steps, value = [], numbers[0]
+    for op, b in zip(ops, numbers[1:]):
+        steps.append((value, op, b, _apply(value, op, b)))
+        value = steps[-1][3]
+    return steps
+
+
+def needs_precedence(ops: list[str]) -> bool:
+    """Whether a `*` follows a `+` or `-`: the problems where left-to-right evaluation is a different order."""
+    return any(a in "+-" and b == "*" for a, b in zip(ops, ops[1:]))
+
+
 def _format_solution(steps: list[tuple[int, str, int, int]]) -> str:
     lines = [f"{a}{op}{b}={c}" for a, op, b, c in steps]
     return "\n".join(lines + [f"Answer: {steps[-1][3]}"])
@@ -135,16 +158,23 @@ def make_arithmetic_dataset(
     seen: set[str] = set()
     attempts, max_attempts = 0, 200 * max(1, num_examples)
     while len(rows["answer"]) < num_examples:
-        attempts += 1
-        num_ops = rng.randint(diff.min_ops, diff.max_ops)
-        numbers = [rng.randint(diff.min_operand, diff.max_operand) for _ in range(num_ops + 1)]
-        ops = [rng.choice(diff.operators) for _ in range(num_ops)]
-        expression = "".join(f"{n}{op}" for n, op in zip(numbers, ops)) + str(numbers[-1])
-        if _split_of(expression) != split or (expression in seen and attempts < max_attempts):
-            continue
-        steps = solve(numbers, ops)
-        if any(not 0 <= c <= diff.max_value for *_, c in steps):
-            continue
+        want_precedence = diff.precedence_share is not None and rng.random() < diff.precedence_share
+        while True:  # redraw until a problem of the wanted kind fits the split and the value range
+            attempts += 1
+            num_ops = rng.randint(diff.min_ops, diff.max_ops)
+            numbers = [rng.randint(diff.min_operand, diff.max_operand) for _ in range(num_ops + 1)]
+            ops = [rng.choice(diff.operators) for _ in range(num_ops)]
+            expression = "".join(f"{n}{op}" for n, op in zip(numbers, ops)) + str(numbers[-1])
+            if _split_of(expression) != split or (expression in seen and attempts < max_attempts):
+                continue
+            steps = solve(numbers, ops)
+            if any(not 0 <= c <= diff.max_value for *_, c in steps):
+                continue
+            if diff.precedence_share is None:
+                break
+            wrong_order = left_to_right(numbers, ops)
+            if needs_precedence(ops) == want_precedence and all(0 <= c <= diff.max_value for *_, c in wrong_order):
+                break
         seen.add(expression)
         problem = f"Compute {expression}."
         rows["prompt"].append([{"role": "user", "content": problem}])

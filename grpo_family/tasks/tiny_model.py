@@ -3,9 +3,12 @@
 `build_tokenizer` makes a `PreTrainedTokenizerFast` whose vocabulary is the special tokens plus every printable
 ASCII character and newline, with a Qwen/ChatML chat template (`<|im_start|>role\\ncontent<|im_end|>\\n`) and
 `eos = <|im_end|>`, so it behaves like a Qwen tokenizer inside TRL. `build_tiny_model` builds a randomly
-initialised `Qwen2ForCausalLM` from a small config. `load_warm_start` gives a briefly supervised model (cached on
-disk) that solves some arithmetic problems but not most, the starting point of the offline demo, tests and
-benchmarks; `evaluate_accuracy` measures held-out greedy accuracy.
+initialised `Qwen2ForCausalLM` from a small config (head_dim 32, which vLLM's CPU backend serves).
+`load_warm_start` gives a supervised model (cached on disk), the starting point of the offline demo, tests and
+benchmarks: its teacher knew its arithmetic facts but evaluated left to right, ignoring precedence, in 4 of 5
+solutions, so the model computes reliably, orders wrongly when greedy, and orders rightly in about 1 sample in 5:
+a policy that can already solve most problems but does so inconsistently, which is what GRPO-style RL sharpens.
+`evaluate_accuracy` measures held-out greedy accuracy.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import shutil
 import string
 import tempfile
@@ -25,10 +29,18 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from .arithmetic import DEFAULT_DIFFICULTY, arithmetic_reward, make_arithmetic_dataset
+from .arithmetic import (
+    DEFAULT_DIFFICULTY,
+    _format_solution,
+    _parse_problem,
+    arithmetic_reward,
+    left_to_right,
+    make_arithmetic_dataset,
+    solve,
+)
 
 # Bump when anything that changes the warm-start weights changes (data format, model, training loop).
-WARM_START_VERSION = "1"
+WARM_START_VERSION = "2"
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -45,21 +57,24 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-TINY_MODEL_DEFAULTS = {
-    "hidden_size": 96,
-    "intermediate_size": 192,
+TINY_MODEL_DEFAULTS = {  # 0.34M parameters; head_dim 128 / 4 = 32 (vLLM's CPU attention needs >= 32)
+    "hidden_size": 128,
+    "intermediate_size": 256,
     "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 8,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
     "max_position_embeddings": 256,
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
 }
 
-# Supervised warm start: AdamW on the train split's chat-formatted prompt + reference solution, loss on the
-# completion only. The step count is what sets the starting accuracy (see DEFAULT_GRPO_ARGS in tasks/__init__.py).
+# Supervised warm start: AdamW on the train split's chat-formatted prompt + a teacher's solution, loss on the
+# completion only. The teacher evaluates left to right (`left_to_right`) in `left_to_right_share` of its solutions
+# (a wrong order only where the problem needs precedence), else in the right order; its arithmetic is always right.
+# 1000 steps take about 80 s on one core and leave ~97% of steps computed right.
 WARM_START_DEFAULTS = {
-    "num_steps": 350,
+    "num_steps": 1000,
+    "left_to_right_share": 0.8,
     "batch_size": 64,
     "learning_rate": 3e-3,
     "adam_beta2": 0.98,
@@ -126,11 +141,24 @@ def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_ove
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _encode_sft(tokenizer, dataset) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_solutions(dataset, left_to_right_share: float, seed: int = 0) -> list[str]:
+    """The warm start's targets: each row's solution evaluated left to right with probability
+    `left_to_right_share` (the same as the reference where precedence does not matter), else the reference."""
+    rng = random.Random(f"grpo_family-teacher-{seed}")
+    out = []
+    for problem, reference in zip(dataset["problem"], dataset["solution"]):
+        numbers, ops = _parse_problem(problem)
+        steps = left_to_right(numbers, ops) if rng.random() < left_to_right_share else solve(numbers, ops)
+        out.append(_format_solution(steps) if steps else reference)
+    return out
+
+
+def _encode_sft(tokenizer, dataset, solutions: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input ids and labels (-100 on prompt and padding) for prompt + solution + <|im_end|>."""
     prompts = tokenizer.apply_chat_template(list(dataset["prompt"]), add_generation_prompt=True, tokenize=False)
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer([s + IM_END for s in dataset["solution"]], add_special_tokens=False)["input_ids"]
+    solutions = list(dataset["solution"]) if solutions is None else solutions
+    completion_ids = tokenizer([s + IM_END for s in solutions], add_special_tokens=False)["input_ids"]
     rows = [p + c for p, c in zip(prompt_ids, completion_ids)]
     width = max(map(len, rows))
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -149,7 +177,7 @@ def train_warm_start(
     tokenizer = build_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed, **(model_overrides or {}))
     data = make_arithmetic_dataset("train", num_examples=hp["num_train_examples"], seed=seed)
-    input_ids, labels = _encode_sft(tokenizer, data)
+    input_ids, labels = _encode_sft(tokenizer, data, teacher_solutions(data, hp["left_to_right_share"], seed))
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=hp["learning_rate"], betas=(0.9, hp["adam_beta2"]), weight_decay=hp["weight_decay"]
@@ -180,8 +208,8 @@ def train_warm_start(
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        if log_every and (step % log_every == 0 or step == total - 1):
-            print(f"warm start step {step} loss {loss.item():.4f}", flush=True)
+        if log_every and ((step + 1) % log_every == 0 or step == total - 1):
+            print(f"warm start: step {step + 1}/{total}, loss {loss.item():.3f}", flush=True)
     model.eval()
     return model, tokenizer
 
@@ -228,7 +256,15 @@ def load_warm_start(
             try:
                 os.close(fd)
                 if not _is_complete(path):
-                    model, tokenizer = train_warm_start(seed, model_overrides, **train_overrides)
+                    steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
+                    print(
+                        f"Building the warm start once ({steps} supervised steps of the tiny model, about "
+                        f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {path}",
+                        flush=True,
+                    )
+                    model, tokenizer = train_warm_start(
+                        seed, model_overrides, log_every=max(1, steps // 5), **train_overrides
+                    )
                     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
                     model.save_pretrained(tmp)
                     tokenizer.save_pretrained(tmp)

@@ -1,0 +1,179 @@
+"""Every command block of README.md runs as written, for 1-2 steps: a README edit that breaks a command fails here.
+
+What a command may not do here is swapped, and nothing else: Hub model and dataset names become local stand-ins
+(a tiny random Qwen2 and a GSM8K-shaped dataset directory with the Hub's `main` config); `outputs/` becomes a
+temporary directory; `examples/train.py` gets flags that make the run 1 step on a tiny batch; in blocks the README
+marks as needing GPUs (a `# ... GPU` comment), the GPU-only flags become their CPU equivalents. The install, lint
+and test commands are what `.ci/run` executes (checked below); commands that need Docker or the vLLM lane are
+listed in NOT_RUN_HERE with the reason, and only syntax-checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from readme_commands import README, Block, blocks, commands, install_commands, lint_commands, test_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Command prefix -> why it does not run in this suite.
+NOT_RUN_HERE = {
+    "docker run": "needs Docker and a GPU image; syntax-checked only",
+    "CUDA_VISIBLE_DEVICES=4 trl vllm-serve": "vLLM server on a GPU: the vllm lane",
+}
+NEEDS_VLLM = "--use_vllm"  # vLLM commands run in the vllm lane
+# GPU-only flag -> its CPU equivalent, applied only inside blocks marked as needing GPUs.
+GPU_TO_CPU = {
+    "--config_file accelerate_configs/multi_gpu.yaml": "--config_file accelerate_configs/cpu_2proc.yaml",
+    "--config_file accelerate_configs/single_gpu.yaml": "",
+    "--bf16 true": "--bf16 false",
+}
+# Appended to every examples/train.py command (argparse keeps the last value of a repeated flag).
+ONE_STEP = (
+    "--max_steps 1 --num_eval_examples 4 --held_out_every 0 --per_device_train_batch_size 8 --num_generations 4 "
+    "--max_completion_length 8 --report_to none"
+)
+# Python snippets: the Config call gets the same 1-step settings.
+ONE_STEP_PY = 'max_steps=1, per_device_train_batch_size=8, num_generations=4, max_completion_length=8, report_to="none", '
+HUB_MODEL = re.compile(r"Qwen/Qwen[\w.\-]+")
+HUB_DATASET = "openai/gsm8k"
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory, tiny_model_dir):
+    """Local stand-ins: the tiny model for every Hub model name, and a GSM8K-shaped dataset with a `main` config
+    declared the way the Hub repository declares it (README.md YAML)."""
+    root = tmp_path_factory.mktemp("readme")
+    gsm8k = root / "gsm8k"
+    (gsm8k / "main").mkdir(parents=True)
+    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"} for i in range(24)]
+    for split, part in (("train", rows[:16]), ("test", rows[16:])):
+        (gsm8k / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    (gsm8k / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n"
+        "  - split: test\n    path: main/test.jsonl\n---\n"
+    )
+    return {"model": tiny_model_dir, "dataset": str(gsm8k), "outputs": str(root / "outputs") + "/"}
+
+
+def _needs_gpu(block: Block) -> bool:
+    return any("GPU" in line for line in block.text.splitlines() if line.lstrip().startswith("#"))
+
+
+def adapt(text: str, standins: dict, *, gpu_block: bool = False) -> str:
+    """The command or snippet as this suite runs it (see the module docstring)."""
+    text = HUB_MODEL.sub(standins["model"], text).replace(HUB_DATASET, standins["dataset"])
+    text = re.sub(r"(?<![\w/])outputs/", standins["outputs"], text)
+    for gpu, cpu in GPU_TO_CPU.items():
+        if gpu in text:
+            assert gpu_block, f"{gpu!r} needs a GPU, but its README block does not say so: {text}"
+            text = text.replace(gpu, cpu)
+    if "examples/train.py" in text:
+        text += " " + ONE_STEP
+    return text
+
+
+def _env() -> dict:
+    bin_dir = str(Path(sys.executable).parent)  # the environment's python, accelerate, ruff
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def run(text: str, *, python: bool = False, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-c", text] if python else ["bash", "-c", text]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _not_run_reason(text: str) -> str | None:
+    for prefix, reason in NOT_RUN_HERE.items():
+        if text.startswith(prefix):
+            return reason
+    return "the vllm lane" if NEEDS_VLLM in text else None
+
+
+def runnable_commands(readme: Path = README) -> list:
+    ci_run = set(install_commands(readme)) | set(lint_commands(readme)) | {test_command(readme)}
+    return [c for c in commands(readme) if c.text not in ci_run and _not_run_reason(c.text) is None]
+
+
+def test_every_block_is_handled():
+    """Each fenced block is bash or python; each bash command is run here, by CI, or listed with its reason."""
+    assert {b.lang for b in blocks()} <= {"bash", "python"}, [b.lang for b in blocks()]
+    handled = {c.text for c in runnable_commands()} | set(install_commands()) | set(lint_commands())
+    handled |= {test_command()}
+    for command in commands():
+        assert command.text in handled or _not_run_reason(command.text), command.text
+
+
+def test_ci_runs_the_readme_install_lint_and_test_commands():
+    ci = (ROOT / ".ci" / "run").read_text()
+    for what in ("install", "lint", "test"):
+        assert f"tests/readme_commands.py {what}" in ci, what
+    assert "venv" in ci and install_commands() and lint_commands()
+    assert test_command() == "python -m pytest"
+
+
+def test_not_run_commands_are_valid_shell():
+    for command in commands():
+        if _not_run_reason(command.text):
+            result = subprocess.run(["bash", "-n", "-c", command.text], capture_output=True, text=True)
+            assert result.returncode == 0, (command.text, result.stderr)
+
+
+@pytest.mark.multiprocess
+def test_readme_shell_commands_run(standins):
+    ran = []
+    for command in runnable_commands():
+        text = adapt(command.text, standins, gpu_block=_needs_gpu(command.block))
+        result = run(text)
+        assert result.returncode == 0, (
+            f"README line {command.block.line} failed as run here:\n{text}\n{result.stdout[-2000:]}\n"
+            f"{result.stderr[-4000:]}"
+        )
+        ran.append(command.text)
+    assert any(c.startswith("accelerate launch examples/train.py") for c in ran)  # the demo
+    assert any("--model_name_or_path" in c for c in ran)  # the real-model command
+    assert any("plot_logs.py" in c for c in ran)
+
+
+def test_readme_python_snippets_run(standins):
+    snippets = [b for b in blocks() if b.lang == "python"]
+    assert snippets
+    for block in snippets:
+        text = adapt(block.text, standins)
+        text = re.sub(r"\bConfig\(", "Config(" + ONE_STEP_PY, text)
+        result = run(text, python=True)
+        assert result.returncode == 0, f"README line {block.line}:\n{text}\n{result.stderr[-4000:]}"
+
+
+def test_a_broken_command_fails(standins, tmp_path):
+    """The mechanism catches what went wrong before: a reward name that does not exist (`format`) and a bare
+    `--bf16`. Both must fail before any training starts."""
+    readme = tmp_path / "README.md"
+    text = README.read_text()
+    assert "--reward_funcs math_accuracy boxed_format" in text and "accelerate launch examples/train.py --method grpo" in text
+    readme.write_text(
+        text.replace("--reward_funcs math_accuracy boxed_format", "--reward_funcs math_accuracy format").replace(
+            "accelerate launch examples/train.py --method grpo", "accelerate launch examples/train.py --method grpo --bf16"
+        )
+    )
+    broken = {c.text for c in runnable_commands(readme)} - {c.text for c in runnable_commands()}
+    assert len(broken) == 2
+    for command in runnable_commands(readme):
+        if command.text in broken:
+            result = run(adapt(command.text, standins, gpu_block=_needs_gpu(command.block)), timeout=300)
+            assert result.returncode != 0, command.text
+            assert "format" in result.stderr or "--bf16" in result.stderr
+            assert "'loss'" not in result.stdout  # no training step was logged
