@@ -398,7 +398,8 @@ def plan_assert_test(source: str) -> AssertPlan | None:
     setup_names = _bound_names(setup)
     local_names = _bound_names(asserts)  # comprehension, lambda and walrus variables
     program_names = set().union(*(_loaded_names(a.test) for a in asserts)) - setup_names - _BUILTIN_NAMES - local_names
-    if any(_loaded_names(s) & (program_names - _bound_names([s])) for s in setup):
+    # Setup may not use the program: its results would be computed where the program can tamper with them.
+    if any(_loaded_names(s) - _bound_names([s]) - setup_names - _BUILTIN_NAMES for s in setup):
         return None
     probes: list[str] = []
     extract = _ExtractProbes(program_names, probes)
@@ -1074,6 +1075,8 @@ class Sandbox:
             result.duration_s = time.monotonic() - start
         if probes is None:
             result.completed = result.returncode == 0 and not result.timed_out and not result.output_overflow
+        if self.syscall_filter and result.isolation and not result.isolation.get("syscall_filter"):
+            result.isolation.setdefault("notes", []).append(syscall_filter_program(self.allow_subprocesses)[1])
         if proc is not None and not result.isolation and not result.timed_out and result.error is None:
             # The child died before it could run the program: our failure, not the program's.
             result.error = f"the sandbox failed to start: {result.stderr.strip()[-500:] or 'no output'}"
@@ -1242,8 +1245,8 @@ class CodeTestsReward:
     """TRL reward function: fraction of test cases the completion's program passes (see the module docstring).
 
     Args:
-        timeout_s, memory_mb, max_processes, max_output_bytes, disk_mb, isolation, python_guard,
-        allow_subprocesses, python, tmp_root: the :class:`Sandbox` settings.
+        timeout_s, memory_mb, max_processes, max_output_bytes, disk_mb, isolation, outer_sandbox, syscall_filter,
+        python_guard, allow_subprocesses, python, tmp_root: the :class:`Sandbox` settings.
         max_workers: test cases run at once (each is a subprocess); default ``min(4, cpu count)``.
         max_tests: use at most this many test cases per row (the first ones); None for all.
         skip_after_timeout: once a program times out on a test case, count its not-yet-started ones as failed.
@@ -1264,6 +1267,8 @@ class CodeTestsReward:
         max_tests: int | None = None,
         skip_after_timeout: bool = True,
         isolation: Literal["auto", "strict", "minimal"] = "auto",
+        outer_sandbox: bool = False,
+        syscall_filter: bool = True,
         python_guard: bool = True,
         allow_subprocesses: bool = False,
         python: str | None = None,
@@ -1277,6 +1282,8 @@ class CodeTestsReward:
             max_output_bytes=max_output_bytes,
             disk_mb=disk_mb,
             isolation=isolation,
+            outer_sandbox=outer_sandbox,
+            syscall_filter=syscall_filter,
             python_guard=python_guard,
             allow_subprocesses=allow_subprocesses,
             python=python,
