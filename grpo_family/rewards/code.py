@@ -12,15 +12,27 @@ Test cases: the ``test_cases`` dataset column, one value per row, in either of t
     *stdin/stdout* (competitive programming: APPS, CodeContests, TACO): a list of ``{"input": str, "output": str}``
     (or ``{"inputs": [...], "outputs": [...]}``, APPS/TACO's ``input_output``; a JSON string of either is parsed).
     The program reads ``input`` on stdin; it passes when it exits with status 0 and its stdout equals ``output``
-    after trailing whitespace is stripped from every line and trailing blank lines are dropped.
+    exactly, except that ``\\r\\n`` counts as ``\\n``, trailing ASCII spaces / tabs / ``\\r`` on a line and trailing
+    blank lines are ignored (:func:`normalize_output`; no other whitespace, e.g. NBSP or ``\\x0b``, is forgiven).
 
     *assert statements* (MBPP, HumanEval style): a string of Python (``"assert f(1) == 2\\nassert f(2) == 3"``),
     or a list of such strings. In a string, every top-level ``assert`` is one test case and is run together with
     the non-assert statements above it (imports, helpers); a string without a top-level assert (HumanEval's
     ``def check(candidate): ...`` followed by ``check(f)``) is one test case. A list of strings gives one test
-    case per string. The program runs first, then the test code, in the same namespace; a test passes when the test
-    code finishes without an exception. A program that calls ``exit()`` / ``os._exit()`` before the asserts ran does
-    not pass.
+    case per string. HumanEval's ``check(candidate)`` body counts as top-level asserts.
+
+    *How an assert test is graded* (:func:`plan_assert_test`): the program's interpreter is the program's to
+    tamper with (builtins, frames, file descriptors, ``exit``), so it never sees an assert. It runs the program,
+    then only the test statements the test's calls need (imports, inputs), evaluates those calls (``f(x)``: the
+    *probes*) and sends their values back as plain builtin data (``_plain_values``). The verdict is reached outside
+    it: in this process for a comparison with a literal (``f(1) == [2, 3]``, ``not f(0)``, ``f(2) is True``), else in
+    a separate sandboxed *judge* interpreter that never ran a program (one per reward call), on the decoded values.
+    So an ``__eq__`` that is always true, a patched ``compile``, a forged status line or an early exit cannot pass
+    a wrong program, and expected values written in the asserts are never in its reach (ones kept in setup
+    variables that the calls do not need are not sent either). A value that is not a plain builtin (a custom
+    object, a generator) fails its test. An assert that cannot be graded this way (inside a loop or branch, a
+    call using a comprehension's or lambda's variable, setup statements that call the program) is left out of
+    the row; a row with none left scores None.
 
 ``None`` versus ``0.0``
     ``None`` (cannot score; TRL leaves the completion out of the advantage statistics) when the row has no usable
@@ -55,6 +67,15 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       ``~/.cache/huggingface``, ``~/.netrc``). Then the program **drops root** to a fresh, otherwise unused uid/gid
       (random, >= 2^20), so ``RLIMIT_NPROC`` counts only its own processes and threads and is enforced, and it
       cannot signal or ``ptrace`` anything of ours.
+    * A **seccomp filter** (``syscall_filter``, unprivileged, every mode; built by libseccomp through
+      ``pyseccomp`` and loaded after ``PR_SET_NO_NEW_PRIVS``, just before the program runs): ``EPERM`` for creating
+      or entering namespaces (``unshare``, ``setns``, ``clone`` with a namespace flag; ``clone3`` says ``ENOSYS``),
+      mounts, ``bpf``, ``perf_event_open``, ``io_uring_*``, keyrings, ``ptrace`` and ``process_vm_*``,
+      ``userfaultfd``, kernel modules, and memory ``RLIMIT_AS`` does not count (``memfd_create``, System V
+      ``shmget``/``shmat``); ``socket`` for anything but ``AF_UNIX``; ``execve`` unless ``allow_subprocesses``
+      (so a child interpreter without the audit hook cannot be started). With the mount namespace, ``/tmp`` and
+      the run's directory are also limited to 1024 inodes (``nr_inodes``) and the run gets its own ``devpts``
+      instance with at most 4 ptys.
     * A **Python-level guard** (``python_guard``, an audit hook installed before the program runs): blocks
       socket creation, process creation (``os.fork``, ``os.system``, ``subprocess``, ``os.exec*``,
       ``os.posix_spawn``) and signals to other processes (unless ``allow_subprocesses``), ``ctypes``, and file writes / renames / deletions /
@@ -65,17 +86,23 @@ What it does **not** protect against (it is a process-level sandbox, not a secur
     Kernel exploits and container escapes (the program shares our kernel); side channels (timing, cache);
     reading world-readable files (the dataset, checkpoints, other users' world-readable files — a reward-hacking
     route if expected outputs are readable); ``/proc``-visible host information without a PID namespace; CPU and
-    memory pressure on the machine (limits are per process: up to ``max_processes * memory_mb`` in all; no
-    cgroup); a program that reads the harness's memory to fake a passed assert test. **As root without
+    memory pressure on the machine: there is no cgroup, so a run may hold up to ``max_processes * memory_mb``
+    (address space per process) plus ``disk_mb`` of tmpfs (twice when ``tmp_root`` is outside ``/tmp``) plus
+    small kernel buffers (pipes, at most 256 descriptors per process); with the syscall filter off or unavailable,
+    memfd and System V shared memory are not bounded. **As root without
     namespaces** (e.g. Docker's default capabilities: no ``CAP_SYS_ADMIN``) there is no network or filesystem
     isolation beyond the Python guard, the program can read ``/proc/<our pid>/environ`` (our launch environment),
     a ``setsid()``-ed child escapes the final kill, and ``RLIMIT_NPROC`` is not enforced for root; the uid is still dropped when
     the standard library is readable by it (then ``RLIMIT_NPROC`` holds). **As a non-root user** nothing can be
     dropped: ``RLIMIT_NPROC`` is set to the user's current task count plus ``max_processes`` (it counts all of the
     user's processes), other processes of the user can be signalled, and a ``setsid()``-ed child can outlive the
-    run (a sleeping one indefinitely; a busy one until its CPU limit). For untrusted code in production run the scorer inside a real sandbox (a container
+    run (a sleeping one indefinitely; a busy one until its CPU limit). Without the mount namespace there is no
+    pty or inode limit. ``isolation="minimal"`` keeps only the environment, the directory, the rlimits, the
+    syscall filter and the audit hook — the hook can be bypassed (its closure cells through ``gc``, writes through
+    ``dir_fd``, hard links, ``fchmod``), so it refuses to run unless ``outer_sandbox=True`` declares a real outer
+    sandbox. For untrusted code in production run the scorer inside a real sandbox (a container
     with no network and a read-only root, gVisor, nsjail, firejail) or a remote execution service; see the README.
-    ``isolation="strict"`` refuses to run unless the namespaces and the uid drop are in place.
+    ``isolation="strict"`` refuses to run unless the namespaces, the uid drop and the syscall filter are in place.
 
 Parallelism and cost
     Test cases run in a thread pool (``max_workers`` subprocesses at once). Each run costs a Python start-up (tens
@@ -84,7 +111,7 @@ Parallelism and cost
 
 Metrics
     When TRL passes ``log_metric`` the reward logs, per call, the fraction of completions with no usable test
-    cases (``code/no_tests``), a syntax error (``code/syntax_errors``), at least one timeout (``code/timeouts``),
+    cases (``code/no_tests``), a syntax error (``code/syntax_errors``, decided here from the program's text), at least one timeout (``code/timeouts``),
     output over the cap (``code/output_overflow``) and a sandbox failure (``code/sandbox_errors``). Running totals
     are kept in ``.counts``.
 
