@@ -30,6 +30,7 @@ from grpo_family.rewards.code import (
     extract_code,
     normalize_output,
     parse_test_cases,
+    plan_assert_test,
 )
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the code sandbox is Linux-only")
@@ -104,6 +105,11 @@ def needs(report: dict, *, namespaces: tuple[str, ...] = (), uid: bool = False) 
         pytest.skip(f"this machine does not provide {missing or 'the uid drop'} (needs root with CAP_SYS_ADMIN)")
 
 
+def needs_syscall_filter(report: dict) -> None:
+    if not report["syscall_filter"]:
+        pytest.skip(f"this machine does not provide the seccomp filter: {report['notes']}")
+
+
 def run_bounded(sandbox: Sandbox, program: str, **kwargs):
     """Run and check what every hostile test checks: bounded time, no process left, our RSS unchanged."""
     children_before = set(our_children())
@@ -176,6 +182,17 @@ def test_parse_unusable_rows_give_none(value):
 def test_parse_keeps_every_io_case_in_order(pairs):
     cases = parse_test_cases([{"input": i, "output": o} for i, o in pairs])
     assert [(c.stdin, c.expected) for c in cases] == pairs
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u3000", "\x0b", "\x0c", "\x85", "\u2028", "\u200b"])
+def test_only_ascii_spaces_tabs_and_line_endings_are_forgiven(space, tmp_root):
+    assert normalize_output("3 \t\r\n\r\n\n") == normalize_output("3") == "3"
+    assert normalize_output("1\r\n2\r\n") == normalize_output("1\n2")
+    assert normalize_output("3" + space + "\n") != normalize_output("3\n")
+    assert normalize_output(space + "\n3") != normalize_output("\n3")
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    printing = fenced(f"print('3' + {space!r})\n")
+    assert reward([printing, fenced("print('3 ')\n")], test_cases=[[{"input": "", "output": "3\n"}]] * 2) == [0.0, 1.0]
 
 
 @given(st.text(alphabet=" \tab\n", max_size=40))
@@ -253,7 +270,7 @@ def test_syntax_error_runs_once_and_max_tests(tmp_root):
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=1, max_tests=2)
     runs = []
     real_run = reward.sandbox.run
-    reward.sandbox.run = lambda *args: runs.append(args) or real_run(*args)
+    reward.sandbox.run = lambda *args, **kwargs: runs.append(args) or real_run(*args, **kwargs)
     assert reward([fenced("print(1 +)\n"), fenced(ADD)], test_cases=[ADD_TESTS, ADD_TESTS]) == [0.0, 1.0]
     runs = [args for args in runs if args != ("",)]  # not the first call's check of the sandbox
     assert len(runs) == 1 + 2  # the broken program ran once; the other ran its first 2 of 3 test cases
@@ -336,24 +353,29 @@ def _connect_attempt(sandbox):
     return result, reached
 
 
-@pytest.mark.parametrize("layer", ["all", "network namespace only", "python guard only"])
+@pytest.mark.parametrize("layer", ["all", "network namespace only", "syscall filter only", "python guard only"])
 def test_network_connection_fails(tmp_root, full_isolation, layer):
     if layer == "network namespace only":
         needs(full_isolation, namespaces=("net",))
+    if layer == "syscall filter only":
+        needs_syscall_filter(full_isolation)
     sandbox = Sandbox(
         timeout_s=TIMEOUT,
         tmp_root=str(tmp_root),
-        python_guard=layer != "network namespace only",
-        isolation="minimal" if layer == "python guard only" else "auto",
+        python_guard=layer in ("all", "python guard only"),
+        syscall_filter=layer in ("all", "syscall filter only"),
+        isolation="auto" if layer in ("all", "network namespace only") else "minimal",
+        outer_sandbox=True,
     )
     result, reached = _connect_attempt(sandbox)
     assert result.stdout.startswith("FAILED"), result.stdout
     assert not reached, "our server saw a connection"
+    assert result.isolation["syscall_filter"] == sandbox.syscall_filter  # the layer under test was on
 
 
 def test_control_without_any_layer_the_connection_succeeds(tmp_root):
     result, reached = _connect_attempt(Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal",
-                                               python_guard=False))  # fmt: skip
+                                               outer_sandbox=True, python_guard=False, syscall_filter=False))  # fmt: skip
     assert result.stdout.startswith("CONNECTED") and reached
 
 
@@ -378,6 +400,7 @@ def test_writes_outside_the_run_directory_do_not_land(tmp_root, full_isolation, 
         tmp_root=str(tmp_root),
         python_guard=layer != "os layers only",
         isolation="minimal" if layer == "python guard only" else "auto",
+        outer_sandbox=True,
     )
     paths = [p for p in _outside_paths() if os.path.isdir(os.path.dirname(p))]
     result = run_bounded(sandbox, WRITE.format(paths=paths))
@@ -388,7 +411,9 @@ def test_writes_outside_the_run_directory_do_not_land(tmp_root, full_isolation, 
 def test_control_without_any_layer_the_write_lands(tmp_root):
     path = _outside_paths()[0]
     try:
-        sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", python_guard=False)
+        sandbox = Sandbox(
+            timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", outer_sandbox=True, python_guard=False
+        )
         run_bounded(sandbox, WRITE.format(paths=[path]))
         assert os.path.exists(path)
     finally:
@@ -428,7 +453,7 @@ def test_environment_secrets_are_not_visible(sandbox, monkeypatch, full_isolatio
 def test_environment_is_scrubbed_even_in_minimal_mode(tmp_root, monkeypatch):
     secret = "hf_FAKE" + uuid.uuid4().hex
     monkeypatch.setenv("HF_TOKEN", secret)
-    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal")
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", outer_sandbox=True)
     result = run_bounded(sandbox, "import os\nprint(dict(os.environ))\n")
     assert "'PATH'" in result.stdout and secret not in result.stdout
 
@@ -436,7 +461,7 @@ def test_environment_is_scrubbed_even_in_minimal_mode(tmp_root, monkeypatch):
 @pytest.mark.skipif(os.geteuid() != 0, reason="documents a root-only weakness")
 def test_control_minimal_mode_as_root_reads_our_environment_through_proc(tmp_root):
     """Why the README says root without namespaces is weak: /proc/<our pid>/environ is readable."""
-    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal")
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", outer_sandbox=True)
     result = run_bounded(sandbox, f"print(open('/proc/{os.getpid()}/environ', 'rb').read())\n")
     assert our_launch_environment_entry() in result.stdout
 
@@ -485,5 +510,208 @@ def test_isolation_report_and_strict_mode(tmp_root, full_isolation):
     if os.geteuid() == 0 and "pid" in full_isolation["namespaces"]:
         assert full_isolation["uid"] is not None and full_isolation["nproc_limit"] == 8
         assert Sandbox(isolation="strict", tmp_root=str(tmp_root)).check()["namespaces"]
-    minimal = Sandbox(isolation="minimal", tmp_root=str(tmp_root)).check()
+    minimal = Sandbox(isolation="minimal", outer_sandbox=True, tmp_root=str(tmp_root)).check()
     assert minimal["namespaces"] == [] and minimal["uid"] is None
+
+
+# ----------------------------------------------------------------------------------------------- assert tests: gaming
+
+WRONG = "def f(x):\n    return -12345\n"
+RIGHT = "def f(x):\n    return {1: 2, 2: 4, 3: [1, (2, 3)]}[x]\n"
+F_ASSERTS = "assert f(1) == 2\nassert f(2) == 4\nassert f(3) == [1, (2, 3)]\n"
+
+# What a policy writing the program can do to the interpreter it runs in. Against the harness before issue 22
+# (program and asserts in one interpreter) each of these scored 1.0 with a wrong f.
+GAMING = {
+    "status_pipe_and_nonce_from_the_harness_frame": (
+        "import sys, os\nloc = sys._getframe(1).f_locals\n"
+        "os.write(loc['status_fd'], b'done ' + loc['nonce'] + b'\\n')\nos._exit(0)\n"
+    ),
+    "fake_status_lines_on_every_fd_then_exit": (
+        "import os, sys, json\nsecrets = [v for d in range(1, 4) for v in sys._getframe(d).f_locals.values()\n"
+        "           if isinstance(v, (bytes, str)) and len(v) == 32] if sys._getframe(1) else []\n"
+        "lines = [b'done ' + (v if isinstance(v, bytes) else v.encode()) for v in secrets]\n"
+        "lines.append(b'values ' + json.dumps([['value', 2], ['value', 4]]).encode())\n"
+        "for fd in range(3, 64):\n    for line in lines:\n        try:\n            os.write(fd, line + b'\\n')\n"
+        "        except OSError:\n            pass\nos._exit(0)\n"
+    ),
+    "patched_compile": (
+        "import builtins\nreal = builtins.compile\n"
+        "builtins.compile = lambda src, name, mode, *a, **k: real('pass' if mode == 'exec' else 'True', name, mode)\n"
+        + WRONG
+    ),
+    "always_equal_object": "class Anything:\n    def __eq__(self, other):\n        return True\n"
+    "    __hash__ = object.__hash__\ndef f(x):\n    return Anything()\n",
+    "int_subclass_equal_to_everything": "class Int(int):\n    def __eq__(self, other):\n        return True\n"
+    "    __hash__ = int.__hash__\ndef f(x):\n    return Int(0)\n",
+    "lookup_table_from_the_test_source_in_memory": (
+        "import gc, re, sys\ntable = {}\n"
+        "def scan(v):\n    if isinstance(v, bytes):\n        v = v.decode(errors='ignore')\n"
+        "    if isinstance(v, str):\n        for a, b in re.findall(r'f\\((.*?)\\) == (.*)', v):\n"
+        "            table[a.strip()] = b.strip()\n"
+        "fr = sys._getframe()\nwhile fr is not None:\n    for v in list(fr.f_locals.values()) + list(fr.f_globals.values()):\n"
+        "        scan(v)\n    fr = fr.f_back\n"
+        "for o in gc.get_objects():\n    if isinstance(o, dict):\n        for v in list(o.values()):\n            scan(v)\n"
+        "    elif isinstance(o, (list, tuple)):\n        for v in o:\n            scan(v)\n"
+        "def f(x):\n    return eval(table[repr(x)])\n"
+    ),
+    "exit_zero_before_the_asserts": WRONG + "import os\nos._exit(0)\n",
+    "exit_from_inside_the_call": "import os\ndef f(x):\n    os._exit(0)\n",
+}
+
+
+@pytest.mark.parametrize("attack", list(GAMING))
+def test_wrong_programs_score_zero_on_assert_tests_whatever_they_do_to_their_interpreter(tmp_root, attack):
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    metrics = {}
+    assert reward([fenced(GAMING[attack])], test_cases=[F_ASSERTS], log_metric=metrics.__setitem__) == [0.0]
+    assert metrics["code/sandbox_errors"] == 0.0
+    assert reward([fenced(RIGHT)], test_cases=[F_ASSERTS]) == [1.0]  # the same tests pass a correct program
+
+
+def test_expected_values_kept_in_setup_variables_stay_out_of_the_programs_reach(tmp_root):
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    tests = "secret_answer = 987654321\narg = 3\nassert f(arg) == secret_answer\n"
+    reader = (
+        "import gc\ndef f(x):\n    found = [o['secret_answer'] for o in gc.get_objects()\n"
+        "             if isinstance(o, dict) and 'secret_answer' in o]\n    return found[0] if found else None\n"
+    )
+    assert reward([fenced(reader)], test_cases=[tests]) == [0.0]
+    assert reward([fenced("def f(x):\n    return 987654321\n")], test_cases=[tests]) == [1.0]
+
+
+def test_a_correct_program_cannot_lower_its_score_or_the_metrics_through_the_status_pipe(tmp_root):
+    scribbler = (
+        "import os\nfor fd in range(3, 64):\n    for line in (b'syntax', b'values [[\"error\", \"x\"]]', b'{}'):\n"
+        "        try:\n            os.write(fd, line + b'\\n')\n        except OSError:\n            pass\n"
+        "print('syntax')\n"
+    )
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    metrics = {}
+    rewards = reward(
+        [fenced(scribbler + RIGHT), fenced(scribbler + ADD)],
+        test_cases=[F_ASSERTS, [{"input": "1 2", "output": "syntax\n3"}]],
+        log_metric=metrics.__setitem__,
+    )
+    assert rewards == [1.0, 1.0]
+    assert metrics["code/syntax_errors"] == 0.0
+
+
+def test_assert_forms_graded_outside_the_program(tmp_root):
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    humaneval = (
+        "METADATA = {}\nimport math\n\ndef check(candidate):\n    assert candidate(2) == 4\n"
+        "    assert math.isclose(candidate(1.5), 2.25)\n    assert candidate(3) in {9, 10}\n"
+        "    assert not candidate(0)\n\ncheck(square)\n"
+    )
+    square, wrong = "def square(x):\n    return x * x\n", "def square(x):\n    return 4 if x == 2 else x * x + 1\n"
+    assert reward([fenced(square), fenced(wrong)], test_cases=[humaneval] * 2) == [1.0, 0.0]
+    pairs = "def f(x):\n    return (x, [x], {x}, {'k': x}, float(x) / 2, b'x', None, x > 1)\n"
+    tests = [
+        "assert f(1) == (1, [1], {1}, {'k': 1}, 0.5, b'x', None, False)",  # decided here
+        "expected = (2, [2])\nassert f(2)[:2] == expected",  # decided by the judge
+        "assert f(3)[7] is True",
+        "assert sorted(f(4)[2]) == [4] and f(4)[4] > 1",
+        "assert f(5)[0] == 6",  # fails
+    ]
+    assert reward([fenced(pairs)], test_cases=[tests]) == [pytest.approx(4 / 5)]
+    # A value that is not a plain builtin (here a generator) fails its test; nothing of it reaches a comparison.
+    assert reward([fenced("def f(x):\n    return (i for i in [x])\n")], test_cases=[["assert list(f(1)) == [1]"]]) == [
+        0.0
+    ]
+
+
+def test_assert_tests_that_cannot_be_graded_outside_are_left_out():
+    assert plan_assert_test("assert all(f(i) == i for i in range(3))") is None  # a comprehension's variable
+    assert plan_assert_test("for i in range(3):\n    assert f(i) == i\n") is None  # an assert in a loop
+    assert plan_assert_test("r = f(2)\nassert r == 4") is None  # setup calling into the program
+    plan = plan_assert_test("import math\nx = 2\nexpected = 4\nassert f(x) == expected")
+    assert plan.probes == ("f(x)",) and plan.program_setup == "x = 2" and "expected" in plan.judge_setup
+    reward = CodeTestsReward(timeout_s=TIMEOUT)
+    assert reward(["def f(x):\n    return x"], test_cases=[["assert all(f(i) == i for i in range(3))"]]) == [None]
+
+
+# ----------------------------------------------------------------------------------------------- kernel-enforced limits
+
+ESCAPES = {
+    # memfd memory is not counted by RLIMIT_AS (it held 1,984 MB under a 512 MB limit before issue 22)
+    "memfd_create": "import os\nfd = os.memfd_create('m')\nos.ftruncate(fd, 1 << 20)\nprint('ESCAPED')\n",
+    "unshare_user_and_net_namespaces": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.unshare(0x10000000 | 0x40000000) == 0:\n    print('ESCAPED')\n"
+    ),
+    "clone_into_a_new_user_namespace": (
+        "import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "pid = libc.syscall(56, 0x10000000 | signal.SIGCHLD, 0, 0, 0, 0)\n"
+        "if pid == 0:\n    os._exit(0)\nif pid > 0:\n    os.waitpid(pid, 0)\n    print('ESCAPED')\n"
+    ),
+    "system_v_shared_memory": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.shmget(0, 1 << 20, 0o1600) >= 0:\n    print('ESCAPED')\n"
+    ),
+    "exec_a_fresh_interpreter_without_the_audit_hook": "import os\nos.execv('/bin/echo', ['echo', 'ESCAPED'])\n",
+    "ptrace": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.ptrace(0, 0, 0, 0) == 0:\n    print('ESCAPED')\n",
+    "inet_socket_with_no_network_namespace": "import socket\nsocket.socket()\nprint('ESCAPED')\n",
+}
+
+
+@pytest.mark.parametrize("escape", list(ESCAPES))
+@pytest.mark.parametrize("isolation", ["auto", "minimal"])
+def test_the_syscall_filter_refuses_kernel_interfaces(tmp_root, full_isolation, escape, isolation):
+    """Python guard off, so that the seccomp filter alone is tested (minimal: it is the only OS layer left)."""
+    needs_syscall_filter(full_isolation)
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, isolation=isolation,
+                      outer_sandbox=True)  # fmt: skip
+    result = run_bounded(sandbox, ESCAPES[escape])
+    assert result.isolation["syscall_filter"] is True
+    assert "ESCAPED" not in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("escape", ["memfd_create", "system_v_shared_memory", "ptrace"])
+def test_control_without_the_syscall_filter_the_escape_works(tmp_root, escape):
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, syscall_filter=False)
+    result = run_bounded(sandbox, ESCAPES[escape])
+    assert result.isolation["syscall_filter"] is False
+    assert "ESCAPED" in result.stdout, result.stdout + result.stderr
+
+
+def test_threads_forks_and_the_standard_library_still_work_under_the_filter(sandbox):
+    program = (
+        "import threading, json, re, math\nout = []\nt = threading.Thread(target=lambda: out.append(math.factorial(5)))\n"
+        "t.start()\nt.join()\nprint(json.dumps(out), re.sub('a', 'b', 'aa'))\n"
+    )
+    result = run_bounded(sandbox, program)
+    assert result.stdout == "[120] bb\n" and result.isolation["syscall_filter"] is True
+
+
+def test_one_run_gets_at_most_a_few_ptys(tmp_root, full_isolation):
+    needs(full_isolation, namespaces=("mnt",))
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False)
+    program = (
+        "import os\nn = 0\nfds = []\nfor _ in range(64):\n    try:\n        fds.extend(os.openpty())\n"
+        "        n += 1\n    except OSError:\n        break\nprint(n)\n"
+    )
+    result = run_bounded(sandbox, program)
+    assert result.isolation["pty_limit"] == 4
+    assert 1 <= int(result.stdout) <= 4, result.stdout + result.stderr  # it can open some, not 64
+
+
+def test_one_run_gets_at_most_a_bounded_number_of_inodes(tmp_root, full_isolation):
+    needs(full_isolation, namespaces=("mnt",))
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False)
+    program = (
+        "import os\nn = 0\nfor i in range(5000):\n    try:\n        os.mkdir(f'/tmp/d{i}')\n        n += 1\n"
+        "    except OSError:\n        break\nprint(n)\n"
+    )
+    result = run_bounded(sandbox, program)
+    assert result.isolation["tmpfs_inodes"] == 1024
+    assert 900 < int(result.stdout) < 1024, result.stdout + result.stderr
+
+
+def test_minimal_mode_refuses_without_a_declared_outer_sandbox():
+    with pytest.raises(ValueError, match="outer_sandbox=True") as error:
+        Sandbox(isolation="minimal")
+    assert "writes anywhere" in str(error.value)
+    with pytest.raises(ValueError, match="outer_sandbox=True"):
+        CodeTestsReward(isolation="minimal")
+    assert Sandbox(isolation="minimal", outer_sandbox=True).isolation == "minimal"
