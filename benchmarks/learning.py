@@ -1,25 +1,23 @@
-"""Learning benchmark: every method and ``grpo`` on the bundled arithmetic task, same budget, several seeds.
+"""Learning benchmark: every method and ``grpo`` on the embedded default (the bundled arithmetic task), same budget,
+several seeds: what ``accelerate launch examples/train.py --method X`` does, measured.
 
-    python benchmarks/learning.py            # full: 6 methods x 3 seeds x 2 settings, ~45 min on 2 CPU cores
+    python benchmarks/learning.py            # full: 6 methods x 3 seeds, ~20 min on 2 CPU cores
     python benchmarks/learning.py --quick    # the same tables from a few tiny steps, < 1 min (run in CI)
 
 Every run starts from the same warm-started tiny Qwen2 (``load_warm_start(seed=0)``) and trains with the
-embedded default's GRPO settings (``DEFAULT_GRPO_ARGS``: batch 64, G=8, lr 5e-6 constant, beta 0) and each
-method's own defaults (SGPO with its offline programmatic judge), for the same number of steps. Seeds change
-the training-data order and the sampling; the held-out problems are fixed. Two settings:
-
-* ``default``: the embedded default's difficulty (2-3 operations);
-* ``hard``: 4-5 operations and larger operands, where most groups of 8 samples are all wrong, so GRPO's
-  advantages are mostly zero: the regime SGPO (partial credit inside all-wrong groups) and GPG (alpha
-  rescales the batch for its zero-advantage groups) are about.
+embedded default's settings (``DEFAULT_GRPO_ARGS``, the demo's) and each method's own defaults (SGPO with its
+offline programmatic judge), for the same number of steps. Seeds change the training-data order and the sampling;
+the held-out problems are fixed. The warm start's sampled pass@k on the held-out problems (temperature 1, 16
+samples each, the unbiased estimator) is reported as the ceiling that sharpening can reach with k samples.
 
 Recorded per run: greedy held-out accuracy every ``--eval-every`` steps (and at step 0), TRL's per-step
 ``entropy`` (mean next-token entropy of the policy over completion tokens) and ``reward``. Reported per method:
-final accuracy (mean, standard deviation and min / max over seeds), steps to reach the threshold (warm-start
-accuracy + ``--threshold-gain``, first evaluation at or above it, in every seed), the entropy's spread across
-steps, and plots. Runs execute in ``--workers`` processes with one torch thread each; a run's numbers depend only
-on its (method, setting, seed), so re-running regenerates the same tables on the same machine and library
-versions. Writes ``benchmarks/results/learning.md``, ``learning.json`` and ``learning_<setting>.png``.
+final accuracy (mean, standard deviation and min / max over seeds), its gain over the warm start and that gain as
+a share of grpo's, steps to reach the threshold (warm-start accuracy + ``--threshold-gain``, first evaluation at
+or above it, in every seed), the entropy's spread across steps, and plots. Runs execute in ``--workers`` processes
+with one torch thread each (as ``accelerate launch`` gives a CPU run); a run's numbers depend only on its (method,
+setting, seed), so re-running regenerates the same tables on the same machine and library versions. Writes
+``benchmarks/results/learning.md``, ``learning.json`` and ``learning_<setting>.png``.
 """
 
 from __future__ import annotations
@@ -42,15 +40,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 METHOD_NAMES = ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"]
-SETTINGS = {  # setting -> (task difficulty, training steps in a full run)
-    "default": ("default", 150),
-    "hard": ("hard", 100),
+SETTINGS = {  # setting -> (task difficulty, training steps in a full run: the demo's)
+    "default": ("default", None),
 }
-# Per-method changes to the method's defaults, to keep a full run within its time budget. GPG's resampling
-# (beta_th=0.6) draws up to max_generation_rounds=20 batches per optimizer step until 60% of the groups are
-# informative; on the hard setting (~94% all-wrong groups) it would hit 20 rounds on every step, 20x the cost of
-# the others. Capped at 4 rounds here; the tables report the completions each method sampled per step.
-METHOD_OVERRIDES = {"gpg": {"max_generation_rounds": 4}}
+# Per-method changes to the method's defaults (none: every method runs as `--method X` runs it).
+METHOD_OVERRIDES: dict[str, dict] = {}
+PASS_AT = (1, 2, 4, 8, 16)
 QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
 PAPER_CLAIMS = {  # the papers' own headline results (from ../shared/specs/<method>.md §8-9), at their scale
     "grpo": "the baseline every paper compares against",
@@ -135,6 +130,37 @@ def run_one(job: dict) -> dict:
         "frac_reward_zero_std": [row.get("frac_reward_zero_std") for row in logs],
         "completions_per_step": _mean(rounds) * args.per_device_train_batch_size,
     }
+
+
+def warm_start_pass_at_k(difficulty: str, args) -> dict:
+    """Greedy accuracy and sampled pass@k of the warm start on the held-out problems: n samples per problem at
+    temperature 1, pass@k = 1 - C(n - c, k) / C(n, k) with c of them right (the unbiased estimator)."""
+    import torch
+
+    from grpo_family.tasks import (
+        DEFAULT_GRPO_ARGS,
+        arithmetic_reward,
+        evaluate_accuracy,
+        generate_completions,
+        load_warm_start,
+        make_arithmetic_dataset,
+    )
+
+    torch.manual_seed(0)
+    n = 4 if args.quick else max(PASS_AT)
+    model, tokenizer = load_warm_start(seed=0)
+    held_out = make_arithmetic_dataset("eval", args.eval_examples, seed=0, difficulty=difficulty)
+    tokens = DEFAULT_GRPO_ARGS["max_completion_length"]
+    prompts = [p for p in held_out["prompt"] for _ in range(n)]
+    completions = generate_completions(
+        model, tokenizer, prompts, max_new_tokens=tokens, do_sample=True, temperature=1.0, batch_size=256
+    )
+    right = arithmetic_reward(completions, [a for a in held_out["answer"] for _ in range(n)])
+    correct = [sum(r or 0.0 for r in right[i * n : (i + 1) * n]) for i in range(len(held_out))]
+    out = {"greedy": evaluate_accuracy(model, tokenizer, held_out, max_new_tokens=tokens), "samples": n}
+    for k in (k for k in PASS_AT if k <= n):
+        out[f"pass@{k}"] = _mean([1 - math.comb(n - int(c), k) / math.comb(n, k) for c in correct])
+    return out
 
 
 def run_all(jobs: list[dict], workers: int, cache: Path | None) -> tuple[list[dict], int]:
@@ -287,6 +313,21 @@ def entropy_section(runs: list[dict]) -> list[str]:
     return lines
 
 
+def _ceiling_lines(ceiling: dict | None) -> list[str]:
+    if not ceiling:
+        return []
+    ks = [k for k in ceiling if k.startswith("pass@")]
+    return [
+        f"The warm start on the same problems ({ceiling['samples']} samples each at temperature 1): the ceiling that "
+        "sharpening what it already does can reach.",
+        "",
+        "| greedy | " + " | ".join(ks) + " |",
+        "|---" * (len(ks) + 1) + "|",
+        f"| {ceiling['greedy']:.3f} | " + " | ".join(f"{ceiling[k]:.3f}" for k in ks) + " |",
+        "",
+    ]
+
+
 def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str:
     lines = [
         "# Learning: every method vs GRPO on the bundled arithmetic task",
@@ -303,7 +344,8 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
         "each method's default config except "
         + ", ".join(f"{m}: {k}={v}" for m, o in METHOD_OVERRIDES.items() for k, v in o.items())
         + f" (see `METHOD_OVERRIDES`); seeds {meta['seeds']}; greedy held-out accuracy on {meta['eval_examples']} "
-        f"fixed problems every {meta['eval_every']} steps. Threshold = warm-start accuracy + {meta['threshold_gain']}.",
+        f"fixed problems every {meta['eval_every']} steps. Threshold = warm-start accuracy + {meta['threshold_gain']}. "
+        "`s / run`: the training loop of one run, held-out evaluations included (one thread).",
         "",
     ]
     if meta["quick"]:
@@ -318,17 +360,23 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
             "",
             f"![{setting}](learning_{setting}.png)",
             "",
-            f"Warm-start accuracy {info['start_accuracy']:.3f}; threshold {info['threshold']:.3f}.",
+            f"Warm-start greedy accuracy {info['start_accuracy']:.3f}; threshold {info['threshold']:.3f}.",
             "",
-            "| method | final accuracy, mean ± sd | min / max over seeds | Δ vs grpo | steps to threshold, median (range) "
+            *_ceiling_lines(meta.get("warm_start_pass_at_k", {}).get(setting)),
+            "| method | final accuracy, mean ± sd | gain over the warm start (× start) | share of grpo's gain "
+            "| min / max over seeds | Δ vs grpo | steps to threshold, median (range) "
             "| entropy first → last | entropy sd across steps (min / max over seeds) | reward first → last 10% "
             "| share of all-equal groups | completions sampled / step | s / run |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         grpo_mean = info["methods"].get("grpo", {}).get("final_mean", math.nan)
+        start = info["start_accuracy"]
         for method, m in info["methods"].items():
+            gain, grpo_gain = m["final_mean"] - start, grpo_mean - start
             lines.append(
-                f"| {method} | {m['final_mean']:.3f} ± {m['final_std']:.3f} | {min(m['final_accuracy']):.3f} / "
+                f"| {method} | {m['final_mean']:.3f} ± {m['final_std']:.3f} | {gain:+.3f} "
+                f"(×{m['final_mean'] / start if start else math.inf:.2f}) "
+                f"| {gain / grpo_gain if grpo_gain else math.nan:.2f} | {min(m['final_accuracy']):.3f} / "
                 f"{max(m['final_accuracy']):.3f} | {m['final_mean'] - grpo_mean:+.3f} | {_steps_cell(m['steps_to_threshold'])} "
                 f"| {m['entropy_first']:.3f} → {m['entropy_last']:.3f} | {m['entropy_std_across_steps']:.4f} "
                 f"({m['entropy_std_min_max'][0]:.4f} / {m['entropy_std_min_max'][1]:.4f}) "
@@ -380,13 +428,17 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         overrides = QUICK_ARGS
         args.eval_every, args.eval_examples = 1, 16
+    import torch
+
+    from grpo_family.tasks import DEFAULT_GRPO_ARGS, load_warm_start
+
     jobs = [
         {
             "method": method,
             "setting": setting,
             "difficulty": SETTINGS[setting][0],
             "seed": seed,
-            "steps": args.steps or (2 if args.quick else SETTINGS[setting][1]),
+            "steps": args.steps or (2 if args.quick else SETTINGS[setting][1] or DEFAULT_GRPO_ARGS["max_steps"]),
             "eval_every": args.eval_every,
             "eval_examples": args.eval_examples,
             "overrides": {**overrides, **METHOD_OVERRIDES.get(method, {})},
@@ -395,9 +447,6 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in args.seeds
         for method in args.methods
     ]
-    import torch
-
-    from grpo_family.tasks import DEFAULT_GRPO_ARGS, load_warm_start
 
     if args.from_json:  # re-tabulate stored runs (e.g. after changing the tables), keeping how they were made
         stored = json.loads(Path(args.from_json).read_text())
@@ -405,6 +454,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         load_warm_start(seed=0)  # build the cache once, before the workers race for it
         start = time.perf_counter()
+        ceiling = {setting: warm_start_pass_at_k(SETTINGS[setting][0], args) for setting in args.settings}
         cache = None if args.fresh or args.quick else ROOT / "outputs" / "learning_runs"
         runs, runs_trained = run_all(jobs, args.workers, cache)
         grpo_args = {**DEFAULT_GRPO_ARGS, **overrides}
@@ -422,6 +472,7 @@ def main(argv: list[str] | None = None) -> dict:
             "eval_every": args.eval_every,
             "threshold_gain": args.threshold_gain,
             "quick": args.quick,
+            "warm_start_pass_at_k": ceiling,
         }
 
     default_dir = ROOT / "outputs" / "learning_quick" if meta["quick"] else ROOT / "benchmarks" / "results"

@@ -18,16 +18,21 @@ import json
 import logging
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import AutoTokenizer, TrainerCallback, set_seed
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from grpo_family import METHODS, get_method
 
 logger = logging.getLogger("grpo_family.train")
+# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses the old names, so
+# every run would print four deprecation notices that are not the user's to act on.
+warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 @dataclass
@@ -92,8 +97,8 @@ def parse_args(argv: list[str] | None = None):
     known = _pre_parse(argv)
     config_cls, trainer_cls = get_method(known.method)
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig))
-    if not torch.cuda.is_available():  # TRL defaults to bf16, which a CPU-only machine rejects
-        parser.set_defaults(bf16=False)
+    if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
+        parser.set_defaults(bf16=False, dataloader_pin_memory=False)
     if known.model_name_or_path is None and known.dataset_name is None:
         # Embedded default: the bundled task's tuned settings as defaults, before the config's own checks run (so
         # `--num_generations 16` is checked against the demo's batch of 64, not TRL's 8); the YAML and the command
@@ -194,7 +199,7 @@ def record_accuracy(state, accuracy: float | None, label: str) -> None:
     if accuracy is None:
         return
     state.log_history.append({"step": state.global_step, "held_out_accuracy": accuracy})
-    print(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}", flush=True)
+    tqdm.write(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")  # keeps the progress bar
 
 
 def plot_rewards(log_history: list[dict], path: Path, title: str) -> None:

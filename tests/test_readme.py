@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from readme_commands import README, Block, blocks, commands, install_commands, lint_commands, test_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +40,9 @@ ONE_STEP = (
     "--max_completion_length 8 --report_to none"
 )
 # Python snippets: the Config call gets the same 1-step settings.
-ONE_STEP_PY = 'max_steps=1, per_device_train_batch_size=8, num_generations=4, max_completion_length=8, report_to="none", '
+ONE_STEP_PY = (
+    'max_steps=1, per_device_train_batch_size=8, num_generations=4, max_completion_length=8, report_to="none", '
+)
 HUB_MODEL = re.compile(r"Qwen/Qwen[\w.\-]+")
 HUB_DATASET = "openai/gsm8k"
 
@@ -163,10 +164,14 @@ def test_a_broken_command_fails(standins, tmp_path):
     `--bf16`. Both must fail before any training starts."""
     readme = tmp_path / "README.md"
     text = README.read_text()
-    assert "--reward_funcs math_accuracy boxed_format" in text and "accelerate launch examples/train.py --method grpo" in text
+    assert (
+        "--reward_funcs math_accuracy boxed_format" in text
+        and "accelerate launch examples/train.py --method grpo" in text
+    )
     readme.write_text(
         text.replace("--reward_funcs math_accuracy boxed_format", "--reward_funcs math_accuracy format").replace(
-            "accelerate launch examples/train.py --method grpo", "accelerate launch examples/train.py --method grpo --bf16"
+            "accelerate launch examples/train.py --method grpo",
+            "accelerate launch examples/train.py --method grpo --bf16",
         )
     )
     broken = {c.text for c in runnable_commands(readme)} - {c.text for c in runnable_commands()}

@@ -102,3 +102,18 @@ def test_resume_from_checkpoint_flag_continues_the_run(tiny_model_dir, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     final = load_file(out / "model.safetensors")
     assert all(torch.equal(final[name], checkpoint[name]) for name in checkpoint)
+
+
+def test_embedded_default_flags_are_checked_against_its_own_batch():
+    """The demo's batch (64) is in place before the config's own checks run: --num_generations 16 divides it (TRL's
+    default batch of 8 would refuse it), 48 does not."""
+    _, args, _, _ = train.parse_args(["--num_generations", "16"])
+    assert args.per_device_train_batch_size == 64 and args.num_generations == 16
+    with pytest.raises(ValueError, match="generations"):
+        train.parse_args(["--num_generations", "48"])
+
+
+def test_unknown_reward_name_fails_before_anything_loads(tmp_path):
+    with pytest.raises(ValueError, match=r"Unknown reward function 'format'\. Valid names: .*boxed_format"):
+        train.parse_args(["--model_name_or_path", str(tmp_path / "nowhere"), "--dataset_name", "x", "--reward_funcs",
+                          "math_accuracy", "format"])  # fmt: skip
