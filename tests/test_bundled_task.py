@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import torch
 
@@ -76,3 +77,43 @@ def test_tiny_model_is_a_qwen2_and_runs():
     ids = tokenizer("1+2=3", return_tensors="pt")["input_ids"]
     logits = model(ids).logits
     assert logits.shape == (1, ids.shape[1], len(tokenizer)) and torch.isfinite(logits).all()
+
+
+def test_default_task_mostly_needs_precedence_and_left_to_right_is_then_wrong():
+    from grpo_family.tasks import DEFAULT_DIFFICULTY, left_to_right, needs_precedence
+    from grpo_family.tasks.arithmetic import _parse_problem
+
+    data = make_arithmetic_dataset("eval", 400, seed=0)
+    kinds = []
+    for problem, answer in zip(data["problem"], data["answer"]):
+        numbers, ops = _parse_problem(problem)
+        kinds.append(needs_precedence(ops))
+        wrong_order = left_to_right(numbers, ops)
+        assert all(0 <= c <= DEFAULT_DIFFICULTY.max_value for *_, c in wrong_order)
+        if not needs_precedence(ops):  # the same order as the reference: the same answer
+            assert wrong_order[-1][3] == int(answer)
+    assert abs(sum(kinds) / len(kinds) - DEFAULT_DIFFICULTY.precedence_share) < 0.05
+    assert needs_precedence(["+", "*"]) and needs_precedence(["*", "-", "*"]) and not needs_precedence(["*", "+"])
+    assert left_to_right([7, 5, 3], ["+", "*"]) == [(7, "+", 5, 12), (12, "*", 3, 36)]
+
+
+def test_teacher_evaluates_left_to_right_in_its_share_of_solutions():
+    from grpo_family.tasks import teacher_solutions
+
+    data = make_arithmetic_dataset("train", 2000, seed=0)
+    solutions = teacher_solutions(data, left_to_right_share=0.8)
+    judged = [check_steps(p, s) for p, s in zip(data["problem"], solutions)]
+    wrong = [j is not None for j in judged]
+    # left to right is wrong exactly where precedence matters (about 9 in 10 problems): 0.8 * 0.9 = 0.72 of rows
+    assert 0.68 < sum(wrong) / len(wrong) < 0.76
+    for solution, j in zip(solutions, judged):  # the error is the order, never the arithmetic
+        for line in solution.splitlines()[:-1]:
+            a, op, b, c = re.fullmatch(r"(\d+)([-+*])(\d+)=(\d+)", line).groups()
+            assert eval(f"{a}{op}{b}") == int(c)  # noqa: S307
+        assert j is None or j < len(solution.splitlines())  # a computation line, not the answer line
+    assert teacher_solutions(data, 0.0) == list(data["solution"])
+
+
+def test_tiny_model_head_dim_is_servable_by_vllm_cpu():
+    model = build_tiny_model(build_tokenizer(), seed=0)
+    assert model.config.hidden_size // model.config.num_attention_heads >= 32
