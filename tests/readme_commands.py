@@ -92,7 +92,7 @@ def install_commands(path: Path = README) -> list[str]:
     return [c.text for c in commands(path) if c.text.startswith("pip install")]
 
 
-def test_command(path: Path = README) -> str:
+def readme_test_command(path: Path = README) -> str:
     (command,) = [c.text for c in commands(path) if c.block.section == "Tests" and "pytest" in c.text]
     return command
 
@@ -106,7 +106,7 @@ if __name__ == "__main__":
     if what == "install":
         print("\n".join(install_commands()))
     elif what == "test":
-        print(test_command())
+        print(readme_test_command())
     elif what == "lint":
         print("\n".join(lint_commands()))
     else:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from readme_commands import README, Block, blocks, commands, install_commands, lint_commands, test_command
+from readme_commands import README, Block, blocks, commands, install_commands, lint_commands, readme_test_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,6 +77,9 @@ def adapt(text: str, standins: dict, *, gpu_block: bool = False) -> str:
             assert gpu_block, f"{gpu!r} needs a GPU, but its README block does not say so: {text}"
             text = text.replace(gpu, cpu)
     if "examples/train.py" in text:
+        if "--output_dir" not in text:  # the demo's default, outputs/<method>, moved with the other outputs
+            method = re.search(r"--method (\w+)", text)
+            text += f" --output_dir {standins['outputs']}{method.group(1) if method else 'grpo'}"
         text += " " + ONE_STEP
     return text
 
@@ -105,7 +108,7 @@ def _not_run_reason(text: str) -> str | None:
 
 
 def runnable_commands(readme: Path = README) -> list:
-    ci_run = set(install_commands(readme)) | set(lint_commands(readme)) | {test_command(readme)}
+    ci_run = set(install_commands(readme)) | set(lint_commands(readme)) | {readme_test_command(readme)}
     return [c for c in commands(readme) if c.text not in ci_run and _not_run_reason(c.text) is None]
 
 
@@ -113,7 +116,7 @@ def test_every_block_is_handled():
     """Each fenced block is bash or python; each bash command is run here, by CI, or listed with its reason."""
     assert {b.lang for b in blocks()} <= {"bash", "python"}, [b.lang for b in blocks()]
     handled = {c.text for c in runnable_commands()} | set(install_commands()) | set(lint_commands())
-    handled |= {test_command()}
+    handled |= {readme_test_command()}
     for command in commands():
         assert command.text in handled or _not_run_reason(command.text), command.text
 
@@ -123,7 +126,7 @@ def test_ci_runs_the_readme_install_lint_and_test_commands():
     for what in ("install", "lint", "test"):
         assert f"tests/readme_commands.py {what}" in ci, what
     assert "venv" in ci and install_commands() and lint_commands()
-    assert test_command() == "python -m pytest"
+    assert readme_test_command() == "python -m pytest"
 
 
 def test_not_run_commands_are_valid_shell():
