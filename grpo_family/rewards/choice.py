@@ -57,9 +57,10 @@ _IN_SENTENCE = re.compile(
 )
 
 
-def _letter_of(region: str, letters: str) -> str | None:
+def _letter_of(region: str, letters: str, *, anchored: bool = False) -> str | None:
     """The letter a short answer span starts with: ``"C"``, ``"(C)"``, ``"C."``, ``"C) text"``, ``"C. text"``,
-    ``"C, since ..."``, ``"C is correct"``; None when there is none or the span names a second option."""
+    ``"C, since ..."``, ``"C is correct"`` and, after an anchor, ``"E because ..."``; None when there is none or
+    the span names a second option. (Without an anchor "A cat" is an article, not an option.)"""
     s = _clean(region)
     # Patterns here never put two unbounded whitespace runs next to each other: a completion with a long run of
     # spaces would otherwise make the regex backtrack quadratically (or worse) before failing.
@@ -67,6 +68,8 @@ def _letter_of(region: str, letters: str) -> str | None:
         letter = re.search(r"[A-Za-z]", s).group(0).upper()
         return letter if letter in letters else None
     m = re.match(r"[\(\[]?\s*([A-Z])(?:\s*[\)\]][\s.:]*|\s*[.:](?=\s)|(?=,)|\s*$|\s+(?=is\b|would\b|seems\b))", s)
+    if m is None and anchored:
+        m = re.match(r"[\(\[]?\s*([A-Z])\s+(?=[a-z])", s)
     if not (m and m.group(1) in letters):
         return None
     rest = s[m.end() :]
@@ -79,8 +82,12 @@ def _letter_of(region: str, letters: str) -> str | None:
 
 
 def _letter_in_sentence(region: str, letters: str) -> str | None:
-    matches = [m.group(1) for m in _IN_SENTENCE.finditer(_clean(region)) if m.group(1) in letters]
-    return matches[-1] if len(set(matches)) == 1 else None
+    """ "D is the answer.": the letter, provided it is the only option letter the text names at all ("A is wrong and
+    B is right" names two)."""
+    cleaned = _clean(region)
+    named = {m.group(1) for m in re.finditer(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])", cleaned) if m.group(1) in letters}
+    matches = [m.group(1) for m in _IN_SENTENCE.finditer(cleaned) if m.group(1) in letters]
+    return matches[-1] if matches and named == {matches[-1]} else None
 
 
 def extract_choice(text: str, letters: str = DEFAULT_LETTERS) -> str | None:
@@ -91,7 +98,7 @@ def extract_choice(text: str, letters: str = DEFAULT_LETTERS) -> str | None:
         return None
     if found.source == "whole":
         return _letter_of(found.text, letters) or _letter_in_sentence(found.text, letters)
-    return _letter_of(found.text, letters)
+    return _letter_of(found.text, letters, anchored=True)
 
 
 def gold_letter(gold: Any, letters: str = DEFAULT_LETTERS) -> str | None:
