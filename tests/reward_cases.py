@@ -95,8 +95,12 @@ MATH = _cases(
         ("answer_tag", "<answer>18</answer> Actually no, <answer>21</answer>", "21", 1),
         ("answer_tag", "<answer>18</answer> Actually no, <answer>21</answer>", "18", 0),
         ("fbox", r"\fbox{42}", "42", 1),
-        ("self_correction", r"First I got \boxed{40}. Wait, I made an error: 6*7 = 42, so the answer is \boxed{42}.",
-         "42", 1),  # fmt: skip
+        (
+            "self_correction",
+            r"First I got \boxed{40}. Wait, I made an error: 6*7 = 42, so the answer is \boxed{42}.",
+            "42",
+            1,
+        ),  # fmt: skip
         ("self_correction", r"\boxed{18}. Let me double-check: $3 \times 6 = 18$. Yes.", "18", 1),
         ("self_correction", r"Thus the answer is \boxed{18}. I hope this helps!", "18", 1),
         ("truncated", r"The answer is \boxed{4", "4", 0),
