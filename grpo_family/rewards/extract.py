@@ -208,36 +208,45 @@ def _trailing_hedge(trailing: str) -> str:
     return ""
 
 
-def _boxes(text: str) -> list[tuple[int, int, str | None]]:
-    """``(start, end, content)`` of every ``\\boxed``/``\\fbox`` in ``text``; content None for an unbalanced box."""
-    out = []
-    for m in _BOX_START.finditer(text):
-        content, end = _box_at(text, m.end())
-        out.append((m.start(), end, content))
-    return out
-
-
-def _box_at(text: str, i: int) -> tuple[str | None, int]:
-    if i >= len(text):
-        return None, len(text)
-    if text[i] != "{":
-        m = re.match(r"[^\s$]+", text[i:])
-        return (m.group(0), i + m.end()) if m else (None, i)
-    depth = 0
-    j = i
+def _boxes(text: str) -> list[tuple[int, int, int, int]]:
+    """``(start, end, content_start, content_end)`` of every ``\\boxed``/``\\fbox`` in ``text``; ``content_end``
+    is -1 for an unbalanced (cut-off) box. Linear: braces are matched once for the whole text, so 10^5 unclosed
+    boxes do not each scan to the end."""
+    starts = list(_BOX_START.finditer(text))
+    if not starts:
+        return []
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    j = 0
     while j < len(text):
         ch = text[j]
         if ch == "\\" and j + 1 < len(text) and text[j + 1] in "{}":
             j += 2  # \{ and \} are literal braces (sets), not grouping
             continue
         if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j].strip() or None, j + 1
+            stack.append(j)
+        elif ch == "}" and stack:
+            closing[stack.pop()] = j
         j += 1
-    return None, len(text)
+    out = []
+    for m in starts:
+        i = m.end()
+        if i >= len(text):
+            out.append((m.start(), i, i, -1))
+        elif text[i] != "{":  # brace-less form: the argument runs to the next whitespace or maths delimiter
+            arg = re.match(r"[^\s$]*", text[i:]).end()
+            out.append((m.start(), i + arg, i, i + arg if arg else -1))
+        elif i in closing:
+            out.append((m.start(), closing[i] + 1, i + 1, closing[i]))
+        else:
+            out.append((m.start(), len(text), i + 1, -1))
+    return out
+
+
+def _box_content(text: str, box: tuple[int, int, int, int]) -> str | None:
+    if box[3] < 0:
+        return None
+    return text[box[2] : box[3]].strip() or None
 
 
 def _tag_blocks(text: str, tag: str = "answer") -> list[tuple[int, int, str]]:
@@ -273,7 +282,8 @@ def _in_region(region: str, anchors: re.Pattern, outer_trailing: str = "") -> Fi
     """The final answer inside one region (the final region, or the content of the last ``<answer>`` block)."""
     boxes = _boxes(region)
     if boxes:
-        start, end, content = boxes[-1]
+        end = boxes[-1][1]
+        content = _box_content(region, boxes[-1])
         if content is None:
             return NO_ANSWER  # cut off inside its box: an earlier box is an intermediate result, not the answer
         hedge = _trailing_hedge(region[end:] + outer_trailing)
@@ -281,14 +291,14 @@ def _in_region(region: str, anchors: re.Pattern, outer_trailing: str = "") -> Fi
         # collator reads such a gold the same way); joined by "or" they are two candidates.
         parts = [content]
         k = len(boxes) - 1
-        while (
-            k > 0
-            and boxes[k - 1][2] is not None
-            and _CONNECTOR_ONLY.fullmatch(between := region[boxes[k - 1][1] : boxes[k][0]])
-        ):
+        while k > 0 and boxes[k - 1][1] <= boxes[k][0]:
+            previous = _box_content(region, boxes[k - 1])
+            between = region[boxes[k - 1][1] : boxes[k][0]]
+            if previous is None or not _CONNECTOR_ONLY.fullmatch(between):
+                break
             if _HEDGE_WORD.search(between):
                 hedge = "two boxed candidates"
-            parts.insert(0, boxes[k - 1][2])
+            parts.insert(0, previous)
             k -= 1
         content = ", ".join(parts)
         return FinalAnswer(content, "box", hedge, _span_words(content))
@@ -348,17 +358,19 @@ def solution_gold(solution: str) -> tuple[str | None, str]:
     if not isinstance(solution, str) or not solution.strip():
         return None, "no solution text"
     boxes = _boxes(solution)
-    if not boxes or boxes[-1][2] is None:
+    if not boxes or _box_content(solution, boxes[-1]) is None:
         return None, "no complete \\boxed{} in the solution"
-    parts = [boxes[-1][2]]
+    parts = [_box_content(solution, boxes[-1])]
     k = len(boxes) - 1
-    while k > 0 and boxes[k - 1][2] is not None:
+    while k > 0 and _box_content(solution, boxes[k - 1]) is not None:
+        if boxes[k - 1][1] > boxes[k][0]:
+            return None, "a box inside another box"
         between = solution[boxes[k - 1][1] : boxes[k][0]]
         if not _CONNECTOR_ONLY.fullmatch(between):
             return None, f"{len(boxes)} boxes apart in the solution (which one is the answer?)"
         if _HEDGE_WORD.search(between):
             return None, "boxes joined by 'or'"
-        parts.insert(0, boxes[k - 1][2])
+        parts.insert(0, _box_content(solution, boxes[k - 1]))
         k -= 1
     if k > 0:
         return None, "an unbalanced box before the last one"
