@@ -132,7 +132,7 @@ def load_real(script_args, training_args, model_args):
     from datasets import load_dataset
 
     from grpo_family.collator import prepare_dataset
-    from grpo_family.rewards import get_reward_funcs
+    from grpo_family.rewards import check_golds, get_reward_funcs
 
     # trust_remote_code stays off (only architectures transformers itself ships are loaded) unless asked for with
     # trust_remote_code set in --model_init_kwargs (a JSON dict; TRL's ModelConfig has no flag for it), which runs
@@ -164,6 +164,7 @@ def load_real(script_args, training_args, model_args):
     if script_args.dataset_test_split in raw:
         test = raw[script_args.dataset_test_split]
         evaluation = prepare_dataset(test.select(range(min(len(test), script_args.num_eval_examples))), **columns)
+    check_golds(train, get_reward_funcs(script_args.reward_funcs))  # unreadable golds: reported, or fail fast
     return model_args.model_name_or_path, tokenizer, train, evaluation, get_reward_funcs(script_args.reward_funcs)
 
 

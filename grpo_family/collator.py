@@ -15,8 +15,10 @@ preset        columns (first present wins)                gold
 ``gsm8k``     ``question``, ``answer``                    the number after ``####`` in ``answer`` (commas
                                                           dropped); the worked answer, without ``<<...>>``
                                                           calculator notes, becomes ``solution``
-``math``      ``problem`` (or ``question``),              ``answer`` when present, else the last ``\\boxed{}``
-              ``answer``/``final_answer``, ``solution``   of ``solution``. MATH, MATH-500, DeepScaleR
+``math``      ``problem`` (or ``question``),              ``answer`` when present, else the boxed answer of
+              ``answer``/``final_answer``, ``solution``   ``solution`` (boxes joined by "and"/"," become one
+                                                          tuple gold ``"2, 3"``; an ambiguous solution is no
+                                                          gold, reported). MATH, MATH-500, DeepScaleR
                                                           (problem/answer/solution), Open-RS / open-s1,
                                                           NuminaMath-style data
 ``dapo``      ``prompt`` (text or messages), ``solution``  ``solution`` (open-r1/DAPO-Math-17k-Processed) or
@@ -52,8 +54,10 @@ first rows contain ``####`` -> ``gsm8k``; ``question`` + ``answer``/``answers`` 
 
 A needed column that is missing raises :class:`DatasetFormatError` before any row is processed; its message names
 the column, lists the columns found and says how to map them. Rows whose gold cannot be found (e.g. a MATH
-solution without ``\\boxed{}``) keep ``answer=None`` (the rewards return None, "cannot score", for them) and are
-counted in a warning.
+solution without ``\\boxed{}``, boxes apart in the text, an unboxed final answer after the box) keep
+``answer=None`` (the rewards return None, "cannot score", for them) and are counted in a warning with examples and
+reasons. :func:`grpo_family.rewards.check_golds` goes further and checks, before training, that each reward can read
+each gold.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .rewards.extract import last_boxed
+from .rewards.extract import solution_gold
 
 __all__ = [
     "BOXED_SYSTEM_PROMPT",
@@ -387,7 +391,7 @@ def _plan(dataset, preset, question_column, answer_column, solution_column, opti
             sol = row[s] if s is not None else None
             gold = row[a] if a is not None else None
             if gold is None or (isinstance(gold, str) and not gold.strip()):
-                gold = last_boxed(sol) if isinstance(sol, str) else None
+                gold, _ = solution_gold(sol) if isinstance(sol, str) else (None, "")
             out = {"prompt": _messages(system, row[q]), "answer": None if gold is None else str(gold)}
             if s is not None:
                 out["solution"] = sol
@@ -567,7 +571,12 @@ def _warn_missing_gold(mapped, preset: str) -> None:
         return  # an IterableDataset: counting would consume it
     column = "test_cases" if preset == "code" else "answer"
     golds = mapped[column]
-    missing = sum(1 for g in golds if g is None or (isinstance(g, list | str) and len(g) == 0))
+    missing_rows = [i for i, g in enumerate(golds) if g is None or (isinstance(g, list | str) and len(g) == 0)]
+    missing = len(missing_rows)
+    if missing and preset == "math" and "solution" in (mapped.column_names or ()):
+        solutions = mapped.select(missing_rows[:5])["solution"]
+        examples = "; ".join(f"row {i}: {solution_gold(sol)[1]}" for i, sol in zip(missing_rows, solutions))
+        logger.warning("Rows whose solution gives no trustworthy gold (first 5): %s", examples)
     if missing:
         logger.warning(
             "%d of %d rows (preset %r) have no %s; the rewards return None (cannot score) for them. "

@@ -37,8 +37,9 @@ from grpo_family.rewards import (
 )
 from grpo_family.rewards.timeout import Outcome, ProcessRunner, ThreadRunner, get_runner, run_with_timeout
 
-# A verify call that sympy cannot finish (math-verify's own 3 s alarm fires on it in the main thread).
-SLOW_ANSWER = r"\boxed{9^{9^{9^{9}}}}"
+# A verify call that sympy cannot finish (9^(99999^2) has ~10^10 digits) and that the parser-bomb pre-check lets
+# through (no tower, no 6-digit exponent): only the worker's deadline stops it.
+SLOW_ANSWER = r"\boxed{(9^{99999})^{99999}}"
 
 
 def msg(text: str) -> list[dict[str, str]]:
@@ -162,8 +163,8 @@ def test_math_reward_is_picklable_and_named():
 
 def test_timeout_from_non_main_thread_is_bounded():
     """The pathological answer would hang verify; from a worker thread (where math-verify's signal timeouts cannot
-    work) the reward still returns within the deadline, with None (cannot score) and the timeout metric."""
-    reward = MathAccuracyReward(timeout=1.0)
+    work) the reward still returns within the deadline, with timeout_reward (0.0) and the timeout metric."""
+    reward = MathAccuracyReward(timeout=1.0, num_workers=1)
     get_runner("process", 1, preload=("grpo_family.rewards.math",)).map(abs, [(1,)], 30)  # worker started
     log = FakeLogMetric()
     box: dict = {}
@@ -177,15 +178,16 @@ def test_timeout_from_non_main_thread_is_bounded():
     thread.join(60)
     elapsed = time.monotonic() - start
     assert not thread.is_alive()
-    assert box["out"] == [None, 1.0]
+    assert box["out"] == [0.0, 1.0]
     assert log.as_dict()["math/timeouts"] == pytest.approx(0.5)
     # 1 s deadline + restart of the killed worker (~1 s import) before the second item; generous bound for CI.
     assert elapsed < 20
 
 
 def test_timeout_reward_option():
-    reward = MathAccuracyReward(timeout=0.5, timeout_reward=0.0)
-    assert reward([msg(SLOW_ANSWER)], answer=["1"]) == [0.0]
+    assert MathAccuracyReward(timeout=0.5).timeout_reward == 0.0  # documented default: a bomb is a wrong answer
+    reward = MathAccuracyReward(timeout=0.5, timeout_reward=None)
+    assert reward([msg(SLOW_ANSWER)], answer=["1"]) == [None]
     assert reward.counts["timeouts"] == 1
 
 

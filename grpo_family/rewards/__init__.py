@@ -17,6 +17,11 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
+Every answer-reading reward (math, choice, QA, the bundled task) reads the final answer under one extraction
+policy, :func:`final_answer` (``docs/answer_extraction.md``): text after ``</think>`` only, the last box or
+``<answer>`` block, and a hedge (two candidates, "or", a retraction) is a wrong answer. :func:`check_golds` reports,
+before training, the golds a reward cannot read (count and examples) and fails fast when most are unreadable.
+
 ``with_timeout(func, seconds)`` gives any reward function a per-call deadline: a call that never returns scores
 ``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
 
@@ -35,7 +40,15 @@ from collections.abc import Callable, Iterable
 
 from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
 from .code import CodeTestsReward, Sandbox, code_tests_reward, extract_code, parse_test_cases
-from .extract import answer_region, completion_text, last_boxed, last_tag_content
+from .extract import (
+    FinalAnswer,
+    answer_region,
+    completion_text,
+    final_answer,
+    last_boxed,
+    last_tag_content,
+    solution_gold,
+)
 from .format import (
     FormatReward,
     boxed_format_reward,
@@ -44,6 +57,7 @@ from .format import (
     make_format_reward,
     think_answer_format_reward,
 )
+from .golds import GoldReport, check_golds
 from .judges import (
     DEFAULT_PROMPT_PATH,
     FAIL,
@@ -58,7 +72,7 @@ from .judges import (
     parse_verdict,
     strip_reasoning,
 )
-from .math import MathAccuracyReward, math_accuracy_reward, parse_answer, parse_gold, score_math
+from .math import MathAccuracyReward, math_accuracy_reward, parse_answer, parse_gold, score_math, too_expensive
 from .qa import (
     QAReward,
     exact_match_score,
@@ -131,6 +145,12 @@ def get_reward_funcs(names: str | Iterable[str | RewardFunc]) -> list[RewardFunc
 
 __all__ = [
     "RewardTimeoutError",
+    "FinalAnswer",
+    "GoldReport",
+    "check_golds",
+    "final_answer",
+    "solution_gold",
+    "too_expensive",
     "with_timeout",
     "DEFAULT_PROMPT_PATH",
     "FAIL",

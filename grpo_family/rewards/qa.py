@@ -5,21 +5,29 @@ Normalisation (the SQuAD / HotpotQA evaluation scripts): lower case, drop punctu
 multisets). As in HotpotQA's script, when either side normalises to "yes", "no" or "noanswer" and the two differ,
 F1 is 0.
 
-The prediction is the last ``<answer>...</answer>`` block, else the last ``\\boxed{}`` after any ``</think>``, else
-the text after the last "answer is" / "Answer:" up to the end of its line, else the whole text after ``</think>``.
-The gold may be a string, a list of aliases (the best alias counts), or a SQuAD ``answers`` dict with a ``text``
-list. A missing or empty gold scores None (cannot score); an empty prediction scores 0.0.
+The prediction is the final answer of the one extraction policy (:func:`grpo_family.rewards.extract.final_answer`,
+``docs/answer_extraction.md``): only text after ``</think>``; the last ``<answer>`` block; in it (or the whole
+final region) the last ``\\boxed{}`` (``\\text{}`` unwrapped); else the span after the last "answer is" /
+"Answer:" to the end of its sentence (inside an ``<answer>`` block too: ``<answer>The answer is Paris</answer>`` is
+"Paris"); else the whole region. A hedge scores 0.0 under both metrics: "or" / "either" / "maybe" in the answer
+(unless the gold itself has the word: "Trick or Treat"), two ``<answer>`` blocks joined by "or", or a retraction
+after the answer ("Just kidding, it is London.").
+
+The gold may be a string, a number (compared as its text: ``1912``, ``3.5``), a list of aliases (the best alias
+counts), or a SQuAD ``answers`` dict with a ``text`` list. A missing, empty or NaN gold scores None (cannot score);
+an empty prediction scores 0.0.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .extract import answer_region, completion_text, last_boxed
+from .extract import completion_text, final_answer
 
 __all__ = [
     "QAReward",
@@ -34,7 +42,6 @@ __all__ = [
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
-_ANCHOR = re.compile(r"(?i:answer\s*(?:is|:))(?:\s*:)?\s*(.+)")  # no two adjacent \s*: linear on long whitespace
 _SPECIAL = {"yes", "no", "noanswer"}
 
 
@@ -67,29 +74,35 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def extract_qa_answer(text: str) -> str:
-    """The predicted answer string of a completion (see the module docstring); may be ``""``."""
-    region, explicit = answer_region(text)
-    if explicit:
-        return region
-    boxed = last_boxed(region)
-    if boxed is not None:
-        return re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", boxed)
-    anchored = list(_ANCHOR.finditer(region))
-    if anchored:
-        return anchored[-1].group(1).strip()
-    return region.strip()
+def extract_qa_answer(text: str, gold_words: Any = ()) -> str:
+    """The predicted answer string of a completion (see the module docstring); ``""`` when there is none or it is
+    a hedge. ``gold_words``: words of the gold, which are no hedge ("or" in "Trick or Treat")."""
+    found = final_answer(text)
+    if found.text is None or found.is_hedged(gold_words):
+        return ""
+    if found.source == "box":
+        return re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", found.text)
+    return found.text
+
+
+def _alias_text(alias: Any) -> str | None:
+    if alias is None or isinstance(alias, bool):
+        return None
+    if isinstance(alias, float):
+        if not math.isfinite(alias):
+            return None  # NaN: pandas' missing value
+        return str(int(alias)) if alias.is_integer() else str(alias)
+    text = str(alias)
+    return text if text.strip() else None
 
 
 def gold_aliases(gold: Any) -> list[str]:
-    """The non-empty gold strings: a string, a list of aliases, or a SQuAD ``{"text": [...]}`` dict."""
+    """The non-empty gold strings: a string, a number, a list of aliases, or a SQuAD ``{"text": [...]}`` dict."""
     if isinstance(gold, dict):
         gold = gold.get("text", gold.get("aliases"))
-    if gold is None:
-        return []
-    if isinstance(gold, str):
+    if not isinstance(gold, list | tuple | set):
         gold = [gold]
-    return [str(g) for g in gold if g is not None and str(g).strip()]
+    return [text for g in gold if (text := _alias_text(g)) is not None]
 
 
 class QAReward:
@@ -126,7 +139,8 @@ class QAReward:
                 batch["unparseable_gold"] += 1
                 rewards.append(None)
                 continue
-            pred = extract_qa_answer(completion_text(completion))
+            gold_words = {w for a in aliases for w in re.findall(r"\w+", a.lower())}
+            pred = extract_qa_answer(completion_text(completion), gold_words)
             if not normalize_answer(pred):
                 batch["empty_answer"] += 1
                 rewards.append(0.0)

@@ -111,9 +111,10 @@ while True:
 @dataclass(frozen=True)
 class Outcome:
     """Result of one item: ``status`` is ``"ok"`` (``value`` holds the return value), ``"timeout"`` (deadline
-    missed; ``value`` is None) or ``"error"`` (the call raised or its worker died; ``value`` is a message)."""
+    missed; ``value`` is None), ``"skipped"`` (never started: the call's ``budget`` ran out first) or ``"error"``
+    (the call raised or its worker died; ``value`` is a message)."""
 
-    status: Literal["ok", "timeout", "error"]
+    status: Literal["ok", "timeout", "skipped", "error"]
     value: Any = None
 
 
@@ -122,9 +123,15 @@ class InlineRunner:
 
     backend = "none"
 
-    def map(self, fn: Callable, items: Sequence[tuple], timeout: float | None = None) -> list[Outcome]:
+    def map(
+        self, fn: Callable, items: Sequence[tuple], timeout: float | None = None, budget: float | None = None
+    ) -> list[Outcome]:
         out = []
+        end = time.monotonic() + budget if budget is not None else float("inf")
         for args in items:
+            if time.monotonic() >= end:
+                out.append(Outcome("skipped"))
+                continue
             try:
                 out.append(Outcome("ok", fn(*args)))
             except Exception as e:  # noqa: BLE001 - reported, not raised, as in the other backends
@@ -140,9 +147,16 @@ class ThreadRunner:
 
     backend = "thread"
 
-    def map(self, fn: Callable, items: Sequence[tuple], timeout: float | None = None) -> list[Outcome]:
+    def map(
+        self, fn: Callable, items: Sequence[tuple], timeout: float | None = None, budget: float | None = None
+    ) -> list[Outcome]:
         out = []
+        end = time.monotonic() + budget if budget is not None else float("inf")
         for args in items:
+            left = end - time.monotonic()
+            if left <= 0:
+                out.append(Outcome("skipped"))
+                continue
             box: list[Outcome] = []
 
             def target(args=args, box=box):
@@ -153,7 +167,7 @@ class ThreadRunner:
 
             thread = threading.Thread(target=target, daemon=True, name="grpo-family-reward")
             thread.start()
-            thread.join(timeout)
+            thread.join(left if timeout is None else min(timeout, left))
             out.append(box[0] if box else Outcome("timeout"))
         return out
 
@@ -231,14 +245,18 @@ class ProcessRunner:
     def _spawn(self) -> _Worker:
         return _Worker(self.preload)
 
-    def map(self, fn: Callable, items: Sequence[tuple], timeout: float | None = None) -> list[Outcome]:
-        """Run ``fn(*args)`` for every ``args`` in ``items``; each call gets ``timeout`` seconds once started."""
+    def map(
+        self, fn: Callable, items: Sequence[tuple], timeout: float | None = None, budget: float | None = None
+    ) -> list[Outcome]:
+        """Run ``fn(*args)`` for every ``args`` in ``items``; each call gets ``timeout`` seconds once started, and
+        the whole map ``budget`` seconds from the moment a worker is ready (so however many items time out, the
+        call ends by then): items still running at the end are timeouts, items not started are ``"skipped"``."""
         if os.getpid() != self._pid:
             raise RuntimeError("a ProcessRunner cannot be used from a forked child; create a new one")
         with self._lock:
-            return self._map(fn, list(items), timeout)
+            return self._map(fn, list(items), timeout, budget)
 
-    def _map(self, fn: Callable, items: list[tuple], timeout: float | None) -> list[Outcome]:
+    def _map(self, fn: Callable, items: list[tuple], timeout: float | None, budget: float | None) -> list[Outcome]:
         if not items:
             return []
         # Pickle everything first: an unpicklable function fails here, before any worker holds a job.
@@ -252,8 +270,17 @@ class ProcessRunner:
             if not w.ready:
                 w.started = time.monotonic()
         next_item = 0
+        call_end = float("inf")  # set when the first worker is ready: start-up never eats the budget
         try:
             while True:
+                if budget is not None and call_end == float("inf") and any(w.ready for w in workers):
+                    call_end = time.monotonic() + budget
+                if time.monotonic() >= call_end:
+                    for i, w in enumerate(workers):
+                        if w.job is not None:
+                            results[w.job[0]] = Outcome("timeout")
+                            workers[i] = self._replace(w)
+                    return [r if r is not None else Outcome("skipped") for r in results]
                 for i, w in enumerate(workers):  # hand out work to idle, ready workers
                     if w.ready and w.job is None and next_item < len(items):
                         try:
@@ -268,7 +295,7 @@ class ProcessRunner:
                     return results  # type: ignore[return-value]
                 busy = [w for w in workers if w.job is not None or not w.ready]
                 deadlines = [w.job[1] if w.job is not None else w.started + self.startup_timeout for w in busy]
-                wait_for = max(0.0, min(deadlines) - time.monotonic())
+                wait_for = max(0.0, min(*deadlines, call_end) - time.monotonic())
                 ready_conns = wait([w.conn for w in busy], timeout=None if wait_for == float("inf") else wait_for)
                 for w in busy:
                     i = workers.index(w)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
+from grpo_family.rewards.extract import final_answer
+
 __all__ = [
     "DIFFICULTIES",
     "DEFAULT_DIFFICULTY",
@@ -83,7 +85,10 @@ _EVAL_BUCKETS = 10
 # No two unbounded whitespace runs side by side: "1+2=3" + 10^5 spaces + "x" would backtrack quadratically.
 _STEP_RE = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)(?:\s*\.)?\s*$")
 _ANSWER_LINE_RE = re.compile(r"^\s*answer\s*:\s*(-?\d+)(?:\s*\.)?\s*$", re.IGNORECASE)
-_ANSWER_RE = re.compile(r"answer\s*:\s*(-?\d+)", re.IGNORECASE)
+# The anchors of a final answer ("Answer: N", "the answer is N"); the span after the last one, to the end of its
+# sentence or line, must be exactly an integer (see extract_answer).
+_ANSWER_RE = re.compile(r"(?i:\banswer)(?:\s*(?i:is|:))+")
+_INTEGER_RE = re.compile(r"-?\d+")
 _EXPR_RE = re.compile(r"\d+(?:\s*[-+*]\s*\d+)+")
 
 
@@ -195,31 +200,51 @@ def _text(completion) -> str:
 
 
 def extract_answer(text: str) -> int | None:
-    """The integer after the last `Answer:` in `text`, or None."""
-    matches = _ANSWER_RE.findall(text)
-    return _to_int(matches[-1]) if matches else None
+    """The integer the completion's final answer is, or None, under the extraction policy every grpo_family reward
+    uses (`grpo_family.rewards.extract.final_answer`, `docs/answer_extraction.md`): only text after `</think>`
+    (none while a `<think>` is open); the last box or `<answer>` block, else the span after the last `Answer:` (or
+    "the answer is") to the end of its line or sentence. That span must be exactly an integer (`Answer: 18`,
+    `Answer: 18.`): `18.5`, `18,000`, `18/2`, `18e3`, `18 + 1 = 19`, `18 18` are no answer. A hedge ("18 or 21")
+    or a retraction after the answer ("Just kidding, it is 21.") is no answer either."""
+    found = final_answer(text or "", _ANSWER_RE)
+    if found.text is None or found.is_hedged():
+        return None
+    span = found.text.strip()
+    if span.endswith("."):
+        span = span[:-1].rstrip()
+    return _to_int(span) if _INTEGER_RE.fullmatch(span) else None
 
 
 def _to_int(digits: str) -> int | None:
-    """``int(digits)``, or None for a number too long to convert (Python refuses > 4300 digits: a ValueError that
-    would make a reward or the step checker raise on a model's runaway number)."""
-    return int(digits) if len(digits) <= 1000 else None
+    """``int(digits)`` for an integer string (optional minus sign), or None: not an integer, or too long to convert
+    (Python refuses > 4300 digits: a ValueError that would make a reward or the step checker raise on a model's
+    runaway number)."""
+    if not isinstance(digits, str) or not _INTEGER_RE.fullmatch(digits.strip()):
+        return None
+    return int(digits) if len(digits.strip()) <= 1000 else None
 
 
 def arithmetic_reward(completions, answer, **kwargs) -> list[float | None]:
-    """TRL reward function: 1.0 if the completion's last `Answer: N` equals the gold answer, else 0.0.
+    """TRL reward function: 1.0 if the completion's final answer (see `extract_answer`) is the gold integer, else
+    0.0.
 
-    `completions` are strings or `[{"role": "assistant", "content": ...}]`; `answer` is the dataset column.
-    None (TRL's "not scorable") only where the gold answer itself is not an integer.
+    `completions` are strings or `[{"role": "assistant", "content": ...}]`; a None completion is no answer (0.0).
+    `answer` is the dataset column, one per completion (a length mismatch is a ValueError, never a silent
+    truncation). None (TRL's "not scorable") only where the gold answer itself is not an integer.
     """
+    if answer is None or len(answer) != len(completions):
+        raise ValueError(
+            f"arithmetic_reward: {len(completions)} completions but "
+            f"{'no' if answer is None else len(answer)} gold answers (the 'answer' column)"
+        )
     rewards: list[float | None] = []
     for completion, gold in zip(completions, answer):
-        try:
-            gold_value = int(str(gold).strip())
-        except ValueError:
+        gold_value = None if isinstance(gold, bool) else _to_int(str(gold).strip())
+        if gold_value is None:
             rewards.append(None)
             continue
-        rewards.append(1.0 if extract_answer(_text(completion)) == gold_value else 0.0)
+        text = "" if completion is None else _text(completion)
+        rewards.append(1.0 if extract_answer(text) == gold_value else 0.0)
     return rewards
 
 
