@@ -392,7 +392,7 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
         *[f"| {m} | {c} |" for m, c in PAPER_CLAIMS.items()],
         "",
     ]
-    text = "\n".join(lines) + "\n" + meta.get("reading", "")
+    text = "\n".join(lines) + "\n"  # only what this run produced; readings live in learning_reading.md
     path.write_text(text)
     return text
 
@@ -479,9 +479,6 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir = Path(args.output_dir or default_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = summarise(runs, meta["threshold_gain"])
-    reading = out_dir / "learning_reading.md"
-    if reading.exists() and not meta["quick"]:  # a hand-written reading of the full run's numbers, kept across re-runs
-        meta["reading"] = reading.read_text()
     for setting in table:
         plot(runs, setting, out_dir / f"learning_{setting}.png")
     write_markdown(runs, table, meta, out_dir / "learning.md")
