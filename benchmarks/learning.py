@@ -17,7 +17,8 @@ a share of grpo's, steps to reach the threshold (warm-start accuracy + ``--thres
 or above it, in every seed), the entropy's spread across steps, and plots. Runs execute in ``--workers`` processes
 with one torch thread each (as ``accelerate launch`` gives a CPU run); a run's numbers depend only on its (method,
 setting, seed), so re-running regenerates the same tables on the same machine and library versions. Writes
-``benchmarks/results/learning.md``, ``learning.json`` and ``learning_<setting>.png``.
+``benchmarks/results/learning.md``, ``learning.json``, ``learning_<setting>.png`` and ``demo_grpo.png`` (the demo's
+picture for grpo's first seed).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ SETTINGS = {  # setting -> (task difficulty, training steps in a full run: the d
 METHOD_OVERRIDES: dict[str, dict] = {}
 PASS_AT = (1, 2, 4, 8, 16)
 QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
-PAPER_CLAIMS = {  # the papers' own headline results (from ../shared/specs/<method>.md §8-9), at their scale
+PAPER_CLAIMS = {  # the papers' own headline results, at their scale
     "grpo": "the baseline every paper compares against",
     "ms_grpo": "AIME24 pass@1 +5.5 points over GRPO (mean over 6 models); math 5-benchmark average +3.5",
     "cw_grpo": "R1-Distill-Qwen-1.5B, 5 math benchmarks: average 55.3 vs GRPO 52.6; steadier entropy (Figure 1)",
@@ -278,6 +279,20 @@ def plot(runs: list[dict], setting: str, path: Path) -> None:
     plt.close(fig)
 
 
+def demo_curve(runs: list[dict], path: Path) -> None:
+    """The demo's own picture (`examples/train.py`'s reward_curve.png) for grpo's first seed on the default setting."""
+    from grpo_family.tasks.plot import plot_training_curve
+
+    mine = sorted((r for r in runs if r["method"] == "grpo" and r["setting"] == "default"), key=lambda r: r["seed"])
+    if not mine:
+        return
+    run = mine[0]
+    history = [{"step": step + 1, "reward": reward} for step, reward in enumerate(run["reward"])]
+    history += [{"step": int(step), "held_out_accuracy": acc} for step, acc in run["accuracy"].items()]
+    first, last = list(run["accuracy"].values())[0], list(run["accuracy"].values())[-1]
+    plot_training_curve(history, path, f"grpo, seed {run['seed']}: held-out accuracy {first:.3f} -> {last:.3f}")
+
+
 def entropy_section(runs: list[dict]) -> list[str]:
     """CW-GRPO's central claim (steadier policy entropy than GRPO), seed by seed on the same seeds."""
     pairs = {}
@@ -341,9 +356,13 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
         + ")",
         f"Machine: {meta['machine']}",
         f"Settings: warm-started tiny Qwen2 (`load_warm_start(seed=0)`), `DEFAULT_GRPO_ARGS` {meta['grpo_args']}, "
-        "each method's default config except "
-        + ", ".join(f"{m}: {k}={v}" for m, o in METHOD_OVERRIDES.items() for k, v in o.items())
-        + f" (see `METHOD_OVERRIDES`); seeds {meta['seeds']}; greedy held-out accuracy on {meta['eval_examples']} "
+        "each method's default config"
+        + (
+            " except " + ", ".join(f"{m}: {k}={v}" for m, o in METHOD_OVERRIDES.items() for k, v in o.items())
+            if METHOD_OVERRIDES
+            else ""
+        )
+        + f"; seeds {meta['seeds']}; greedy held-out accuracy on {meta['eval_examples']} "
         f"fixed problems every {meta['eval_every']} steps. Threshold = warm-start accuracy + {meta['threshold_gain']}. "
         "`s / run`: the training loop of one run, held-out evaluations included (one thread).",
         "",
@@ -387,7 +406,7 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
     lines += [
         "## The papers' claims, at their scale (for reference)",
         "",
-        "| method | paper's headline, its models and benchmarks (`../shared/specs/<method>.md`) |",
+        "| method | the paper's headline result, on its own models and benchmarks |",
         "|---|---|",
         *[f"| {m} | {c} |" for m, c in PAPER_CLAIMS.items()],
         "",
@@ -481,6 +500,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = summarise(runs, meta["threshold_gain"])
     for setting in table:
         plot(runs, setting, out_dir / f"learning_{setting}.png")
+    demo_curve(runs, out_dir / "demo_grpo.png")
     write_markdown(runs, table, meta, out_dir / "learning.md")
     (out_dir / "learning.json").write_text(json.dumps({"meta": meta, "summary": table, "runs": runs}, indent=1))
     print((out_dir / "learning.md").read_text())

@@ -28,6 +28,7 @@ from transformers import AutoTokenizer, TrainerCallback, set_seed
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from grpo_family import METHODS, get_method
+from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")
 # transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses the old names, so
@@ -203,38 +204,6 @@ def record_accuracy(state, accuracy: float | None, label: str) -> None:
     tqdm.write(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")  # keeps the progress bar
 
 
-def plot_rewards(log_history: list[dict], path: Path, title: str) -> None:
-    """Training reward (raw, faint; smoothed, bold) and held-out accuracy (markers) against the step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rewards = [(h["step"], h["reward"]) for h in log_history if "reward" in h]
-    accuracy = [(h["step"], h["held_out_accuracy"]) for h in log_history if "held_out_accuracy" in h]
-    if not rewards and not accuracy:
-        return
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    if rewards:
-        steps, values = zip(*rewards)
-        window = max(1, len(values) // 10)
-        smooth = [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
-                  for i in range(len(values))]  # fmt: skip
-        ax.plot(steps, values, color="tab:blue", alpha=0.3, linewidth=1, label="training reward")
-        ax.plot(steps, smooth, color="tab:blue", linewidth=2.5, label=f"training reward, mean of {window} logs")
-    if accuracy:
-        steps, values = zip(*accuracy)
-        ax.plot(steps, values, color="tab:red", marker="o", linewidth=1.5, label="held-out greedy accuracy")
-        for step, value in (accuracy[0], accuracy[-1]):
-            ax.annotate(f"{value:.2f}", (step, value), textcoords="offset points", xytext=(0, 7), ha="center")
-    ax.set(xlabel="optimizer step", ylabel="reward / accuracy", title=title, ylim=(0, 1.05))
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> dict:
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
     set_seed(training_args.seed)
@@ -278,8 +247,8 @@ def main(argv: list[str] | None = None) -> dict:
     if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
         before, after = results["accuracy_before"], results["accuracy_after"]
-        title = f"{label}: held-out accuracy {before:.2f} -> {after:.2f}" if after is not None else label
-        plot_rewards(trainer.state.log_history, out / "reward_curve.png", title)
+        title = f"{label}: held-out accuracy {before:.3f} -> {after:.3f}" if after is not None else label
+        plot_training_curve(trainer.state.log_history, out / "reward_curve.png", title)
         (out / "results.json").write_text(json.dumps(results, indent=2))
         if after is not None:
             print(f"[{label}] held-out accuracy: {before:.3f} before training, {after:.3f} after")
