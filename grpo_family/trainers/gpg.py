@@ -343,8 +343,10 @@ class GPGTrainer(GRPOFamilyTrainer):
             for key in _LEFT_PADDED:
                 merged[key] = merged[key][:, start:]
             used = merged["completion_mask"].bool().any(dim=0)
-            end = int(used.nonzero().max()) + 1 if used.any() else 0
             width = merged["completion_ids"].size(1)
+            # An all-masked batch (e.g. mask_truncated_completions with every completion truncated) keeps its width,
+            # as TRL's own batch does: width 0 would make the forward pass logits_to_keep=0, "keep every position".
+            end = int(used.nonzero().max()) + 1 if used.any() else width
             for key in (_RIGHT_PADDED & set(merged)) - per_sequence:
                 if merged[key].dim() == 2 and merged[key].size(1) == width:
                     merged[key] = merged[key][:, :end]
