@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
-from trl import GRPOConfig
 
 from ..algorithms.sgpo import MODES, NO_ERROR_POLICIES, SCOPES, groups_to_judge, sgpo_rewards, trajectory_score
 from ..rewards.extract import completion_message, completion_text
@@ -53,7 +52,7 @@ from ..rewards.judges import (
     has_final_answer,
 )
 from ..rewards.steps import SPLITTERS, split_steps
-from .base import GRPOFamilyTrainer
+from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ _GRACE_S = 1.0  # beyond judge_batch_timeout, for a judge that honours the deadl
 
 
 @dataclass
-class SGPOConfig(GRPOConfig):
+class SGPOConfig(GRPOFamilyConfig):
     r"""Configuration for :class:`SGPOTrainer` (fields below; every ``GRPOConfig`` field works too).
 
     Partial credit: ``sigmoid(sgpo_beta * (RTS - sgpo_gamma))``. The paper says its two parameters are "taken as 10
