@@ -40,6 +40,36 @@ logger = logging.getLogger(__name__)
 
 # Per-process file in each checkpoint with what `GRPOFamilyTrainer._resume_state` returns.
 _RESUME_STATE_FILE = "grpo_family_state_{}.pt"
+# Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
+COMPLETE_MARKER = "grpo_family_checkpoint_complete"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def latest_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that was written completely, or None.
+
+    Complete means it holds :data:`COMPLETE_MARKER`; folders written before the marker existed (no folder of
+    ``output_dir`` has one) count as complete when they hold ``trainer_state.json``, the Trainer's last write. Newer
+    incomplete folders (a run killed while saving) are skipped with a warning."""
+    if not os.path.isdir(output_dir):
+        return None
+    found = sorted(
+        ((int(m.group(1)), os.path.join(output_dir, name)) for name in os.listdir(output_dir)
+         if (m := _CHECKPOINT_RE.match(name)) and os.path.isdir(os.path.join(output_dir, name))),
+        reverse=True,
+    )  # fmt: skip
+    marked = any(os.path.exists(os.path.join(path, COMPLETE_MARKER)) for _, path in found)
+    required = COMPLETE_MARKER if marked else "trainer_state.json"
+    for _, path in found:
+        if os.path.exists(os.path.join(path, required)):
+            return path
+        logger.warning(
+            "Skipping %s: it was not written completely (no %s; the run was probably stopped while saving). Resuming "
+            "from the newest complete checkpoint instead; delete the folder to silence this.", path, required
+        )  # fmt: skip
+    return None
+
+
 # Keyword arguments TRL passes to every reward function that do not come from dataset columns.
 _TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
@@ -510,6 +540,26 @@ class GRPOFamilyTrainer(GRPOTrainer):
                     )
 
     # ------------------------------------------------------------------ resuming
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        self.accelerator.wait_for_everyone()  # every process's files (RNG, optimizer shards) are written
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        if self.args.should_save and os.path.isdir(folder):
+            with open(os.path.join(folder, COMPLETE_MARKER), "w") as f:
+                f.write(f"global_step {self.state.global_step}\n")
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        """Transformers' ``train``; ``resume_from_checkpoint=True`` picks the newest *complete* checkpoint of
+        ``output_dir`` (:func:`latest_complete_checkpoint`) rather than the newest folder."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"No complete checkpoint in {self.args.output_dir} to resume from. Start without "
+                    "resume_from_checkpoint, or pass a checkpoint folder."
+                )
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     # A checkpoint holds the model, optimizer, scheduler, RNG states and TrainerState. On top of that each process saves
     # `_resume_state()` next to its RNG file and a resumed run hands it to `_restore_resume_state()`, so the run
     # continues as if it had not stopped. Transformers calls `_load_rng_state` before the first resumed training step.
