@@ -175,7 +175,7 @@ def check_text_file(path: str) -> None:
                 line.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise PreflightError(
-                    f"{path}, line {number} (a data row) is not UTF-8: byte 0x{line[error.start]:02x} at column "
+                    f"{path}, line {number} is not UTF-8: byte 0x{line[error.start]:02x} at column "
                     f"{error.start + 1}. Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 in > out`)."
                 ) from error
     if empty:
