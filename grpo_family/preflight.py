@@ -44,13 +44,16 @@ def check_model_path(name: str | None, what: str = "--model_name_or_path") -> No
     with more than one ``/``) is one; ``org/name`` is a Hub id, left to the Hub."""
     if not name or os.path.isdir(os.path.expanduser(name)):
         return
-    looks_local = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or os.path.exists(name)
-    if looks_local:
+    if _looks_local(name):
         problem = "is a file, not a model directory" if os.path.isfile(name) else "no such directory"
         raise PreflightError(
             f"{what} {name}: {problem}. Give the directory holding config.json and the weights (as written by "
             "save_pretrained), or a Hub id of the form 'org/name'."
         )
+
+
+def _looks_local(name: str) -> bool:
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or os.path.exists(name)
 
 
 def check_hub_reachable(push_to_hub: bool, timeout: float = 5.0) -> None:
@@ -226,7 +229,11 @@ def load_data(name: str, config: str | None = None, streaming: bool = False):
             if os.path.splitext(file)[1].lower() in _TEXT_FORMATS:
                 check_text_file(file)
         return _load(name, lambda: load_dataset(path, streaming=streaming))
-    check_model_path(name, "--dataset_name")  # a path that does not exist: say so, not "Repo id must be ..."
+    if _looks_local(name):  # a path that does not exist: say so, not "Repo id must be in the form ..."
+        raise PreflightError(
+            f"--dataset_name {name}: no such file or directory. Give a data file ({', '.join(DATA_BUILDERS)}), a "
+            "directory of them, or a Hub dataset id of the form 'org/name'."
+        )
     return load_dataset(name, name=config, streaming=streaming)
 
 

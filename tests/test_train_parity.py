@@ -86,6 +86,8 @@ def test_empty_data_fails_at_start(tmp_path):
     (tmp_path / "nothing").mkdir()
     with pytest.raises(PreflightError, match="no data files"):
         preflight.load_data(str(tmp_path / "nothing"))
+    with pytest.raises(PreflightError, match="no_such.jsonl: no such file or directory"):
+        preflight.load_data(str(tmp_path / "no_such.jsonl"))
     with pytest.raises(PreflightError, match="has no 'test' split"):
         preflight.check_split(preflight.load_data(str(_write(tmp_path / "d.jsonl", ROWS))), "test", "d.jsonl")
 
