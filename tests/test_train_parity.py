@@ -245,3 +245,21 @@ def test_errors_print_a_message_not_a_traceback(tmp_path):
     assert result.returncode == 1
     assert "error: --model_name_or_path ./no/such/model: no such directory" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_run_that_cannot_learn_exits_1_with_the_reason(tiny_model_dir, tmp_path):
+    """A reward returning NaN everywhere (given by dotted path) used to train to the end and exit 0."""
+    (tmp_path / "my_rewards.py").write_text(
+        "def nan_reward(completions, **kw):\n    return [float('nan')] * len(completions)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "train.py"), "--model_name_or_path", tiny_model_dir,
+         "--dataset_name", str(_gsm_dir(tmp_path / "gsm")), "--reward_funcs", "my_rewards.nan_reward",
+         "--output_dir", str(tmp_path / "o"), *TINY_RUN, "--max_steps", "5", "--max_unscorable_batches", "2"],
+        capture_output=True, text=True, timeout=300, env=ENV, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "error: The run cannot learn: for 2 generation batches in a row reward function(s) 'nan_reward'" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
