@@ -125,3 +125,23 @@ def test_gpg_counts_assembled_batches_not_rounds(tiny_model_dir, arithmetic_trai
     with pytest.raises(UnlearnableRunError, match="every group was degenerate"):
         trainer.train()
     assert trainer.state.global_step == 1
+
+
+class RefusingJudge:
+    """A judge whose server refuses every request."""
+
+    def judge(self, requests):
+        raise ConnectionRefusedError("connection refused")
+
+
+def test_sgpo_judge_failing_on_every_request_stops_the_run(tiny_model_dir, arithmetic_train, config_kwargs):
+    """Was: every judged completion unscorable, warned each step, and SGPO quietly trained as GRPO to the end."""
+    from grpo_family.tasks import arithmetic_reward
+
+    config_cls, trainer_cls = get_method("sgpo")
+    config = config_cls(**config_kwargs(max_steps=4, max_unscorable_batches=2))
+    trainer = trainer_cls(model=tiny_model_dir, reward_funcs=[arithmetic_reward], args=config,
+                          train_dataset=arithmetic_train, judge=RefusingJudge())  # fmt: skip
+    with pytest.raises(UnlearnableRunError, match="'SGPO judge' failed on every completion it was asked to score"):
+        trainer.train()
+    assert trainer.state.global_step == 1

@@ -462,7 +462,8 @@ class GRPOFamilyTrainer(GRPOTrainer):
         limit, streak = self._family_arg("max_unscorable_batches"), self._streaks["unscorable"]
         if limit and streak and streak % limit == 0:
             what = (
-                f"reward function(s) {', '.join(repr(n) for n in signals['failing'])} failed on every completion"
+                f"reward function(s) {', '.join(repr(n) for n in signals['failing'])} failed on every completion "
+                "it was asked to score"
                 if signals["failing"]
                 else "no completion could be scored (every reward function returned None/NaN or failed)"
             )

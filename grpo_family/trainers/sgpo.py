@@ -535,6 +535,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ advantage hook
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        self._judge_failed_all = False
         if batch["mode"] != "train":  # evaluation reports plain correctness; the judge is a training signal
             return super()._compute_advantages(rewards, batch)
         if not self.sgpo_active():
@@ -609,7 +610,16 @@ class SGPOTrainer(GRPOFamilyTrainer):
         batch["rewards"] = new_rewards
 
         self._log_sgpo(correct, scored, failed.view_as(scored), new_rewards, verdicts, stats)
+        # Every judged completion failed (the judge refuses or garbles every request): counted by the base class's
+        # policy for runs that cannot learn like a reward function failing on every completion.
+        self._judge_failed_all = bool(scored.any()) and int(failed.sum()) == int(scored.sum())
         return super()._compute_advantages(new_rewards, batch)
+
+    def _batch_signals(self, rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+        signals = super()._batch_signals(rewards, advantages)
+        if getattr(self, "_judge_failed_all", False):  # decided on gathered verdicts: the same on every process
+            signals["failing"] = [*signals["failing"], "SGPO judge"]
+        return signals
 
     # ------------------------------------------------------------------ metrics
     def _log_sgpo(self, correct, scored, failed, rewards, verdicts: dict, stats: dict) -> None:
