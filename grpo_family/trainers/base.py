@@ -150,8 +150,9 @@ class GRPOFamilyConfig(GRPOConfig):
         default=3,
         metadata={
             "help": "Generation batches in a row in which no completion could be scored (every reward function "
-            "returned None/NaN or failed), or one reward function failed (raised, timed out, returned NaN/inf or a "
-            "non-number) on every completion, before on_unlearnable applies. 0 disables the check."
+            "returned None/NaN or failed), or one reward function (or SGPO's judge) failed (raised, timed out, returned "
+            "NaN/inf or a non-number) on every completion it was asked to score, before on_unlearnable applies. 0 "
+            "disables the check."
         },
     )
     max_degenerate_batches: int = dataclasses.field(
