@@ -218,7 +218,7 @@ def test_parity_run_eval_reward_model_trl_reward_trust_and_card(tiny_model_dir, 
 
 def test_streaming_and_mixture(tiny_model_dir, tmp_path):
     """--dataset_streaming trains on an IterableDataset read from a local file; a TRL `datasets:` mixture in the
-    YAML is read and checked like --dataset_name (its training runs the same path)."""
+    YAML is read, checked and trained on like --dataset_name."""
     data = _write(tmp_path / "data.jsonl", ROWS)
     out = tmp_path / "out"
     train.main(["--model_name_or_path", tiny_model_dir, "--dataset_name", str(data), "--dataset_streaming",
@@ -232,6 +232,8 @@ def test_streaming_and_mixture(tiny_model_dir, tmp_path):
     script_args, training_args, model_args, _ = train.parse_args(["--config", str(recipe), *TINY_RUN])
     checked = train.preflight(script_args, training_args, model_args)
     assert len(checked["train"]) == 32 and str(tmp_path / "a") in checked["dataset_name"]
+    train.main(["--config", str(recipe), "--output_dir", str(tmp_path / "mixed"), *TINY_RUN])
+    assert json.loads((tmp_path / "mixed" / "trainer_state.json").read_text())["global_step"] == 1
     streamed = preflight.load_data(str(data), streaming=True)
     assert isinstance(streamed["train"], IterableDataset)
 
