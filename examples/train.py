@@ -6,9 +6,11 @@
         --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --dataset_name openai/gsm8k --dataset_config main \\
         --reward_funcs math_accuracy --use_peft --lora_r 16
 
-Arguments are parsed with TRL's ``TrlParser``: every ``GRPOConfig`` / ``TrainingArguments`` / ``ModelConfig``
-flag works, plus the method's own config fields and the script arguments below. With no model and no dataset
-it trains the bundled tiny model on the bundled arithmetic task (nothing is downloaded).
+Arguments are parsed with TRL's ``TrlParser``: every ``GRPOConfig`` / ``TrainingArguments`` / ``ModelConfig`` /
+``DatasetMixtureConfig`` flag works (what ``trl grpo`` takes; the README's "`trl grpo` vs `examples/train.py`" table),
+plus the method's own config fields and the script arguments below. With no model and no dataset it trains the
+bundled tiny model on the bundled arithmetic task (nothing is downloaded). Problems that can be known at start fail
+before anything trains (``grpo_family.preflight``), with a message and no traceback.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, TrainerCallback, set_seed
-from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
+from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
-from grpo_family import METHODS, get_method
+from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
+from grpo_family.collator import DatasetFormatError
+from grpo_family.preflight import PreflightError
 from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")
@@ -43,7 +47,19 @@ class TrainScriptArguments(ScriptArguments):
     method: str = field(default="grpo", metadata={"help": f"Training method, one of: {', '.join(METHODS)}."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_accuracy"],
-        metadata={"help": "Reward functions by name (see grpo_family.rewards.REWARD_FUNCS); real datasets only."},
+        metadata={
+            "help": "Reward functions: grpo_family names (grpo_family.rewards.REWARD_FUNCS), trl grpo's names "
+            "(accuracy_reward, think_format_reward, ...) or dotted import paths (my_pkg.rewards.my_reward); real "
+            "datasets only."
+        },
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A reward model (sequence classification, one label), scored before the reward functions."},
+    )
+    max_unreadable_golds: float = field(
+        default=0.5,
+        metadata={"help": "Fail at start when more than this fraction of gold answers cannot be read by a reward."},
     )
     dataset_preset: str = field(
         default="auto",
@@ -97,7 +113,7 @@ def parse_args(argv: list[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     known = _pre_parse(argv)
     config_cls, trainer_cls = get_method(known.method)
-    parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig))
+    parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig, DatasetMixtureConfig))
     if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
         parser.set_defaults(bf16=False, dataloader_pin_memory=False)
     if known.model_name_or_path is None and known.dataset_name is None:
@@ -107,12 +123,48 @@ def parse_args(argv: list[str] | None = None):
         from grpo_family.tasks import DEFAULT_GRPO_ARGS
 
         parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    script_args, training_args, model_args, mixture = parser.parse_args_and_config(argv)
+    script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:
-        from grpo_family.rewards import get_reward_funcs
+        from grpo_family.preflight import resolve_reward_funcs
 
-        get_reward_funcs(script_args.reward_funcs)  # an unknown name fails here, before any model or data loads
+        resolve_reward_funcs(script_args.reward_funcs)  # an unknown name fails here, before any model or data loads
     return script_args, training_args, model_args, trainer_cls
+
+
+def preflight(script_args, training_args, model_args) -> dict:
+    """Every start-up check (``grpo_family.preflight``), before any model loads: what can be known now fails now,
+    with the problem and the fix. Returns the raw data, the reward functions and the quantization config."""
+    from grpo_family import preflight as checks
+
+    checks.check_batch_size(training_args)
+    checks.probe_judge(training_args)
+    checks.check_hub_reachable(training_args.push_to_hub)
+    if model_args.model_name_or_path is None:  # the embedded default
+        return {}
+    checks.check_model_path(model_args.model_name_or_path)
+    checks.check_model_path(script_args.reward_model_name_or_path, "--reward_model_name_or_path")
+    quantization_config = checks.check_quantization(model_args)
+    reward_funcs = checks.resolve_reward_funcs(script_args.reward_funcs)
+    mixture = getattr(script_args, "mixture", None)
+    if mixture is not None and mixture.datasets:
+        from trl import get_dataset
+
+        if script_args.dataset_name:
+            logger.warning("Both `datasets` and --dataset_name are given: the `datasets` mixture is used.")
+        raw, name = get_dataset(mixture), ", ".join(d.path for d in mixture.datasets)
+    elif script_args.dataset_name:
+        name = script_args.dataset_name
+        raw = checks.load_data(name, script_args.dataset_config, streaming=script_args.dataset_streaming)
+    else:
+        raise PreflightError("Give --dataset_name (or a `datasets:` mixture in the --config YAML).")
+    train = checks.check_split(raw, script_args.dataset_train_split, name)
+    test = raw[script_args.dataset_test_split] if script_args.dataset_test_split in raw else None
+    if training_args.eval_strategy != "no":
+        test = checks.check_split(raw, script_args.dataset_test_split, name)
+    checks.check_gsm8k_markers(train, script_args.dataset_preset, script_args.answer_column)
+    return dict(train=train, test=test, dataset_name=name, reward_funcs=reward_funcs,
+                quantization_config=quantization_config)  # fmt: skip
 
 
 def load_embedded_default(script_args, training_args):
@@ -128,17 +180,20 @@ def load_embedded_default(script_args, training_args):
     return model, tokenizer, train, evaluation, [arithmetic_reward]
 
 
-def load_real(script_args, training_args, model_args):
-    """A Hub (or local) model and dataset, formatted by the collator, scored by named reward functions."""
-    from datasets import load_dataset
+def load_real(script_args, training_args, model_args, checked: dict):
+    """A Hub (or local) model and the dataset ``preflight`` read, formatted by the collator, scored by the reward
+    functions (and the reward model) it resolved."""
+    from datasets import Dataset, IterableDataset
 
     from grpo_family.collator import prepare_dataset
-    from grpo_family.rewards import check_golds, get_reward_funcs
+    from grpo_family.rewards import check_golds
 
     # trust_remote_code stays off (only architectures transformers itself ships are loaded) unless asked for with
-    # trust_remote_code set in --model_init_kwargs (a JSON dict; TRL's ModelConfig has no flag for it), which runs
-    # Python code from the model repository; the tokenizer then follows the same choice.
-    trust = bool((training_args.model_init_kwargs or {}).get("trust_remote_code", False))
+    # --trust_remote_code (or trust_remote_code in --model_init_kwargs), which runs Python code from the model
+    # repository; the tokenizer then follows the same choice.
+    trust = bool(training_args.trust_remote_code) or bool(
+        (training_args.model_init_kwargs or {}).get("trust_remote_code", False)
+    )
     if trust:
         logger.warning("trust_remote_code: the model repository's own Python code will run on this machine.")
     training_args.model_init_kwargs = {
@@ -151,7 +206,6 @@ def load_real(script_args, training_args, model_args):
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=trust
     )
-    raw = load_dataset(script_args.dataset_name, name=script_args.dataset_config)
     columns = dict(
         preset=script_args.dataset_preset,
         system_prompt=script_args.system_prompt,
@@ -160,13 +214,24 @@ def load_real(script_args, training_args, model_args):
         solution_column=script_args.solution_column,
         options_column=script_args.options_column,
     )
-    train = prepare_dataset(raw[script_args.dataset_train_split], **columns)
-    evaluation = None
-    if script_args.dataset_test_split in raw:
-        test = raw[script_args.dataset_test_split]
-        evaluation = prepare_dataset(test.select(range(min(len(test), script_args.num_eval_examples))), **columns)
-    check_golds(train, get_reward_funcs(script_args.reward_funcs))  # unreadable golds: reported, or fail fast
-    return model_args.model_name_or_path, tokenizer, train, evaluation, get_reward_funcs(script_args.reward_funcs)
+    train = prepare_dataset(checked["train"], **columns)
+    evaluation = eval_dataset = None
+    test = checked["test"]
+    if test is not None:
+        if isinstance(test, IterableDataset):  # a stream: the held-out set is its first rows
+            head = Dataset.from_list(list(test.take(script_args.num_eval_examples)))
+        else:
+            head = test.select(range(min(len(test), script_args.num_eval_examples)))
+        evaluation = prepare_dataset(head, **columns) if len(head) else None
+        if training_args.eval_strategy != "no":  # TRL's evaluation during training, on the whole test split
+            eval_dataset = prepare_dataset(test, **columns)
+    reward_funcs = checked["reward_funcs"]
+    # Unreadable golds: reported, or fail fast (a stream: judged on its first rows).
+    sample = Dataset.from_list(list(train.take(1000))) if isinstance(train, IterableDataset) else train
+    check_golds(sample, reward_funcs, max_unreadable=script_args.max_unreadable_golds)
+    if script_args.reward_model_name_or_path:
+        reward_funcs = [script_args.reward_model_name_or_path, *reward_funcs]
+    return model_args.model_name_or_path, tokenizer, train, evaluation, eval_dataset, reward_funcs
 
 
 def held_out_accuracy(model, tokenizer, dataset, reward_func, max_new_tokens: int) -> float:
@@ -207,30 +272,38 @@ def record_accuracy(state, accuracy: float | None, label: str) -> None:
 def main(argv: list[str] | None = None) -> dict:
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
     set_seed(training_args.seed)
-    embedded = model_args.model_name_or_path is None and script_args.dataset_name is None
+    has_data = script_args.dataset_name is not None or bool(getattr(script_args.mixture, "datasets", None))
+    embedded = model_args.model_name_or_path is None and not has_data
+    if not embedded and (model_args.model_name_or_path is None or not has_data):
+        raise PreflightError("Give both --model_name_or_path and --dataset_name, or neither (embedded default).")
+    checked = preflight(script_args, training_args, model_args)
+    eval_dataset, quantization_config = None, checked.get("quantization_config")
     if embedded:
         model, tokenizer, train, evaluation, reward_funcs = load_embedded_default(script_args, training_args)
-    elif model_args.model_name_or_path is None or script_args.dataset_name is None:
-        raise ValueError("Give both --model_name_or_path and --dataset_name, or neither (embedded default).")
     else:
-        model, tokenizer, train, evaluation, reward_funcs = load_real(script_args, training_args, model_args)
+        model, tokenizer, train, evaluation, eval_dataset, reward_funcs = load_real(
+            script_args, training_args, model_args, checked
+        )
+    held_out_reward = next((f for f in reward_funcs if callable(f)), None)
 
     label = script_args.method
     max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
     trainer = None
 
     def score() -> float | None:
-        if evaluation is None or not trainer.accelerator.is_main_process:
+        if evaluation is None or held_out_reward is None or not trainer.accelerator.is_main_process:
             return None
         model = trainer.accelerator.unwrap_model(trainer.model)
-        return held_out_accuracy(model, tokenizer, evaluation, reward_funcs[0], max_new_tokens)
+        return held_out_accuracy(model, tokenizer, evaluation, held_out_reward, max_new_tokens)
 
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
+        quantization_config=quantization_config,
         peft_config=get_peft_config(model_args),
         callbacks=[held_out := HeldOutAccuracy(score, script_args.held_out_every, label)],
     )
@@ -247,17 +320,25 @@ def main(argv: list[str] | None = None) -> dict:
     if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
         before, after = results["accuracy_before"], results["accuracy_after"]
-        title = f"{label}: held-out accuracy {before:.3f} -> {after:.3f}" if after is not None else label
+        title = f"{label}: held-out accuracy {before:.3f} -> {after:.3f}" if None not in (before, after) else label
         plot_training_curve(trainer.state.log_history, out / "reward_curve.png", title)
         (out / "results.json").write_text(json.dumps(results, indent=2))
-        if after is not None:
+        if None not in (before, after):
             print(f"[{label}] held-out accuracy: {before:.3f} before training, {after:.3f} after")
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+        trainer.push_to_hub(dataset_name=checked.get("dataset_name", script_args.dataset_name))
     return results
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"))
-    main()
+    try:
+        main()
+    except (
+        PreflightError,
+        DatasetFormatError,
+        UnlearnableRunError,
+        RewardFunctionError,
+    ) as error:  # the message says it all
+        sys.exit(f"error: {error}")

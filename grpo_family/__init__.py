@@ -5,7 +5,7 @@
 
 from trl import GRPOConfig
 
-from .trainers.base import GRPOFamilyTrainer, RewardFunctionError
+from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer, RewardFunctionError, UnlearnableRunError
 from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
 from .trainers.d3s import D3SConfig, D3STrainer
 from .trainers.gpg import GPGConfig, GPGTrainer
@@ -13,7 +13,7 @@ from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
 from .trainers.sgpo import SGPOConfig, SGPOTrainer
 
 METHODS: dict[str, tuple[type, type]] = {
-    "grpo": (GRPOConfig, GRPOFamilyTrainer),
+    "grpo": (GRPOFamilyConfig, GRPOFamilyTrainer),
     "ms_grpo": (MSGRPOConfig, MSGRPOTrainer),
     "cw_grpo": (CWGRPOConfig, CWGRPOTrainer),
     "d3s": (D3SConfig, D3STrainer),
@@ -38,11 +38,13 @@ __all__ = [
     "GPGTrainer",
     "METHODS",
     "GRPOConfig",
+    "GRPOFamilyConfig",
     "GRPOFamilyTrainer",
     "MSGRPOConfig",
     "MSGRPOTrainer",
     "RewardFunctionError",
     "SGPOConfig",
     "SGPOTrainer",
+    "UnlearnableRunError",
     "get_method",
 ]

@@ -10,7 +10,7 @@ from conftest import digit_share_reward
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_family import METHODS, GRPOFamilyTrainer, RewardFunctionError, get_method
+from grpo_family import METHODS, GRPOFamilyConfig, GRPOFamilyTrainer, RewardFunctionError, get_method
 from grpo_family.algorithms.grpo import group_advantages
 
 TIMING_KEYS = ("time", "runtime", "per_second")
@@ -176,4 +176,4 @@ def test_num_generations_must_divide_the_batch(config_kwargs):
 def test_unknown_method_lists_valid_ones():
     with pytest.raises(ValueError, match="Unknown method 'nope'.*grpo"):
         get_method("nope")
-    assert METHODS["grpo"] == (GRPOConfig, GRPOFamilyTrainer)
+    assert METHODS["grpo"] == (GRPOFamilyConfig, GRPOFamilyTrainer) and issubclass(GRPOFamilyConfig, GRPOConfig)

@@ -505,3 +505,22 @@ def test_two_process_gradients_equal_single_process_with_global_alpha(tiny_model
             rounds = [r["logs"][0]["gpg/rounds"] for r in ranks]
             assert rounds[0] == rounds[1] > 1  # both processes ran the same rounds
             assert 1 - degenerate.float().mean().item() >= 0.75
+
+
+def test_resampling_survives_an_all_masked_batch(tiny_model_dir, tiny_tokenizer, tmp_path):
+    """TRL's all-masked shape: ``mask_truncated_completions=True`` and every completion truncated (EOS suppressed), so
+    the loss mask of every round is all zero. Merging the rounds used to trim the completions to width 0; the forward
+    then passed ``logits_to_keep=0`` ("keep every position") and the loss failed with a size mismatch. Like stock TRL
+    and GPG without ``beta_th``, the step now trains with loss 0 and leaves the weights unchanged."""
+    eos = tiny_tokenizer.eos_token_id
+    trainer = _train(
+        tiny_model_dir, tmp_path, constant_reward, flat=lambda i: True, processing_class=tiny_tokenizer,
+        beta_th=0.5, max_generation_rounds=2, mask_truncated_completions=True, max_completion_length=3,
+        generation_kwargs={"suppress_tokens": [eos]},
+    )  # fmt: skip
+    record = trainer.records[0]
+    assert _metric(trainer, "gpg/rounds") == 2
+    assert record["completion_mask"].sum() == 0 and record["completion_ids"].size(1) > 0
+    assert _metric(trainer, "loss") == 0.0
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float64).state_dict()
+    assert all(torch.equal(initial[k], v) for k, v in trainer.model.state_dict().items())

@@ -334,3 +334,25 @@ def _copy_checkpoint(source: str, tmp_path) -> str:
     target = tmp_path / "checkpoint-copy"
     shutil.copytree(source, target)
     return str(target)
+
+
+def test_resume_true_skips_a_checkpoint_cut_short(tiny_model_dir, tiny_tokenizer, dataset, tmp_path, caplog):
+    """A run killed while writing checkpoint-3 (simulated: a folder with the weights only) used to make
+    ``resume_from_checkpoint=True`` pick it and fail ("Can't find a valid checkpoint"); now it warns, skips it and
+    resumes from the newest complete one."""
+    from grpo_family.trainers.base import COMPLETE_MARKER
+
+    out = tmp_path / "out"
+    first = _trainer("grpo", tiny_model_dir, tiny_tokenizer, dataset, out, max_steps=2, save_strategy="steps",
+                     save_steps=1)  # fmt: skip
+    first.train()
+    assert all((out / f"checkpoint-{k}" / COMPLETE_MARKER).exists() for k in (1, 2))
+    partial = out / "checkpoint-3"
+    partial.mkdir()
+    shutil.copy(out / "checkpoint-2" / "config.json", partial / "config.json")
+    resumed = _trainer("grpo", tiny_model_dir, tiny_tokenizer, dataset, out, max_steps=3, save_strategy="no")
+    with caplog.at_level("WARNING", logger="grpo_family.trainers.base"):
+        resumed.train(resume_from_checkpoint=True)
+    assert "Skipping" in caplog.text and "checkpoint-3" in caplog.text
+    assert resumed.state.global_step == 3
+    assert [h["step"] for h in resumed.state.log_history if "loss" in h] == [1, 2, 3]  # steps 1-2 from checkpoint-2

@@ -199,7 +199,7 @@ ASK_FOR_REMOTE_CODE = ["--model_init_kwargs", '{"trust_remote_code": true}']
 
 
 def test_trust_remote_code_is_off_by_default_in_the_training_script():
-    """TRL 1.16's ModelConfig has no trust_remote_code flag; the only way to ask is model_init_kwargs."""
+    """Off unless asked for (--trust_remote_code, or trust_remote_code in --model_init_kwargs)."""
     sys.path.insert(0, str(ROOT / "examples"))
     import train
 
@@ -217,11 +217,13 @@ def test_training_script_passes_trust_remote_code_only_when_asked(tiny_model_dir
     data = tmp_path / "data"
     data.mkdir()
     (data / "train.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"}) + "\n")
-    for flags, expected in (([], False), (ASK_FOR_REMOTE_CODE, True)):
+    # GRPOConfig's --trust_remote_code flag (what `trl grpo` reads) was accepted and ignored; it is honoured now.
+    for flags, expected in (([], False), (ASK_FOR_REMOTE_CODE, True), (["--trust_remote_code"], True)):
         argv = ["--model_name_or_path", tiny_model_dir, "--dataset_name", str(data), "--output_dir", str(tmp_path)]
         script_args, training_args, model_args, _ = train.parse_args(argv + flags)
+        checked = train.preflight(script_args, training_args, model_args)
         with mock.patch.object(train, "AutoTokenizer") as tokenizer_cls:
-            train.load_real(script_args, training_args, model_args)
+            train.load_real(script_args, training_args, model_args, checked)
         assert training_args.model_init_kwargs["trust_remote_code"] is expected
         assert tokenizer_cls.from_pretrained.call_args.kwargs["trust_remote_code"] is expected
 

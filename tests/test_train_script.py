@@ -16,6 +16,10 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import train  # noqa: E402
 
+# Offline, and this checkout's package (not whichever one the venv has installed) in the train.py subprocesses.
+ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),
+       "PYTHONPATH": str(ROOT)}  # fmt: skip
+
 
 def test_unknown_method_lists_the_valid_ones():
     with pytest.raises(ValueError, match=r"Unknown method 'nope'\. Valid methods: .*grpo"):
@@ -50,8 +54,7 @@ def test_real_model_path_with_local_stand_ins_and_lora(tiny_model_dir, tmp_path)
         "--max_completion_length", "8", "--output_dir", str(out), "--report_to", "none", "--save_strategy", "no",
         "--use_peft", "--lora_r", "4", "--lora_target_modules", "all-linear", "--num_eval_examples", "4",
     ]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={"HF_HUB_OFFLINE": "1",
-                            "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr[-4000:]
     assert re.search(r"held-out accuracy: [\d.]+ before training, [\d.]+ after", result.stdout)
     assert (out / "adapter_model.safetensors").exists() and (out / "reward_curve.png").exists()
@@ -87,7 +90,7 @@ def test_resume_from_checkpoint_flag_continues_the_run(tiny_model_dir, tmp_path)
         "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "8",
         "--output_dir", str(out), "--report_to", "none", "--save_strategy", "steps", "--save_steps", "1",
     ]  # fmt: skip
-    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    env = ENV
     first = subprocess.run(base + ["--learning_rate", "1e-5"], capture_output=True, text=True, timeout=300, env=env)
     assert first.returncode == 0, first.stderr[-4000:]
     checkpoint = load_file(out / "checkpoint-1" / "model.safetensors")

@@ -447,6 +447,7 @@ def with_timeout(func: Callable, timeout: float) -> Callable:
             return task.result()
 
         timed_async.__name__ = name
+        timed_async.reward_deadline = timeout  # the trainers leave a function with its own deadline as it is
         return timed_async
 
     @functools.wraps(func)
@@ -470,6 +471,7 @@ def with_timeout(func: Callable, timeout: float) -> Callable:
         return value
 
     timed.__name__ = name
+    timed.reward_deadline = timeout
     return timed
 
 

@@ -34,12 +34,42 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
-from ..rewards.timeout import RewardTimeoutError
+from ..rewards.timeout import RewardTimeoutError, with_timeout
 
 logger = logging.getLogger(__name__)
 
 # Per-process file in each checkpoint with what `GRPOFamilyTrainer._resume_state` returns.
 _RESUME_STATE_FILE = "grpo_family_state_{}.pt"
+# Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
+COMPLETE_MARKER = "grpo_family_checkpoint_complete"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def latest_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that was written completely, or None.
+
+    Complete means it holds :data:`COMPLETE_MARKER`; folders written before the marker existed (no folder of
+    ``output_dir`` has one) count as complete when they hold ``trainer_state.json``, the Trainer's last write. Newer
+    incomplete folders (a run killed while saving) are skipped with a warning."""
+    if not os.path.isdir(output_dir):
+        return None
+    found = sorted(
+        ((int(m.group(1)), os.path.join(output_dir, name)) for name in os.listdir(output_dir)
+         if (m := _CHECKPOINT_RE.match(name)) and os.path.isdir(os.path.join(output_dir, name))),
+        reverse=True,
+    )  # fmt: skip
+    marked = any(os.path.exists(os.path.join(path, COMPLETE_MARKER)) for _, path in found)
+    required = COMPLETE_MARKER if marked else "trainer_state.json"
+    for _, path in found:
+        if os.path.exists(os.path.join(path, required)):
+            return path
+        logger.warning(
+            "Skipping %s: it was not written completely (no %s; the run was probably stopped while saving). Resuming "
+            "from the newest complete checkpoint instead; delete the folder to silence this.", path, required
+        )  # fmt: skip
+    return None
+
+
 # Keyword arguments TRL passes to every reward function that do not come from dataset columns.
 _TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
@@ -97,6 +127,77 @@ class RewardFunctionError(RuntimeError):
     """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
 
 
+class UnlearnableRunError(RuntimeError):
+    """A run cannot learn: for ``max_unscorable_batches`` / ``max_degenerate_batches`` generation batches in a row
+    nothing could be scored, or every advantage was zero (see :class:`GRPOFamilyConfig`)."""
+
+
+@dataclasses.dataclass
+class GRPOFamilyConfig(GRPOConfig):
+    """``GRPOConfig`` plus what every grpo_family trainer shares: the policy for runs that cannot learn and the
+    default deadline of reward calls. Every method's config derives from it (``grpo`` uses it as is); a plain
+    ``GRPOConfig`` still works with these defaults.
+
+    The policy counts *generation batches* (one per optimizer step unless ``steps_per_generation >
+    gradient_accumulation_steps`` or ``num_iterations > 1``; for GPG with ``beta_th``, one per assembled batch, however
+    many rounds it took), judged on the rewards and advantages gathered from every process, so every process takes the
+    same decision. With ``on_unlearnable="stop"`` the run raises :class:`UnlearnableRunError` before training on the
+    batch that reaches the limit; with ``"warn"`` it logs a warning at the limit (and again every further limit's
+    worth of batches) and trains on.
+    """
+
+    max_unscorable_batches: int = dataclasses.field(
+        default=3,
+        metadata={
+            "help": "Generation batches in a row in which no completion could be scored (every reward function "
+            "returned None/NaN or failed), or one reward function (or SGPO's judge) failed (raised, timed out, returned "
+            "NaN/inf or a non-number) on every completion it was asked to score, before on_unlearnable applies. 0 "
+            "disables the check."
+        },
+    )
+    max_degenerate_batches: int = dataclasses.field(
+        default=20,
+        metadata={
+            "help": "Generation batches in a row in which every advantage is zero (every group degenerate: all its "
+            "completions got the same reward, so the policy gradient is zero) before on_unlearnable applies. Early "
+            "batches of a weak model on a hard task can be all wrong, hence the larger default. 0 disables the check."
+        },
+    )
+    on_unlearnable: str = dataclasses.field(
+        default="stop",
+        metadata={
+            "help": "What a run that cannot learn does: 'stop' (raise UnlearnableRunError with the reason and the "
+            "fix, before the next update) or 'warn' (log a warning and train on)."
+        },
+    )
+    reward_timeout: float | None = dataclasses.field(
+        default=600.0,
+        metadata={
+            "help": "Deadline in seconds for every call of a reward function (not a reward model): a call past it "
+            "leaves that batch unscored by the function, with a warning and the reward_errors/<name> metric, as "
+            "grpo_family.rewards.with_timeout does (a synchronous function then runs in a helper thread). Functions "
+            "already wrapped by with_timeout keep their own deadline. None or 0: no deadline."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("max_unscorable_batches", "max_degenerate_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (0 disables the check), got {value!r}.")
+        if self.on_unlearnable not in ("stop", "warn"):
+            raise ValueError(f"on_unlearnable must be 'stop' or 'warn', got {self.on_unlearnable!r}.")
+        if self.reward_timeout is not None and not (0 <= self.reward_timeout < math.inf):
+            raise ValueError(f"reward_timeout must be a number of seconds >= 0 or None, got {self.reward_timeout!r}.")
+
+
+# GRPOFamilyConfig's own fields with their defaults: what a trainer given a plain GRPOConfig uses.
+_FAMILY_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(GRPOFamilyConfig) if f.name not in GRPOConfig.__dataclass_fields__
+}
+
+
 # Multimodal inputs TRL's generation batch may carry; forwards over a batch pass them like TRL's own forwards do.
 FORWARD_KEYS = (
     "pixel_values",
@@ -129,6 +230,7 @@ class GuardedReward:
         self.__name__ = name
         self.on_error = on_error
         self.strict = True
+        self.failed = 0  # completions the last call failed on (raised, timed out, non-finite or non-numeric)
 
     @staticmethod
     def _row_kwargs(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
@@ -172,6 +274,7 @@ class GuardedReward:
     def _after_failure(self, error: Exception, values: list, n: int) -> None:
         """Report the completions a batch-level failure left unscored; on the first batch, a total failure stops."""
         failures = sum(v is None for v in values)
+        self.failed += failures
         if self.strict and failures == n:
             raise RewardFunctionError(
                 f"Reward function '{self.__name__}' failed on every completion of the first batch "
@@ -202,6 +305,7 @@ class GuardedReward:
                 f"Reward function '{self.__name__}' returned no number on the first batch (values of type "
                 f"{sorted(set(nonnumeric))}); it must return a float, or None for 'cannot score', per completion."
             )
+        self.failed += len(nonnumeric) + nonfinite
         if nonnumeric:
             self.on_error(self.__name__, len(nonnumeric), f"non-numeric reward ({', '.join(sorted(set(nonnumeric)))})")
         if nonfinite:
@@ -213,10 +317,11 @@ class GuardedReward:
         """A call past its :func:`~grpo_family.rewards.with_timeout` deadline: the batch is unscored, not retried
         row by row (every row could hang as well), and never fatal (a slow service is not a set-up bug)."""
         self.on_error(self.__name__, n, str(error))
+        self.failed += n
         return [None] * n
 
     def __call__(self, completions: list, **kwargs: Any) -> list:
-        n = len(completions)
+        n, self.failed = len(completions), 0
         try:
             values = self._counted(self.func(completions=completions, **kwargs), n)
         except RewardTimeoutError as error:
@@ -244,7 +349,7 @@ class AsyncGuardedReward(GuardedReward):
         return out
 
     async def __call__(self, completions: list, **kwargs: Any) -> list:
-        n = len(completions)
+        n, self.failed = len(completions), 0
         try:
             values = self._counted(await self.func(completions=completions, **kwargs), n)
         except RewardTimeoutError as error:
@@ -312,16 +417,77 @@ class GRPOFamilyTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self._check_prompts()
         self._check_reward_columns()
+        timeout = self._family_arg("reward_timeout")
         for i, func in enumerate(self.reward_funcs):
             if not isinstance(func, torch.nn.Module):
+                if timeout and not hasattr(func, "reward_deadline"):
+                    func = with_timeout(func, timeout)
                 guard = AsyncGuardedReward if is_async_callable(func) else GuardedReward
                 self.reward_funcs[i] = guard(func, self.reward_func_names[i], self._on_reward_error)
         self._reward_context: dict[str, Any] | None = None
+        self._streaks = {"unscorable": 0, "degenerate": 0}
+        self._defer_learnable_policy = False  # GPG judges its assembled batch, not each generation round
         self._skip_nonfinite_steps = self.is_deepspeed_enabled is False
         if getattr(self.args, "hub_token", None) and not isinstance(self.args.hub_token, _UnpickledSecret):
             # transformers pickles the whole config into training_args.bin of every checkpoint and of the final
             # model (and uploads it with push_to_hub): keep the token usable in memory, never written to disk.
             self.args.hub_token = _UnpickledSecret(self.args.hub_token)
+
+    def _family_arg(self, name: str) -> Any:
+        """A :class:`GRPOFamilyConfig` field of ``self.args``, or its default for a plain ``GRPOConfig``."""
+        return getattr(self.args, name, _FAMILY_DEFAULTS[name])
+
+    # ------------------------------------------------------------------ runs that cannot learn
+    def _batch_signals(self, rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+        """What the policy for runs that cannot learn judges, from the gathered ``rewards`` and ``advantages`` of one
+        generation batch and each reward function's failures (summed over processes): the same on every process."""
+        guarded = [(f.__name__, f) for f in self.reward_funcs if isinstance(f, GuardedReward)]
+        failing = []
+        if guarded:
+            local = torch.tensor([[float(f.failed) for _, f in guarded]], device=self.accelerator.device)
+            failed = self.accelerator.gather(local).sum(dim=0)
+            failing = [name for (name, _), count in zip(guarded, failed.tolist()) if count >= rewards.numel()]
+        return {
+            "unscorable": bool(torch.isnan(rewards).all()),
+            "failing": failing,
+            "degenerate": not bool(advantages.abs().gt(0).any()),
+        }
+
+    def _apply_learnable_policy(self, signals: dict[str, Any]) -> None:
+        """Count generation batches in a row that cannot teach anything; at the configured limit stop the run
+        (:class:`UnlearnableRunError`) or warn, as ``on_unlearnable`` says."""
+        unscorable = signals["unscorable"] or bool(signals["failing"])
+        self._streaks["unscorable"] = self._streaks["unscorable"] + 1 if unscorable else 0
+        self._streaks["degenerate"] = self._streaks["degenerate"] + 1 if signals["degenerate"] else 0
+        message = None
+        limit, streak = self._family_arg("max_unscorable_batches"), self._streaks["unscorable"]
+        if limit and streak and streak % limit == 0:
+            what = (
+                f"reward function(s) {', '.join(repr(n) for n in signals['failing'])} failed on every completion "
+                "it was asked to score"
+                if signals["failing"]
+                else "no completion could be scored (every reward function returned None/NaN or failed)"
+            )
+            message = (
+                f"The run cannot learn: for {streak} generation batches in a row {what}. Check the reward functions "
+                "against the dataset columns they read (the reward_errors/<name> metric and the warnings above name "
+                "the error), or the service a reward calls; raise max_unscorable_batches, or set "
+                "on_unlearnable='warn' to train on regardless."
+            )
+        limit, streak = self._family_arg("max_degenerate_batches"), self._streaks["degenerate"]
+        if message is None and limit and streak and streak % limit == 0:
+            message = (
+                f"The run cannot learn: for {streak} generation batches in a row every group was degenerate (all "
+                "completions of a prompt got the same reward, so every advantage is zero and the policy gradient "
+                "vanishes). Use easier prompts or a stronger starting model, a reward with partial credit, more "
+                "generations per prompt (num_generations) or a higher temperature; raise max_degenerate_batches, or "
+                "set on_unlearnable='warn' to train on regardless."
+            )
+        if message is None:
+            return
+        if self._family_arg("on_unlearnable") == "stop":
+            raise UnlearnableRunError(message)
+        logger.warning(message)
 
     # ------------------------------------------------------------------ validation before training
     def _check_prompts(self) -> None:
@@ -376,6 +542,26 @@ class GRPOFamilyTrainer(GRPOTrainer):
                     )
 
     # ------------------------------------------------------------------ resuming
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        self.accelerator.wait_for_everyone()  # every process's files (RNG, optimizer shards) are written
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        if self.args.should_save and os.path.isdir(folder):
+            with open(os.path.join(folder, COMPLETE_MARKER), "w") as f:
+                f.write(f"global_step {self.state.global_step}\n")
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        """Transformers' ``train``; ``resume_from_checkpoint=True`` picks the newest *complete* checkpoint of
+        ``output_dir`` (:func:`latest_complete_checkpoint`) rather than the newest folder."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"No complete checkpoint in {self.args.output_dir} to resume from. Start without "
+                    "resume_from_checkpoint, or pass a checkpoint folder."
+                )
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     # A checkpoint holds the model, optimizer, scheduler, RNG states and TrainerState. On top of that each process saves
     # `_resume_state()` next to its RNG file and a resumed run hands it to `_restore_resume_state()`, so the run
     # continues as if it had not stopped. Transformers calls `_load_rng_state` before the first resumed training step.
@@ -538,6 +724,10 @@ class GRPOFamilyTrainer(GRPOTrainer):
             local = torch.nn.functional.pad(local[:, :width], (0, max(0, width - local.size(1))))
         output["advantages"] = local.to(output["completion_ids"].device)
         self._fix_logged_batch(flat, trained_rewards, output, mode)
+        if mode == "train":
+            self._last_signals = self._batch_signals(rewards, flat)
+            if not self._defer_learnable_policy:
+                self._apply_learnable_policy(self._last_signals)
         return output
 
     def _fix_logged_batch(self, advantages: torch.Tensor, rewards: torch.Tensor, output: dict, mode: str) -> None:
@@ -574,7 +764,7 @@ class GRPOFamilyTrainer(GRPOTrainer):
         path = os.path.join(self.args.output_dir, "README.md")
         if not self.is_world_process_zero() or not os.path.exists(path):
             return
-        base_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        base_fields = {f.name for f in dataclasses.fields(GRPOFamilyConfig)}
         method_fields = [f.name for f in dataclasses.fields(self.args) if f.name not in base_fields]
         rows = [
             (name, _card_value(getattr(self.args, name))) for name in (*method_fields, *self._CARD_HYPERPARAMETERS)

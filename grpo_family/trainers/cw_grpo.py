@@ -38,10 +38,9 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather, pad_across_processes
-from trl import GRPOConfig
 
 from ..algorithms.cw_grpo import ADV_CENTERS, SCOPES, covariance_stats, covariance_weights
-from .base import GRPOFamilyTrainer
+from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ LOGPS_SOURCES = ("policy", "sampler")
 
 
 @dataclass
-class CWGRPOConfig(GRPOConfig):
+class CWGRPOConfig(GRPOFamilyConfig):
     """``GRPOConfig`` plus CW-GRPO's options (spec §4.1). The paper has none: its defaults are these."""
 
     cw_scope: str = field(

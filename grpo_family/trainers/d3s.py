@@ -60,10 +60,9 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather
-from trl import GRPOConfig
 
 from ..algorithms.d3s import LOSS_NORMALIZATIONS, max_variance_subset, schedule, select_rollouts, token_keep_mask
-from .base import GRPOFamilyTrainer
+from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.
 
 
 @dataclass
-class D3SConfig(GRPOConfig):
+class D3SConfig(GRPOFamilyConfig):
     """``GRPOConfig`` plus D3S's options (spec §4.1). ``loss_type`` must be a token-sum one (default "dapo")."""
 
     d3s_samples_start: int | None = field(

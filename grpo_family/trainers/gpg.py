@@ -30,7 +30,6 @@ import datasets
 import torch
 import torch.nn.functional as F
 from accelerate.utils import gather, pad_across_processes
-from trl import GRPOConfig
 from trl.trainer.utils import nanstd
 
 from ..algorithms.gpg import (
@@ -42,7 +41,7 @@ from ..algorithms.gpg import (
     loss_row_weights,
     scale_grad,
 )
-from .base import GRPOFamilyTrainer
+from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ _PER_ROW = {"advantages"}
 
 
 @dataclass
-class GPGConfig(GRPOConfig):
+class GPGConfig(GRPOFamilyConfig):
     r"""Configuration for :class:`GPGTrainer` (fields below; every ``GRPOConfig`` field works too).
 
     GPG has no reference model, no KL term and no importance ratio, so ``beta`` must stay ``0.0``,
@@ -234,6 +233,7 @@ class GPGTrainer(GRPOFamilyTrainer):
                 "Set beta_th=None for vision-language models."
             )
         self._gpg_round: dict[str, torch.Tensor] | None = None
+        self._defer_learnable_policy = True  # judged on the assembled batch, not on each round
         self._gpg_step_rewards: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ advantages (one generation round)
@@ -247,6 +247,7 @@ class GPGTrainer(GRPOFamilyTrainer):
         output = super()._generate_and_score_completions(inputs)
         mode = self._mode
         rounds, outputs = [self._gpg_round], [output]
+        signals = [getattr(self, "_last_signals", None)] if mode == "train" else []
         rewards = rounds[0]["rewards"]
         beta_th = self.args.beta_th if mode == "train" else None
         if beta_th is not None:
@@ -267,6 +268,7 @@ class GPGTrainer(GRPOFamilyTrainer):
                     break
                 outputs.append(super()._generate_and_score_completions(self._draw_prompts(len(rounds))))
                 rounds.append(self._gpg_round)
+                signals.append(self._last_signals)
             self.log_method_metric("informative_share", share)
             self.log_method_metric("threshold_met", float(share >= beta_th))
             if share < beta_th:
@@ -283,6 +285,16 @@ class GPGTrainer(GRPOFamilyTrainer):
         self.log_method_metric("rounds", len(rounds))
         self._gpg_round = None
         self._finish_batch(output, rewards, mode)
+        if mode == "train":  # the policy for runs that cannot learn, on the batch trained on
+            advantages = gpg_advantages(rewards, f_norm=self.args.scale_rewards, tol=self.args.degenerate_tol)
+            failing = [name for name in signals[0]["failing"] if all(name in s["failing"] for s in signals)]
+            self._apply_learnable_policy(
+                {
+                    "unscorable": bool(torch.isnan(rewards).all()),
+                    "failing": failing,
+                    "degenerate": not bool(torch.nan_to_num(advantages).abs().gt(0).any()),
+                }
+            )
         return output
 
     def _draw_prompts(self, round_index: int) -> list[dict[str, Any]]:
@@ -343,8 +355,10 @@ class GPGTrainer(GRPOFamilyTrainer):
             for key in _LEFT_PADDED:
                 merged[key] = merged[key][:, start:]
             used = merged["completion_mask"].bool().any(dim=0)
-            end = int(used.nonzero().max()) + 1 if used.any() else 0
             width = merged["completion_ids"].size(1)
+            # An all-masked batch (e.g. mask_truncated_completions with every completion truncated) keeps its width,
+            # as TRL's own batch does: width 0 would make the forward pass logits_to_keep=0, "keep every position".
+            end = int(used.nonzero().max()) + 1 if used.any() else width
             for key in (_RIGHT_PADDED & set(merged)) - per_sequence:
                 if merged[key].dim() == 2 and merged[key].size(1) == width:
                     merged[key] = merged[key][:, :end]

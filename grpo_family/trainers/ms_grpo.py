@@ -8,15 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from trl import GRPOConfig
 
 from ..algorithms.grpo import group_advantages
 from ..algorithms.ms_grpo import multiscale_advantages, num_subgroups, validate_multiscale_options
-from .base import GRPOFamilyTrainer
+from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 
 @dataclass
-class MSGRPOConfig(GRPOConfig):
+class MSGRPOConfig(GRPOFamilyConfig):
     """[`GRPOConfig`] plus the options of MS-GRPO's multi-scale advantage (spec `ms_grpo.md`)."""
 
     tau_min: int = field(

@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
-from trl import GRPOConfig
 
 from ..algorithms.sgpo import MODES, NO_ERROR_POLICIES, SCOPES, groups_to_judge, sgpo_rewards, trajectory_score
 from ..rewards.extract import completion_message, completion_text
@@ -53,7 +52,7 @@ from ..rewards.judges import (
     has_final_answer,
 )
 from ..rewards.steps import SPLITTERS, split_steps
-from .base import GRPOFamilyTrainer
+from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ _GRACE_S = 1.0  # beyond judge_batch_timeout, for a judge that honours the deadl
 
 
 @dataclass
-class SGPOConfig(GRPOConfig):
+class SGPOConfig(GRPOFamilyConfig):
     r"""Configuration for :class:`SGPOTrainer` (fields below; every ``GRPOConfig`` field works too).
 
     Partial credit: ``sigmoid(sgpo_beta * (RTS - sgpo_gamma))``. The paper says its two parameters are "taken as 10
@@ -536,6 +535,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ advantage hook
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        self._judge_failed_all = False
         if batch["mode"] != "train":  # evaluation reports plain correctness; the judge is a training signal
             return super()._compute_advantages(rewards, batch)
         if not self.sgpo_active():
@@ -610,7 +610,16 @@ class SGPOTrainer(GRPOFamilyTrainer):
         batch["rewards"] = new_rewards
 
         self._log_sgpo(correct, scored, failed.view_as(scored), new_rewards, verdicts, stats)
+        # Every judged completion failed (the judge refuses or garbles every request): counted by the base class's
+        # policy for runs that cannot learn like a reward function failing on every completion.
+        self._judge_failed_all = bool(scored.any()) and int(failed.sum()) == int(scored.sum())
         return super()._compute_advantages(new_rewards, batch)
+
+    def _batch_signals(self, rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
+        signals = super()._batch_signals(rewards, advantages)
+        if getattr(self, "_judge_failed_all", False):  # decided on gathered verdicts: the same on every process
+            signals["failing"] = [*signals["failing"], "SGPO judge"]
+        return signals
 
     # ------------------------------------------------------------------ metrics
     def _log_sgpo(self, correct, scored, failed, rewards, verdicts: dict, stats: dict) -> None:
