@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> str:
         "",
         "## 3. At the embedded default's size, as a share of a measured grpo step",
         "",
-        f"Measured step: **{step_seconds:.3f} s** of CPU time (median over {steps} steps after a dropped first one; "
+        f"Measured step: **{step_seconds:.4g} s** of CPU time (median over {steps} steps after a dropped first one; "
         f"TRL's wall-clock `step_time` of the same steps: {step.wall:.3f} s; {step.what}; {eB} prompts x {eG} "
         f"completions x {eT} tokens; 1 torch thread). Every function at that size, in CPU time; "
         "the ratio is to `group_advantages` on the same rewards.",

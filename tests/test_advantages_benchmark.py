@@ -119,4 +119,5 @@ def test_measured_step_and_shares(quick_report):
     ms = header.index("median ms")
     for row in rows:  # the share is the row's time over the measured step, to the printed precision
         expected = float(row[ms]) / 1e3 / float(step.group(1)) * 100
-        assert math.isclose(float(row[share]), expected, rel_tol=0.05, abs_tol=1e-3), row
+        # two significant digits are within 5% of the value; the printed ms and step add a little more
+        assert math.isclose(float(row[share]), expected, rel_tol=0.06, abs_tol=1e-3), row
