@@ -130,14 +130,13 @@ def jobs(suite):
             out[f"gpg_alpha_{use_alpha}"] = (lambda d, a=use_alpha: gpg_alpha_trainer(d, a), None)
     if suite == "zero3":
         out["d3s_rows"] = (d3s_rows_trainer, None)
-        for method in RESUMED:
+        for method in METHOD_NAMES:  # with test_resume.py's settings, under which each method's state matters
             save = dict(max_steps=4, save_strategy="steps", save_steps=2)
             out[f"full_{method}"] = (lambda d, m=method: method_trainer(m, d, **save), None)
             out[f"resumed_{method}"] = (lambda d, m=method: method_trainer(m, d, **save), f"full_{method}")
     return out
 
 
-RESUMED = ("d3s", "gpg")  # stateful across steps: D3S's schedule, GPG's resampling draws
 
 
 def main():
