@@ -6,6 +6,7 @@ an offload variant):
 Runs every job of SUITE in sequence in this one launch (start-up is most of a launch's cost) and saves, per job and
 rank, the full weights before and after training (gathered from ZeRO-3's partitions), the log history and
 job-specific records to OUT_DIR/<job>_rank<r>.pt, for tests/test_deepspeed.py to compare across suites.
+``DS_JOBS=job1,job2`` in the environment runs only those jobs (to debug one).
 
 Every run trains with plain SGD and no gradient clipping, so that a gradient scaled wrongly under DeepSpeed shows
 up in the weights as it is (Adam would normalise it away).
