@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, TrainerCallback, set_seed
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config
+from trl.models import unwrap_model_for_generation
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
 from grpo_family.collator import DatasetFormatError
@@ -290,11 +291,15 @@ def main(argv: list[str] | None = None) -> dict:
     max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
     trainer = None
 
-    def score() -> float | None:
-        if evaluation is None or held_out_reward is None or not trainer.accelerator.is_main_process:
+    def score() -> float | None:  # called on every process
+        if evaluation is None or held_out_reward is None:
             return None
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        return held_out_accuracy(model, tokenizer, evaluation, held_out_reward, max_new_tokens)
+        # Under DeepSpeed ZeRO-3 each process holds a shard of every weight (a forward outside TRL's context fails)
+        # and its hooks run collectives in every forward: every process enters TRL's context, which gathers the
+        # weights (a no-op without ZeRO-3), and generates the same greedy completions; the main process scores.
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            accuracy = held_out_accuracy(model, tokenizer, evaluation, held_out_reward, max_new_tokens)
+        return accuracy if trainer.accelerator.is_main_process else None
 
     trainer = trainer_cls(
         model=model,

@@ -28,6 +28,7 @@ NOT_RUN_HERE = {
     "CUDA_VISIBLE_DEVICES=4 trl vllm-serve": "vLLM server on a GPU: the vllm lane",
 }
 NEEDS_VLLM = "--use_vllm"  # vLLM commands run in the vllm lane
+NEEDS_DEEPSPEED = ("zero3_cpu.yaml", "zero2_cpu.yaml")  # DeepSpeed-on-CPU commands run in the deepspeed lane
 # GPU-only flag -> its CPU equivalent, applied only inside blocks marked as needing GPUs.
 GPU_TO_CPU = {
     "--config_file accelerate_configs/multi_gpu.yaml": "--config_file accelerate_configs/cpu_2proc.yaml",
@@ -104,7 +105,13 @@ def _not_run_reason(text: str) -> str | None:
     for prefix, reason in NOT_RUN_HERE.items():
         if text.startswith(prefix):
             return reason
-    return "the vllm lane" if NEEDS_VLLM in text else None
+    if NEEDS_VLLM in text:
+        return "the vllm lane"
+    return "the deepspeed lane" if _needs_deepspeed(text) else None
+
+
+def _needs_deepspeed(text: str) -> bool:
+    return any(config in text for config in NEEDS_DEEPSPEED)
 
 
 def runnable_commands(readme: Path = README) -> list:
@@ -150,6 +157,23 @@ def test_readme_shell_commands_run(standins):
     assert any(c.startswith("accelerate launch examples/train.py") for c in ran)  # the demo
     assert any("--model_name_or_path" in c for c in ran)  # the real-model command
     assert any("plot_logs.py" in c for c in ran)
+
+
+@pytest.mark.deepspeed
+def test_readme_deepspeed_commands_run(standins):
+    """The README's DeepSpeed-on-CPU commands (ZeRO-2/ZeRO-3 on 2 CPU processes), 1 step each, as written."""
+    ran = []
+    for command in commands():
+        if not _needs_deepspeed(command.text) or command.text.startswith(tuple(NOT_RUN_HERE)):
+            continue
+        text = adapt(command.text, standins, gpu_block=_needs_gpu(command.block))
+        result = run(text)
+        assert result.returncode == 0, (
+            f"README line {command.block.line} failed as run here:\n{text}\n{result.stdout[-2000:]}\n"
+            f"{result.stderr[-4000:]}"
+        )
+        ran.append(command.text)
+    assert any("zero3_cpu.yaml" in c for c in ran)
 
 
 def test_readme_python_snippets_run(standins):
