@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> str:
         "Where the rollout log-probs come from: TRL's `old_per_token_logps` when it computes them "
         "(`num_iterations > 1`, accumulation misaligned with generation, or vLLM with importance-sampling "
         "correction, its default: the paper's setup); vLLM's sampling log-probs only when asked for "
-        "(`cw_logps_source='sampler'`, which deviates from the spec; the default `'policy'` never uses them); "
+        "(`cw_logps_source='sampler'`, which deviates from docs/methods/cw_grpo.md §2.4; the default `'policy'` never uses them); "
         "the loss's own forward when every loss call sees a whole generation batch "
         "(`steps_per_generation=1`, TRL's default when `gradient_accumulation_steps=1`, and evaluation); otherwise "
         "(`steps_per_generation > 1` without vLLM, e.g. gradient accumulation with TRL's defaults) one extra no-grad "

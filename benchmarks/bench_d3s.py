@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> str:
     lines += [
         "",
         "Generation, scoring and the optimizer step are the same work in every trainer (D3S does not reduce them, "
-        "spec §3), so the whole-step ratio is diluted by them. Timings on a shared CPU are noisy: part A "
+        "docs/methods/d3s.md §3), so the whole-step ratio is diluted by them. Timings on a shared CPU are noisy: part A "
         "interleaves the three passes round by round so that outside load hits them alike; part B's runs are minutes "
         "apart and vary more.",
     ]

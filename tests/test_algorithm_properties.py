@@ -4,8 +4,8 @@ The per-method test files check the specs' worked numbers and brute-force refere
 This file throws random shapes at every function together with the inputs that break float arithmetic: ties,
 all-equal groups, all-zero groups, huge (1e30) and tiny (1e-30) values, values of both sizes in one group,
 float32 and float64, and NaN (= unscorable) wherever the contract accepts it. Each test asserts the shape and
-dtype, finiteness (or NaN exactly where the contract puts it) and the spec's invariants
-(``/work/shared/specs/<method>.md``, sections "Testable properties" and "Edge cases").
+dtype, finiteness (or NaN exactly where the contract puts it) and the documented invariants
+(``docs/methods/<method>.md``, sections "Testable properties" and "Edge cases").
 
 | module | function | properties tested here |
 |---|---|---|
@@ -26,7 +26,7 @@ dtype, finiteness (or NaN exactly where the contract puts it) and the spec's inv
 | d3s | ``max_variance_subset`` | sorted unique indices, size min(k, n); variance = brute-force maximum at every magnitude; same indices after scaling by 1e-30 / 1e30; permutation leaves the chosen variance unchanged |
 | d3s | ``select_rollouts`` | pooled size min(k*B, N), group size min(k, G) per group; (N,) and (B, G) inputs agree; drop_degenerate_groups drops exactly the all-equal groups |
 | d3s | ``schedule`` | N_s an int in [min(2, G), G]; ratio between its endpoints; monotone in step, for huge / negative steps and total_steps <= 0 |
-| d3s | ``token_keep_mask`` | bool, inside the mask; the spec's count per scope; every kept score >= every unkept valid score; padding garbage ignored |
+| d3s | ``token_keep_mask`` | bool, inside the mask; the documented count per scope; every kept score >= every unkept valid score; padding garbage ignored |
 | d3s | ``masked_token_loss`` | finite scalar with NaN/inf outside the kept tokens; zero gradient there; equals a loop reference per normalisation; linear in the loss (1e-30..1e30) |
 | sgpo | ``is_failure`` | True exactly for a float NaN |
 | sgpo | ``trajectory_score`` | (k-1)/K in [0, 1), 1 for None, NaN for a failure, 0 for K = 0; increasing in k |
@@ -462,7 +462,7 @@ def test_scale_weights_sum_to_one_with_each_schemes_shape(g, data):
 def test_validate_multiscale_options_accepts_exactly_what_runs(g, data):
     """Every option set the validator accepts runs and gives finite advantages (also M > R, K > C(G, tau), empty
     "paper" intervals); every one it rejects makes the function raise ValueError, except groups smaller than
-    tau_min with otherwise valid options: a config error for the validator, zeros at runtime (spec §6)."""
+    tau_min with otherwise valid options: a config error for the validator, zeros at runtime (docs/methods/ms_grpo.md §6)."""
     r_scales = max(g - 1, 1)
     opts = dict(
         tau_min=data.draw(st.sampled_from([0, 1, 2, 3, g + 1, 2.5])),
@@ -620,7 +620,7 @@ def test_covariance_weights_contract(batch, scope, adv_center):
     st.integers(0, 99),
 )
 def test_covariance_weights_affine_invariance_and_permutation(batch, a, k, scope, seed):
-    """Spec §10.5 for a, k from 1e-30 to 1e30, sign flips and shifts (with the absolute bandwidth floor eps of
+    """docs/methods/cw_grpo.md §10.5 for a, k from 1e-30 to 1e30, sign flips and shifts (with the absolute bandwidth floor eps of
     A9 scaled by |a k|, the one scale-dependent choice); §10.8, permutation equivariance within a group."""
     logps, adv, mask, g = batch
     w = covariance_weights(logps, adv, mask, g, scope=scope)

@@ -1,4 +1,4 @@
-"""CW-GRPO maths (grpo_family/algorithms/cw_grpo.py) against specs/cw_grpo.md: the §12 worked examples, an
+"""CW-GRPO maths (grpo_family/algorithms/cw_grpo.py) against docs/methods/cw_grpo.md: the §12 worked examples, an
 independent loop-based reference, and the §10 properties."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def t64(x):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Independent reference: plain Python loops over the valid tokens of each scope (spec §2.4, steps 1-7).
+# Independent reference: plain Python loops over the valid tokens of each scope (docs/methods/cw_grpo.md §2.4, steps 1-7).
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -122,7 +122,7 @@ OPTIONS = st.fixed_dictionaries(
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Worked examples (spec §12)
+# Worked examples (docs/methods/cw_grpo.md §12)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -208,7 +208,7 @@ def test_example2_one_extreme_token_and_variants(options, expected, sigma):
 
 
 def test_example2_statistics_and_weighted_advantages():
-    adv = t64([0.865875, -0.865875, -0.865875, 0.865875])  # the spec's rounded values, as printed
+    adv = t64([0.865875, -0.865875, -0.865875, 0.865875])  # the rounded values printed in docs/methods/cw_grpo.md §12
     stats = covariance_stats(EX2_LOGPS, adv, EX2_MASK, 4)
     torch.testing.assert_close(
         stats.terms[0], t64([0.517216, 0.355586, -3.038644, 0.436401, 0.557623]), atol=1e-6, rtol=0
@@ -444,7 +444,7 @@ def test_huge_bandwidth_recovers_grpo(batch):
 @SETTINGS
 @given(batches(), st.sampled_from(["group", "batch"]), st.sampled_from(["token", "sequence"]), st.booleans())
 def test_infinite_bandwidth_is_exactly_grpo(batch, scope, adv_center, normalize):
-    """kappa = inf (spec §9 ablation value; §4.1: kappa -> inf recovers GRPO): weight exactly 1 on every valid
+    """kappa = inf (docs/methods/cw_grpo.md §9 ablation value; §4.1: kappa -> inf recovers GRPO): weight exactly 1 on every valid
     token, whatever the scope's sigma, and finite statistics."""
     logps, adv, mask, g = batch
     options = dict(scope=scope, adv_center=adv_center, bandwidth_scale=math.inf)
@@ -471,7 +471,7 @@ def test_infinite_bandwidth_with_a_zero_sigma_group(normalize):
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e4, math.inf])
 def test_degeneracy_is_decided_on_the_std_before_the_bandwidth_scale(scale):
-    """Spec §2.4 step 7: a scope is degenerate when the std of c is <= eps; kappa only sets the kernel width.
+    """docs/methods/cw_grpo.md §2.4 step 7: a scope is degenerate when the std of c is <= eps; kappa only sets the kernel width.
     Example 1 shrunk so that std(c) = 0.77 * 1e-6 (> eps = 1e-8): kappa = 1e-3 still weights it (like the unshrunk
     example with the same kappa, by affine invariance); shrunk to std(c) = 0.77 * 1e-10 (< eps): weights 1 even
     with kappa = 1e4."""

@@ -53,7 +53,7 @@ def test_defaults_are_the_specs_and_sequence_level_warns(config_kwargs):
     config = CWGRPOConfig(**config_kwargs())
     assert (config.cw_scope, config.cw_adv_center, config.cw_std_ddof) == ("group", "token", 0)
     assert (config.cw_bandwidth_scale, config.cw_eps, config.cw_normalize) == (1.0, 1e-8, True)
-    # Spec §2.4 step 1: the policy's (pi_old) log-probs, never the inference engine's; the sampler's are opt-in.
+    # docs/methods/cw_grpo.md §2.4 step 1: the policy's (pi_old) log-probs, never the inference engine's; the sampler's are opt-in.
     assert config.cw_logps_source == "policy"
     assert CWGRPOConfig(**config_kwargs(cw_bandwidth_scale=float("inf"))).cw_bandwidth_scale == float("inf")
     with pytest.warns(UserWarning, match="importance_sampling_level='sequence'"):
@@ -162,7 +162,7 @@ def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_di
 def test_weights_from_the_loss_are_reused_on_every_iteration(tiny_model_dir, arithmetic_train, config_kwargs):
     """num_iterations=2 with steps_per_generation=1 and gradient_accumulation_steps=2: TRL computes no
     old_per_token_logps and hands the same buffered batch to both passes. The weights are made once, in the
-    first pass's loss (spec §2.6, §6: fixed for all mu passes); the second pass trains on the same (B, T)
+    first pass's loss (docs/methods/cw_grpo.md §2.6, §6: fixed for all mu passes); the second pass trains on the same (B, T)
     advantages, not on weights applied a second time."""
     temperature = 0.7
     kwargs = config_kwargs(
@@ -205,7 +205,7 @@ def test_weights_from_the_loss_are_reused_on_every_iteration(tiny_model_dir, ari
 
 @pytest.mark.parametrize("steps_per_generation", [1, 2], ids=["loss_logps", "extra_forward"])
 def test_infinite_bandwidth_trains_exactly_grpo(tiny_model_dir, arithmetic_train, config_kwargs, steps_per_generation):
-    """cw_bandwidth_scale=inf (spec §9 ablation; kappa -> inf recovers GRPO): every weight is exactly 1, so the
+    """cw_bandwidth_scale=inf (docs/methods/cw_grpo.md §9 ablation; kappa -> inf recovers GRPO): every weight is exactly 1, so the
     run equals grpo's, with finite CW metrics."""
     kwargs = config_kwargs(
         max_steps=2, beta=0.04, gradient_accumulation_steps=2, steps_per_generation=steps_per_generation

@@ -1,4 +1,4 @@
-"""D3S maths (grpo_family/algorithms/d3s.py) against specs/d3s.md: brute force over every subset for n <= 12,
+"""D3S maths (grpo_family/algorithms/d3s.py) against docs/methods/d3s.md: brute force over every subset for n <= 12,
 the §12 worked examples, and the §10 properties."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def pop_var(x):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Brute force over all subsets, with the spec's tie rule (§2.3 step 3) applied to every subset, not only to the
+# Brute force over all subsets, with the tie rule of docs/methods/d3s.md §2.3 step 3 applied to every subset, not only to the
 # "bottom block + top block" candidates the solver looks at.
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -137,7 +137,7 @@ def test_max_variance_subset_brute_force_property(values, k):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Worked examples (spec §12)
+# Worked examples (docs/methods/d3s.md §12)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -526,7 +526,8 @@ def test_token_keep_mask_counts_ratio_edges_and_padding():
     full = torch.ones(10, 10, dtype=torch.bool)
     assert token_keep_mask(adv, ent, full, 0.07).sum() == 7  # 0.07 * 100 = 7.000000000000001 must not give 8
     assert token_keep_mask(adv, ent, full, 1.0).all()
-    assert token_keep_mask(adv, ent, full, 0.0).sum() == 1  # the spec's floor of one token
+    # The documented floor of one token (docs/methods/d3s.md §2.4).
+    assert token_keep_mask(adv, ent, full, 0.0).sum() == 1
     assert token_keep_mask(adv, ent, full, 0.0, min_keep=0).sum() == 0
     assert token_keep_mask(adv, ent, full, 0.0, scope="sequence").sum(1).tolist() == [1] * 10
     mask = torch.zeros(10, 10, dtype=torch.bool)

@@ -118,7 +118,7 @@ def hand_terms(model, inputs, temperature, epsilon=0.2, level="token", bias_corr
 
     Surrogate -min(r A, clip(r) A) with ``level="token"``: r = exp(logp - old) (old = sg(logp) when the batch has no
     old log-probs); ``"gspo_token"``: r = sg(s_i) exp(logp - sg(logp)), s_i = exp(mean over the rollout's valid tokens
-    of logp - old) (spec §2.6). KL = exp(ref - logp) - (ref - logp) - 1, times the token ratio exp(logp - old) when
+    of logp - old) (docs/methods/d3s.md §2.6). KL = exp(ref - logp) - (ref - logp) - 1, times the token ratio exp(logp - old) when
     ``bias_correction_kl`` (TRL's use_bias_correction_kl, default True); None without reference log-probs."""
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
@@ -182,7 +182,7 @@ def test_invalid_options_fail_at_config_time(config_kwargs, option, value, messa
 
 def test_gspo_with_kl_needs_the_bias_correction_off(config_kwargs):
     """TRL's bias-corrected KL is KL x s_i at the sequence level: s_i carries the gradient of every token of the
-    rollout, so unkept tokens' KL would train the kept ones (spec §2.4, Eq. 10)."""
+    rollout, so unkept tokens' KL would train the kept ones (docs/methods/d3s.md §2.4, Eq. 10)."""
     gspo = dict(importance_sampling_level="sequence", beta=0.04)
     with pytest.raises(
         ValueError, match=r"use_bias_correction_kl=False, or importance_sampling_level='token', or beta"
@@ -348,7 +348,7 @@ def test_second_step_gradient_is_the_hand_loss_with_masked_kl(tiny_model_dir, ar
 
 
 def test_full_schedule_is_grpo_with_token_mean_loss(tiny_model_dir, arithmetic_train, config_kwargs):
-    """N_s = G and K = 1 reduce D3S to the base algorithm with TRL's global token mean (spec §10 property 12)."""
+    """N_s = G and K = 1 reduce D3S to the base algorithm with TRL's global token mean (docs/methods/d3s.md §10 property 12)."""
     common = dict(max_steps=2, beta=0.04, max_grad_norm=0.0, bf16=False)
     base = run(tiny_model_dir, arithmetic_train, GRPOConfig(**config_kwargs(**common)), cls=GRPOFamilyTrainer)
     config = D3SConfig(
@@ -382,7 +382,7 @@ def test_reused_batch_is_not_edited_by_the_loss(tiny_model_dir, arithmetic_train
 def test_each_optimizer_step_divides_by_its_own_kept_tokens(
     tiny_model_dir, arithmetic_train, config_kwargs, spg, accumulation, iterations
 ):
-    """Spec §2.6: |T| = the kept tokens of the optimizer step (all its micro-steps), also when one generation batch
+    """docs/methods/d3s.md §2.6: |T| = the kept tokens of the optimizer step (all its micro-steps), also when one generation batch
     feeds several optimizer steps or one optimizer step takes several updates on a batch. d loss / d logp on a kept
     token is -A r / |T| (0 where the ratio is clipped)."""
     options = dict(per_device_train_batch_size=4, steps_per_generation=spg, gradient_accumulation_steps=accumulation)
@@ -405,7 +405,7 @@ def test_each_optimizer_step_divides_by_its_own_kept_tokens(
 
 
 def test_batch_scope_ranks_the_whole_generation_batch_once(tiny_model_dir, arithmetic_train, config_kwargs):
-    """Default "batch" scope over 2 micro-steps (spec §11 #5, §10.11): one ranking over every kept rollout of the
+    """Default "batch" scope over 2 micro-steps (docs/methods/d3s.md §11 #5, §10.11): one ranking over every kept rollout of the
     generation batch with the sampling policy's entropies; every kept token scores >= every unkept valid one."""
     options = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=1)
     trainer = run(tiny_model_dir, arithmetic_train, D3SConfig(**config_kwargs(**options, d3s_token_ratio_start=0.2)))
@@ -430,7 +430,7 @@ def test_batch_scope_ranks_the_whole_generation_batch_once(tiny_model_dir, arith
 
 
 def test_token_ties_go_to_the_earlier_rollout_not_the_shuffled_row(tiny_model_dir, arithmetic_train, config_kwargs):
-    """Constant reward: every score is 0, so the tie rule alone decides (spec §2.4): the first ceil(K n) valid tokens
+    """Constant reward: every score is 0, so the tie rule alone decides (docs/methods/d3s.md §2.4): the first ceil(K n) valid tokens
     in (global rollout index, position) order, whatever order TRL shuffled the rows into."""
     options = dict(max_steps=1, d3s_samples_start=4, d3s_samples_end=4, d3s_token_ratio_start=0.25)
     trainer = run(tiny_model_dir, arithmetic_train, D3SConfig(**config_kwargs(**options)), reward=constant_reward)

@@ -1,4 +1,4 @@
-"""GPG maths: advantages, the AGE factor alpha and the policy-gradient loss (GPG spec Secs. 2, 6, 10, 12)."""
+"""GPG maths: advantages, the AGE factor alpha and the policy-gradient loss (docs/methods/gpg.md §2, 6, 10, 12)."""
 
 import math
 
@@ -45,7 +45,7 @@ def loss_and_grad(logps, advantages, g, **kw):
 
 
 def brute_force_loss(logps, advantages, g, alpha=1.0, normalization="group"):
-    """The spec's formulas (Sec. 12 conventions) as explicit loops over groups, completions and tokens."""
+    """The formulas of docs/methods/gpg.md (§12 conventions) as explicit loops over groups, completions and tokens."""
     n = len(logps)
     p = n // g
     if normalization == "group":
@@ -63,7 +63,7 @@ def brute_force_loss(logps, advantages, g, alpha=1.0, normalization="group"):
 
 
 def brute_force_grad(logps, advantages, g, alpha=1.0, normalization="group"):
-    """Spec Sec. 2.3 / P4: dL/dl_{i,t} = -alpha A_i / (P T_q) (Eq. 5) or -alpha A_i / T_all (token mean)."""
+    """docs/methods/gpg.md §2.3 / P4: dL/dl_{i,t} = -alpha A_i / (P T_q) (Eq. 5) or -alpha A_i / T_all (token mean)."""
     p = len(logps) // g
     out = []
     for i in range(len(logps)):
@@ -84,7 +84,7 @@ def assert_close(actual, expected, atol=1e-6):
     )
 
 
-# ---------------------------------------------------------------- worked examples (spec Sec. 12)
+# ---------------------------------------------------------------- worked examples (docs/methods/gpg.md §12)
 
 EX1_R = [[1, 0, 0, 1], [1, 1, 1, 0]]
 EX1_L = [[-0.5, -1.0, -0.25], [-2.0, -0.5], [-1.5, -0.5, -0.5, -1.0], [-0.1, -0.3]]
@@ -122,7 +122,7 @@ def test_example1_no_degenerate_group():
         assert_close(got_grad, brute_force_grad(EX1_L, adv, 4, normalization=norm), atol=1e-12)
     assert_close(loss_and_grad(EX1_L, a_none, 4, normalization="sequence")[0], -0.10625)
     assert_close(loss_and_grad(EX1_L, a_std, 4, normalization="sequence")[0], -0.189997)
-    # Hand check in the spec: group terms -0.175 and -0.15.
+    # Hand check in docs/methods/gpg.md §12: group terms -0.175 and -0.15.
     assert_close(brute_force_loss(EX1_L[:4], a_none[:4], 4), -0.175, atol=1e-12)
 
 
@@ -248,7 +248,7 @@ def test_example5_threshold_bookkeeping_alpha():
     assert gpg_alpha(torch.cat([informative[:2], torch.zeros(3, 8)])) == 2.5  # round 1 alone
 
 
-# ---------------------------------------------------------------- NaN (unscorable) rewards (spec Secs. 6, 11 A7)
+# ---------------------------------------------------------------- NaN (unscorable) rewards (docs/methods/gpg.md §6, 11 A7)
 
 
 def test_nan_rewards_are_left_out_and_counted_in_m():
@@ -294,7 +294,7 @@ def test_invalid_arguments_raise():
         gpg_loss(torch.zeros(4, 2), torch.zeros(4), torch.ones(4, 2), 2, normalization="dapo")
 
 
-# ---------------------------------------------------------------- properties (spec Sec. 10)
+# ---------------------------------------------------------------- properties (docs/methods/gpg.md §10)
 
 
 @st.composite
@@ -443,7 +443,7 @@ def test_group_token_weights_make_any_row_split_exact(batch, data):
 @settings(max_examples=60, deadline=None)
 @given(batches(), st.sampled_from(["group", "token"]))
 def test_grpo_surrogate_at_theta_old_has_the_same_gradient(batch, normalization):
-    """P5 / spec Sec. 2.7: with beta = 0 and ratio 1, GRPO's clipped surrogate differentiates like GPG."""
+    """P5 / docs/methods/gpg.md §2.7: with beta = 0 and ratio 1, GRPO's clipped surrogate differentiates like GPG."""
     rewards, logps, g = batch
     adv = gpg_advantages(rewards).flatten()
     values, mask = padded(logps)

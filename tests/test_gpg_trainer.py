@@ -112,7 +112,7 @@ def _binary_rewards(degenerate: torch.Tensor, G: int = 8) -> torch.Tensor:
 
 
 def test_plan_assembly_worked_example():
-    # Spec Sec. 12 Example 5 (P = 5, G = 8, one process): round 0 has 2 informative groups, round 1 two more; the
+    # docs/methods/gpg.md §12 Example 5 (P = 5, G = 8, one process): round 0 has 2 informative groups, round 1 two more; the
     # assembled batch is 4 informative groups + 1 degenerate filler group *from the last round*, alpha = 40/32.
     rounds = [torch.tensor([False, True, True, False, True]), torch.tensor([True, False, True, False, True])]
     rewards = [_binary_rewards(r) for r in rounds]
@@ -193,7 +193,8 @@ def test_plan_assembly_properties(num_processes, groups_per_process, num_rounds,
         if k > 0:
             assert rounds[0][slot]  # only degenerate round-0 slots are replaced
         if rounds[k][g]:
-            assert k == num_rounds - 1  # spec Sec. 2.6 step 4: the degenerate filler comes from the last round
+            # docs/methods/gpg.md §2.6 step 4: the degenerate filler comes from the last round.
+            assert k == num_rounds - 1
     for rank in range(num_processes):
         mine = range(rank * groups_per_process, (rank + 1) * groups_per_process)
         available = sum(not rounds[k][g] for k in range(num_rounds) for g in mine)
@@ -202,7 +203,7 @@ def test_plan_assembly_properties(num_processes, groups_per_process, num_rounds,
 
 
 def _brute_force_loss(logps, advantages, mask, G, normalization) -> float:
-    """Spec Sec. 2.3 / Sec. 12 conventions as explicit loops: Eq. 5 (each group's token sum over its token count,
+    """docs/methods/gpg.md §2.3 / §12 conventions as explicit loops: Eq. 5 (each group's token sum over its token count,
     mean over the P groups), the global token mean, or the per-completion token mean averaged over the N rows."""
     N, T = mask.shape
     terms = [[-advantages[i].item() * logps[i, t].item() for t in range(T) if mask[i, t]] for i in range(N)]
@@ -290,7 +291,7 @@ def test_all_degenerate_gives_zero_gradient_and_bounded_resampling(tiny_model_di
     assert "still below beta_th" in caplog.text
     assert _metric(trainer, "gpg/rounds") == 2 and _metric(trainer, "gpg/threshold_met") == 0.0
     assert _metric(trainer, "gpg/alpha") == 1.0 and _metric(trainer, "gpg/frac_degenerate") == 1.0
-    assert _metric(trainer, "gpg/all_degenerate") == 1.0  # spec Sec. 6: "log all_degenerate=1"
+    assert _metric(trainer, "gpg/all_degenerate") == 1.0  # docs/methods/gpg.md §6: "log all_degenerate=1"
     assert _metric(trainer, "loss") == 0.0
     grads = trainer.grads[0]
     assert grads and all(torch.isfinite(g).all() and not g.any() for g in grads.values())
@@ -325,7 +326,7 @@ def test_resampling_replaces_degenerate_groups(tiny_model_dir, tmp_path):
 
 
 def test_rounds_and_all_degenerate_are_logged_every_step(tiny_model_dir, tmp_path):
-    """Spec Secs. 3.1 and 6: ``rounds`` (1 without resampling) and ``all_degenerate`` on every optimizer step."""
+    """docs/methods/gpg.md §3.1 and 6: ``rounds`` (1 without resampling) and ``all_degenerate`` on every optimizer step."""
     trainer = _train(tiny_model_dir, tmp_path, constant_reward, flat=lambda i: True, max_steps=2)
     steps = [h for h in trainer.state.log_history if "loss" in h]
     assert len(steps) == 2
@@ -411,7 +412,7 @@ class _EOSOnlyFirstRound(RecordingGPG):
 
 
 def test_resampling_merges_a_round_of_one_token_completions(tiny_model_dir, tiny_tokenizer, tmp_path):
-    """Spec Sec. 6 ("never crash"): round 0 is all 1-token completions, the extra round's are wider; the assembled
+    """docs/methods/gpg.md §6 ("never crash"): round 0 is all 1-token completions, the extra round's are wider; the assembled
     batch mixes both (was a ``torch.stack`` size mismatch) and its gradient is the reference one."""
     counter = itertools.count()
 

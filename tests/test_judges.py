@@ -137,7 +137,7 @@ def test_strip_reasoning():
 
 
 def test_quoted_think_step_verdict_from_the_audit():
-    # A Qwen3-style completion split with its <think> block (spec Sec. 2.2); a non-reasoning judge quotes step 1.
+    # A Qwen3-style completion split with its <think> block (docs/methods/sgpo.md §2.2); a non-reasoning judge quotes step 1.
     steps = split_steps("<think>\nLet n = 4.\nThen 2n = 9.\n</think>\nAnswer: 9")
     assert len(steps) == 5 and steps[0] == "<think>"
     answer = (

@@ -1,4 +1,4 @@
-"""MS-GRPO maths (grpo_family/algorithms/ms_grpo.py) against specs/ms_grpo.md: worked numbers (§12), brute
+"""MS-GRPO maths (grpo_family/algorithms/ms_grpo.py) against docs/methods/ms_grpo.md: worked numbers (§12), brute
 force, the testable properties (§10) and the accelerated scheme (§2.8)."""
 
 import itertools
@@ -36,7 +36,7 @@ def one_hot(G, tau_min, tau):
 
 
 def ms_reference(r, tau_min=2, w=None, std="population", eps=1e-6):
-    """Spec §3.1 slow reference: every subgroup, z-scores averaged per scale, then mixed."""
+    """docs/methods/ms_grpo.md §3.1 slow reference: every subgroup, z-scores averaged per scale, then mixed."""
     G = len(r)
     w = w or [1.0 / (G - tau_min + 1)] * (G - tau_min + 1)
     out = [0.0] * G
@@ -187,7 +187,7 @@ def test_spec_12_7_accelerated():
 
 
 def binary_closed_form(P, G, std, eps=0.0, tau_min=2):
-    """Spec §3.2 binary closed form, A_+ and A_- with uniform weights (written independently of the module)."""
+    """docs/methods/ms_grpo.md §3.2 binary closed form, A_+ and A_- with uniform weights (written independently of the module)."""
     Q, f = G - P, {}
     plus = minus = 0.0
     for tau in range(tau_min, G + 1):
@@ -309,7 +309,7 @@ def test_batch_rows_are_independent_of_each_other():
         assert torch.allclose(batch[i], multiscale_advantages(rows[i : i + 1])[0], atol=1e-12)
 
 
-# --------------------------------------------------------------------------------- properties (spec §10)
+# --------------------------------------------------------------------------------- properties (docs/methods/ms_grpo.md §10)
 
 general = st.integers(2, 7).flatmap(
     lambda G: st.lists(st.integers(-20, 20).map(lambda v: v / 10), min_size=G, max_size=G)
@@ -411,7 +411,7 @@ def test_dss_intervals_and_subgroup_counts():
 
 
 def test_num_subgroups_counts_only_scales_with_weight():
-    # spec §2.8d: sum over the scales actually used; a zero-weight scale is skipped by the estimator
+    # docs/methods/ms_grpo.md §2.8d: sum over the scales actually used; a zero-weight scale is skipped by the estimator
     assert num_subgroups(8, weights=one_hot(8, 2, 8)) == 1  # only the full group
     assert num_subgroups(8, weights=one_hot(8, 2, 2)) == 28
     assert num_subgroups(8, subgroups_per_scale=8, weights=one_hot(8, 2, 8)) == 1
@@ -457,7 +457,8 @@ def test_greedy_selection_balance_and_diversity():
         assert round(jaccard_sum(diverse_subgroups(8, tau, 8)), 2) == expected
     ms_module._candidate_pool.cache_clear()
     ms_module._greedy_rows.cache_clear()
-    with pytest.warns(UserWarning, match=r"C\(24, 12\) = 2704156 .* random pool"):  # spec §11.9: warn ...
+    # docs/methods/ms_grpo.md §11.9: warn ...
+    with pytest.warns(UserWarning, match=r"C\(24, 12\) = 2704156 .* random pool"):
         big = diverse_subgroups(24, 12, 5)  # C(24, 12) > pool limit: greedy on a fixed-seed random pool
     assert len(set(big)) == 5 and big[0] == tuple(range(12)) and all(len(S) == 12 for S in big)
     with warnings.catch_warnings():
@@ -534,7 +535,7 @@ def test_invalid_options_raise(G, kwargs, match):
 
 @pytest.mark.parametrize("accelerated", [False, True])
 def test_groups_smaller_than_tau_min_get_zeros(accelerated):
-    """Spec §6 ("G < tau_min: ... at runtime return zeros", "G = 1: zeros") and §3.1; the config check stays."""
+    """docs/methods/ms_grpo.md §6 ("G < tau_min: ... at runtime return zeros", "G = 1: zeros") and §3.1; the config check stays."""
     kw = dict(num_scales=2, subgroups_per_scale=2, generator=torch.Generator().manual_seed(0)) if accelerated else {}
     for rewards, tau_min in ((t([[0.3], [1.0]]), 2), (t([[1.0, 0.0], [0.2, 0.9]]), 3), (t([[1.0, 0.0, 2.0]]), 4)):
         out = multiscale_advantages(rewards, tau_min=tau_min, **kw)

@@ -52,7 +52,7 @@ DEFAULTS = dict(
     tau_min=2, weights="uniform", std="population", eps=1e-6, num_scales=None, subgroups_per_scale=None,
     partition="bottom", selection="greedy", draw="per_group", permute_labels=False,
 )  # fmt: skip
-# ms_grpo/subgroups_per_prompt (spec §2.8d): G=4 exact: C(4,2) + C(4,3) + 1 = 11; M=2 (bottom: [2, 3], [4]), K=2:
+# ms_grpo/subgroups_per_prompt (docs/methods/ms_grpo.md §2.8d): G=4 exact: C(4,2) + C(4,3) + 1 = 11; M=2 (bottom: [2, 3], [4]), K=2:
 # 2 + 1 = 3; non_default: tau=3 always (min(3, C(5,3)) = 3), tau=5 half of the time (1), tau=4 has weight 0: 3.5.
 SUBGROUPS = {"exact": 11.0, "accelerated": 3.0, "non_default": 3.5}
 
@@ -119,7 +119,7 @@ def test_logged_subgroups_per_prompt(
 def test_scale_draws_are_seeded_per_call_from_the_step(
     tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs
 ):
-    """Spec §3.4, §11.5: draws seeded from (seed, global_step), identical on all ranks; an evaluation in between
+    """docs/methods/ms_grpo.md §3.4, §11.5: draws seeded from (seed, global_step), identical on all ranks; an evaluation in between
     leaves training's draws unchanged, and a resumed run (a new trainer at the same step) draws the same."""
     options = dict(num_scales=2, subgroups_per_scale=2, selection="random")
     gen = torch.Generator().manual_seed(0)
@@ -161,7 +161,7 @@ def test_scale_draws_are_seeded_per_call_from_the_step(
         (dict(partition="middle"), "partition"),
         (dict(draw="per_step"), "per_group"),
         (dict(permute_labels="yes"), "permute_labels"),
-        # spec §6: G < tau_min is a configuration error at init, for the eval groups too
+        # docs/methods/ms_grpo.md §6: G < tau_min is a configuration error at init, for the eval groups too
         (dict(num_generations_eval=2, tau_min=3, per_device_eval_batch_size=4), "num_generations_eval=2: tau_min=3"),
         (dict(num_generations_eval=2, weights="1,1,1", per_device_eval_batch_size=4), "num_generations_eval=2"),
         # MS-GRPO standardises the summed reward: a per-function normalisation would be silently ignored

@@ -1,4 +1,4 @@
-"""SGPO maths: RTS, majority vote, partial credit and rewards (SGPO spec Secs. 2.4-2.10, 11, 13)."""
+"""SGPO maths: RTS, majority vote, partial credit and rewards (docs/methods/sgpo.md §2.4-2.10, 11, 13)."""
 
 import itertools
 import math
@@ -30,7 +30,7 @@ def float64():
 
 
 def reference_advantages(rewards, ddof=1, eps=1e-4):
-    """Spec Sec. 2.8 written out with plain Python floats: NaN-excluded mean/std, NaN -> 0, < 2 valid -> 0."""
+    """docs/methods/sgpo.md §2.8 written out with plain Python floats: NaN-excluded mean/std, NaN -> 0, < 2 valid -> 0."""
     out = []
     for row in rewards:
         valid = [r for r in row if not math.isnan(r)]
@@ -58,7 +58,7 @@ def assert_close(actual, expected, atol=1e-6):
     torch.testing.assert_close(actual, expected, atol=atol, rtol=0, equal_nan=True)
 
 
-# ---------------------------------------------------------------- worked examples (spec Sec. 13)
+# ---------------------------------------------------------------- worked examples (docs/methods/sgpo.md §13)
 
 
 def test_trajectory_score_paper_examples():
@@ -100,7 +100,7 @@ def test_e2_all_negative_group(float64):
     assert_close(r.mean(), 0.472311)
     assert_close(r.std(), 0.396155)
     # Every advantage is checked twice: the library's group_advantages (what the trainers run) and the reference
-    # written out above, both against the spec's numbers.
+    # written out above, both against the numbers of docs/methods/sgpo.md §13.
     for advantages in (reference_advantages, library_advantages):
         assert_close(
             advantages(r.tolist()),
@@ -208,7 +208,7 @@ def test_e6_batch_of_three_groups():
     )
 
 
-# ---------------------------------------------------------------- no_error_policy (spec Sec. 7, Sec. 12 A12)
+# ---------------------------------------------------------------- no_error_policy (docs/methods/sgpo.md §7, §12 A12)
 
 
 def test_no_error_policy_last_step_on_hand_computed_numbers(float64):
@@ -224,7 +224,7 @@ def test_no_error_policy_last_step_on_hand_computed_numbers(float64):
     correct = torch.zeros(1, 4, dtype=torch.bool)
     first_error, num_steps = [[None, None, None, 2]], [[3, 2, 4, 4]]
     answered = [[True, False, True, True]]
-    # RTS: 2/3, 1 (no answer), 3/4, 1/4 -> sigmoid(10 (RTS - 0.5)) from the spec's E1 table.
+    # RTS: 2/3, 1 (no answer), 3/4, 1/4 -> sigmoid(10 (RTS - 0.5)) from the E1 table of docs/methods/sgpo.md §13.
     last = sgpo_rewards(correct, first_error, num_steps, no_error_policy="last_step", has_final_answer=answered)
     assert_close(last, [[0.841131, 0.993307, 0.924142, 0.075858]])
     full = sgpo_rewards(correct, first_error, num_steps, has_final_answer=answered)
@@ -285,7 +285,7 @@ def test_integer_correctness_and_empty_batch():
     assert sgpo_rewards(torch.zeros(0, 4, dtype=torch.bool), [], []).shape == (0, 4)
 
 
-# ---------------------------------------------------------------- majority vote (spec Sec. 2.10, Sec. 11 item 15)
+# ---------------------------------------------------------------- majority vote (docs/methods/sgpo.md §2.10, §11 item 15)
 
 verdicts_for = st.integers(0, 8).flatmap(
     lambda k: st.tuples(
@@ -353,7 +353,7 @@ def test_vote_ties_go_to_the_smallest_position():
     assert math.isnan(vote_first_error([NAN, NAN], 5))
 
 
-# ---------------------------------------------------------------- properties of rewards (spec Sec. 11)
+# ---------------------------------------------------------------- properties of rewards (docs/methods/sgpo.md §11)
 
 
 @st.composite
@@ -421,7 +421,7 @@ def test_later_first_error_scores_higher(k, data):
     rts = [trajectory_score(v, k) for v in ordered]
     r = sgpo_rewards(torch.zeros(1, len(ordered), dtype=torch.bool), [ordered], [[k] * len(ordered)], mode=mode)
     assert rts == sorted(rts) and len(set(rts)) == len(rts)
-    assert torch.all(r[0, 1:] > r[0, :-1])  # strictly increasing in RTS (spec Sec. 11 items 5, 6)
+    assert torch.all(r[0, 1:] > r[0, :-1])  # strictly increasing in RTS (docs/methods/sgpo.md §11 items 5, 6)
 
 
 @settings(max_examples=100, deadline=None)

@@ -235,7 +235,7 @@ _CONFIG_DIR = tempfile.mkdtemp(prefix="sgpo-hook-")
 
 
 class ScriptedJudge:
-    """Verdicts fixed in advance per completion (spec Sec. 3.5 item 3); the completion's index is in its steps."""
+    """Verdicts fixed in advance per completion (docs/methods/sgpo.md §3.5 item 3); the completion's index is in its steps."""
 
     def __init__(self, verdicts: dict[int, list], num_steps: dict[int, int]):
         self.verdicts, self.num_steps, self.requests = verdicts, num_steps, []
@@ -335,7 +335,7 @@ def test_hook_matches_the_spec_on_scripted_verdicts(case, scope):
     for b in range(base.size(0)):
         if (scope == "all_negative" and base[b].any()) or (scope == "all_incorrect" and base[b].all()):
             assert torch.equal(advantages[b], group_advantages(base)[b])
-    # Each judged completion is sent once (spec Sec. 11 item 16: M votes per incorrect completion of a judged group).
+    # Each judged completion is sent once (docs/methods/sgpo.md §11 item 16: M votes per incorrect completion of a judged group).
     assert sorted(int(r.steps[0].split("-")[0][1:]) for r in judge.requests) == sorted(sent)
     calls = trainer._metrics["train"]["sgpo/judge_calls"]
     assert calls == [float(sum(len(verdicts[n]) for n in sent))]
@@ -385,7 +385,7 @@ def numbered_texts(num_steps):
     return ["\n\n".join(f"c{n}-{j}" for j in range(k)) for n, k in enumerate(num_steps)]
 
 
-# Spec Sec. 13, E2 / E4 / E5 / E6 through the trainer's advantage path (judge -> vote -> RTS -> reward -> GRPO).
+# docs/methods/sgpo.md §13, E2 / E4 / E5 / E6 through the trainer's advantage path (judge -> vote -> RTS -> reward -> GRPO).
 @pytest.mark.parametrize(
     "num_steps, votes, expected",
     [
@@ -477,7 +477,7 @@ class RecordingJudge:
 
 def test_judge_sees_the_reasoning_trl_parsed_out_of_the_completion():
     # With a response schema (tools, or a tokenizer that ships one) TRL 1.16 moves the <think> block into
-    # reasoning_content / thinking; spec Sec. 2.2 item 1: the judge sees the whole completion.
+    # reasoning_content / thinking; docs/methods/sgpo.md §2.2 item 1: the judge sees the whole completion.
     completions = [
         [{"role": "assistant", "reasoning_content": "3*4=12\n\n2+12=15", "content": "Answer: 15"}],
         [{"role": "assistant", "thinking": "3*4=11\n\nso 13", "content": ""}],  # cut off after the reasoning
@@ -525,7 +525,7 @@ NO_ERROR_TEXTS = [
 @pytest.mark.parametrize(
     "policy, rewards, advantages, rts_mean",
     [
-        (  # sigmoid(10 (RTS - 0.5)) from the spec's E1 table; A worked out with math.exp alone
+        (  # sigmoid(10 (RTS - 0.5)) from the E1 table of docs/methods/sgpo.md §13; A worked out with math.exp alone
             "last_step",
             [0.841131, 0.993307, 0.924142, 0.075858],
             [0.310721, 0.667526, 0.505355, -1.483601],
@@ -671,7 +671,7 @@ def test_random_model_groups_are_judged_only_inside_the_window(tiny_model_dir, a
     assert metric(trainer, "sgpo/frac_all_negative") == [1.0]
     assert len(counting.requests) == sum(bool(t.strip()) for t in first["texts"]) > 0
     assert torch.allclose(first["trained"], torch.full_like(first["trained"], 1 / (1 + math.exp(5))))
-    assert (first["advantages"] == 0).all()  # equal RTS -> no signal (spec Sec. 11 property 9)
+    assert (first["advantages"] == 0).all()  # equal RTS -> no signal (docs/methods/sgpo.md §11 property 9)
     assert torch.equal(second["trained"], second["base"]) and torch.equal(
         second["advantages"], group_advantages(second["base"])
     )

@@ -1,4 +1,4 @@
-"""Step splitting shared by every SGPO judge (SGPO spec Sec. 2.2, Sec. 3.3)."""
+"""Step splitting shared by every SGPO judge (docs/methods/sgpo.md §2.2, §3.3)."""
 
 import re
 

@@ -235,7 +235,7 @@ def test_every_method_trains_on_a_vllm_batch(
 @pytest.mark.parametrize(
     ("source", "correction", "nan", "expected"),
     [
-        # Default (spec §2.4 step 1: never the inference engine's log-probs): no old log-probs, so the policy's,
+        # Default (docs/methods/cw_grpo.md §2.4 step 1: never the inference engine's log-probs): no old log-probs, so the policy's,
         # here from the loss's own forward (steps_per_generation=1), not the sampler's.
         (None, False, False, "policy"),
         (None, True, False, "old"),  # TRL computed old_per_token_logps for the correction: those

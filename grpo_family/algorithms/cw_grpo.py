@@ -1,6 +1,6 @@
-"""CW-GRPO: Gaussian-kernel covariance weights on token advantages (spec: ``specs/cw_grpo.md``).
+"""CW-GRPO: Gaussian-kernel covariance weights on token advantages (``docs/methods/cw_grpo.md``).
 
-For every valid completion token the per-token covariance term (spec §2.4)
+For every valid completion token the per-token covariance term (docs/methods/cw_grpo.md §2.4)
 
     c = (logp - mean logp) * (A - mean A)
 
@@ -61,7 +61,7 @@ def _scoped_terms(logps, advantages, mask, num_generations, scope, adv_center, s
     """The §2.4 steps 1-4 and 7 per scope. Returns (c, valid, n, cov, sigma, degenerate), each (S, ...)."""
     n_rows, t = logps.shape
     valid = mask != 0
-    # torch.where, never x * mask: padded positions may hold -inf or NaN (spec §6).
+    # torch.where, never x * mask: padded positions may hold -inf or NaN (docs/methods/cw_grpo.md §6).
     lp = torch.where(valid, logps.double(), 0.0)
     adv = advantages.double()
     a_tok = torch.where(valid, adv[:, None].expand(n_rows, t) if adv.dim() == 1 else adv, 0.0)
@@ -98,7 +98,7 @@ def _scoped_terms(logps, advantages, mask, num_generations, scope, adv_center, s
         lo = torch.where(v_s, x, float("inf")).amin(-1)
         return hi == lo
 
-    # The degeneracy test (spec §2.4 step 7) is on the std of c itself, before kappa: kappa widens or narrows the
+    # The degeneracy test (docs/methods/cw_grpo.md §2.4 step 7) is on the std of c itself, before kappa: kappa widens or narrows the
     # kernel of a scope that has a spread, it does not decide whether the scope has one.
     degenerate = (std <= eps) | constant(lp_s) | constant(a_s)
     return c, v_s, n, cov, sigma, degenerate
@@ -117,7 +117,7 @@ def covariance_stats(
     bandwidth_scale: float = 1.0,
     eps: float = 1e-8,
 ) -> CovarianceStats:
-    """Per-token covariance terms and per-scope statistics behind :func:`covariance_weights` (spec §2.4, §3.2).
+    """Per-token covariance terms and per-scope statistics behind :func:`covariance_weights` (docs/methods/cw_grpo.md §2.4, §3.2).
 
     Same arguments as :func:`covariance_weights`. Meant for logging (the trainer's ``cw_grpo/sigma_mean``,
     ``cw_grpo/cov_mean`` and ``cw_grpo/degenerate_frac``) and for tests. ``covariance`` equals Cov(logp, A) over
@@ -144,7 +144,7 @@ def covariance_weights(
     eps: float = 1e-8,
     normalize: bool = True,
 ) -> torch.Tensor:
-    """CW-GRPO token weights ``w~`` (spec §2.4; defaults are §2.6, the options are §4.1 and §9).
+    """CW-GRPO token weights ``w~`` (docs/methods/cw_grpo.md §2.4; defaults are §2.6, the options are §4.1 and §9).
 
     Args:
         logps: (N, T) log-probs of the sampled tokens under the rollout policy, N = num_prompts * num_generations,
@@ -169,7 +169,7 @@ def covariance_weights(
         (N, T) weights, detached, float32 (float64 if logps or advantages are float64). 0 on padding. Per scope
         with at least one valid token, the valid weights sum to the scope's number of valid tokens.
         Normalisation is done in log space (``N * softmax(-c^2 / 2 sigma^2)``), so it stays finite when every
-        raw weight underflows (spec §6, Example 4).
+        raw weight underflows (docs/methods/cw_grpo.md §6, Example 4).
     """
     _validate(logps, advantages, mask, num_generations, scope, adv_center, std_ddof, bandwidth_scale, eps)
     c, valid, n, _, sigma, degenerate = _scoped_terms(

@@ -1,4 +1,4 @@
-"""D3S: dynamic dual-level down-sampling (spec: ``specs/d3s.md``).
+"""D3S: dynamic dual-level down-sampling (``docs/methods/d3s.md``).
 
 Two filters sit between the advantages and the policy loss; the advantages themselves are never recomputed:
 
@@ -92,13 +92,13 @@ def _max_variance_rows(values: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def max_variance_subset(values: torch.Tensor, k: int) -> torch.Tensor:
-    """Ascending indices of the k-subset of a 1-D tensor whose values have the largest variance (spec §2.3).
+    """Ascending indices of the k-subset of a 1-D tensor whose values have the largest variance (docs/methods/d3s.md §2.3).
 
     Exact, O(n log n): a stable ascending sort, then every split "k - j smallest + j largest" scored with prefix
     sums. Ties (common with binary rewards) follow §11 #2: variance within a relative 1e-9 of the best, then the
     smallest |subset mean|, then the smallest j; among equal values the bottom block takes the lowest indices and
     the top block the highest. k >= n returns every index, k = 0 none; k = 1 returns the value closest to 0
-    (the spec clamps the schedule to k >= 2, where this never arises). Variance = population variance; for a fixed
+    (docs/methods/d3s.md §2.5 clamps the schedule to k >= 2, where this never arises). Variance = population variance; for a fixed
     k the choice of ddof does not change the argmax.
     """
     if values.dim() != 1:
@@ -115,7 +115,7 @@ def select_rollouts(
     scope: str = "pooled",
     drop_degenerate_groups: bool = False,
 ) -> torch.Tensor:
-    """Sample-level D3S selection: sorted flat indices ``b*G + i`` of the kept rollouts (spec §2.3, §3).
+    """Sample-level D3S selection: sorted flat indices ``b*G + i`` of the kept rollouts (docs/methods/d3s.md §2.3, §3).
 
     Args:
         advantages: (N,) full-group advantages, N = num_prompts * G, groups contiguous, or (num_prompts, G).
@@ -140,7 +140,7 @@ def select_rollouts(
     num_prompts = adv.numel() // num_generations
     if scope == "pooled":
         if drop_degenerate_groups:
-            raise ValueError("drop_degenerate_groups is only defined for scope='group' (spec §11 #13)")
+            raise ValueError("drop_degenerate_groups is only defined for scope='group' (docs/methods/d3s.md §11 #13)")
         keep = _max_variance_rows(adv[None], int(k) * num_prompts)[0]
     else:
         groups = adv.reshape(num_prompts, num_generations)
@@ -161,7 +161,7 @@ def schedule(
     token_ratio_start: float = 0.05,
     token_ratio_end: float = 0.20,
 ) -> tuple[int, float]:
-    """The linear D3S curriculum (spec §2.5, paper Eq. 9): ``(rollouts kept per prompt N_s, token keep ratio K)``.
+    """The linear D3S curriculum (docs/methods/d3s.md §2.5, paper Eq. 9): ``(rollouts kept per prompt N_s, token keep ratio K)``.
 
     ``p = clamp(step / total_steps, 0, 1)``; ``N_s = clamp(round_half_up((1-p)*samples_start + p*samples_end),
     2, num_generations)``; ``K = (1-p)*token_ratio_start + p*token_ratio_end`` (not rounded). ``step`` is the
@@ -191,7 +191,7 @@ def token_keep_mask(
     scope: str = "batch",
     min_keep: int = 1,
 ) -> torch.Tensor:
-    """Token-level D3S selection: the top ``ceil(K * n)`` valid tokens by ``|A| * H`` (spec §2.4).
+    """Token-level D3S selection: the top ``ceil(K * n)`` valid tokens by ``|A| * H`` (docs/methods/d3s.md §2.4).
 
     Args:
         advantages: (N,) per-rollout or (N, T) per-token advantages of the kept rollouts.
@@ -200,7 +200,7 @@ def token_keep_mask(
         keep_ratio: K in [0, 1].
         scope: ``"batch"`` (default, §11 #4): one ranking over every valid token of the batch;
             ``"sequence"``: a separate top-K inside each rollout.
-        min_keep: floor on the count of a non-empty scope. The spec's count is
+        min_keep: floor on the count of a non-empty scope. The documented count (docs/methods/d3s.md §2.4) is
             ``min(n, max(1, ceil(K*n - 1e-9)))`` (n = valid tokens in the scope; the 1e-9 absorbs float artefacts
             such as 0.07 * 100); the floor only matters for K = 0, and ``min_keep=0`` keeps nothing there.
 
@@ -242,7 +242,7 @@ def masked_token_loss(
     *,
     normalization: str = "token_mean_kept",
 ) -> torch.Tensor:
-    """Aggregate a per-token loss over the kept tokens T (spec §2.6 and §11 #6; Example 4 has the numbers).
+    """Aggregate a per-token loss over the kept tokens T (docs/methods/d3s.md §2.6 and §11 #6; Example 4 has the numbers).
 
     Args:
         per_token_loss: (N, T) loss to minimise per token (e.g. minus the clipped surrogate plus beta * KL; the KL

@@ -1,4 +1,4 @@
-"""GPG: group policy gradient with the AGE correction (GPG spec Secs. 2.2-2.6, 6, 11).
+"""GPG: group policy gradient with the AGE correction (docs/methods/gpg.md §2.2-2.6, §6, §11).
 
 Plain on-policy REINFORCE with a per-prompt group-mean baseline; no ratio, no clip, no KL, no reference model:
 
@@ -11,7 +11,7 @@ Plain on-policy REINFORCE with a per-prompt group-mean baseline; no ratio, no cl
 
 Rewards are ``(num_prompts, G)`` with NaN marking an unscorable completion (advantage 0, counted in ``M``).
 ``group_token_weights`` and ``scale_grad`` are the pieces a trainer needs to apply Eq. 5 and alpha exactly
-when the batch is split over ranks and gradient-accumulation micro-steps (spec Secs. 3.2-3.3).
+when the batch is split over ranks and gradient-accumulation micro-steps (docs/methods/gpg.md §3.2-3.3).
 """
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def _nan_mean_std(x: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, torch
 
 
 def degenerate_groups(rewards: torch.Tensor, *, tol: float = 0.0) -> torch.Tensor:
-    """Boolean ``(num_prompts,)``: groups that carry no gradient (spec Secs. 2.1, 6, 11 A7).
+    """Boolean ``(num_prompts,)``: groups that carry no gradient (docs/methods/gpg.md §2.1, §6, §11 A7).
 
     A group is degenerate when its scorable (non-NaN) rewards satisfy ``max - min <= tol`` (all equal for the
-    default ``tol = 0``; the spec suggests ``1e-6`` for continuous rewards), or when fewer than two are scorable.
+    default ``tol = 0``; docs/methods/gpg.md §4 suggests ``1e-6`` for continuous rewards), or when fewer than two are scorable.
     """
     _check_rewards(rewards)
     valid = ~torch.isnan(rewards)
@@ -83,7 +83,7 @@ def count_degenerate_groups(rewards: torch.Tensor, *, tol: float = 0.0) -> int:
 def gpg_advantages(
     rewards: torch.Tensor, *, f_norm: str = "none", tol: float = 0.0, eps: float = 1e-4
 ) -> torch.Tensor:
-    """GPG advantages ``(num_prompts, G)`` (paper Eq. 6; spec Sec. 2.2).
+    """GPG advantages ``(num_prompts, G)`` (paper Eq. 6; docs/methods/gpg.md §2.2).
 
     ``A_i = r_i - mean_group`` for ``f_norm="none"`` (GPG's default), divided by ``std_group + eps`` for
     ``"group"`` (GRPO's normalisation) or by ``std_batch + eps`` for ``"batch"`` (Table 13 ablation); stds are
@@ -105,26 +105,26 @@ def gpg_advantages(
 
 
 def _no_grad_rows(rewards: torch.Tensor, tol: float) -> torch.Tensor:
-    """``M``'s rows: every row of a degenerate group and unscorable (NaN) rows of the others (spec Sec. 6, A7)."""
+    """``M``'s rows: every row of a degenerate group and unscorable (NaN) rows of the others (docs/methods/gpg.md §6, A7)."""
     return degenerate_groups(rewards, tol=tol)[:, None] | torch.isnan(rewards)
 
 
 def informative_fraction(rewards: torch.Tensor, *, tol: float = 0.0) -> float:
     """``rho = (B - M) / B`` of a batch, ``M`` counted as :func:`gpg_alpha` counts it, so ``rho = 1 / alpha``
     (before any ``max_alpha`` cap, and for ``M < B``) and ``rho >= beta_th`` is exactly ``alpha <= 1 / beta_th``
-    (spec Sec. 2.6, P13)."""
+    (docs/methods/gpg.md §2.6, P13)."""
     _check_rewards(rewards)
     return 1.0 - int(_no_grad_rows(rewards, tol).sum()) / rewards.numel()
 
 
 def gpg_alpha(rewards: torch.Tensor, *, tol: float = 0.0, max_alpha: float | None = None) -> float:
-    """AGE factor ``alpha = B / (B - M)`` over the global batch (paper Eqs. 7-8, App. A; spec Sec. 2.4).
+    """AGE factor ``alpha = B / (B - M)`` over the global batch (paper Eqs. 7-8, App. A; docs/methods/gpg.md §2.4).
 
     ``B`` counts completions (rows) and ``M`` the rows that cannot carry gradient: all rows of degenerate
-    groups plus unscorable (NaN) rows of the other groups (spec Sec. 6). With equal-size groups and no NaN this
+    groups plus unscorable (NaN) rows of the other groups (docs/methods/gpg.md §6). With equal-size groups and no NaN this
     is ``P / (P - P_0)``. ``alpha >= 1``; exactly 1 with no degenerate group, and 1 by convention when every
     row is degenerate (the gradient is zero anyway). ``rewards`` must be the *globally gathered* batch of one
-    optimizer step: a per-rank or per-micro-batch alpha is wrong (spec Sec. 12 Example 3).
+    optimizer step: a per-rank or per-micro-batch alpha is wrong (docs/methods/gpg.md §12 Example 3).
     ``max_alpha`` optionally caps it (not in the paper; off by default).
     """
     _check_rewards(rewards)
@@ -134,7 +134,7 @@ def gpg_alpha(rewards: torch.Tensor, *, tol: float = 0.0, max_alpha: float | Non
 
 
 def group_token_weights(mask: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """Per-row Eq. 5 weights ``1 / (P * T_q)``, shape ``(N,)`` (spec Sec. 3.2).
+    """Per-row Eq. 5 weights ``1 / (P * T_q)``, shape ``(N,)`` (docs/methods/gpg.md §3.2).
 
     ``T_q`` is the number of loss tokens of row's group and ``P`` the number of groups. With these weights
     ``sum_i w_i * sum_t -A_i logp_{i,t} mask_{i,t}`` is Eq. 5 on the full batch, and the same sum restricted to
@@ -155,7 +155,7 @@ def loss_row_weights(mask: torch.Tensor, num_generations: int, *, normalization:
     ``gpg_loss(logps, A, mask, G, normalization=n) == sum_i w_i * sum_t -A_i * logp_{i,t} * mask_{i,t}`` with
     ``"group"``: ``1 / (P * T_q)`` (Eq. 5, :func:`group_token_weights`); ``"token"``: ``1 / T_all``;
     ``"sequence"``: ``1 / (N * |o_i|)``. Computed once on the *global* mask of one optimizer step, the weights
-    make the loss of any split of the rows (ranks, micro-steps) add up to the full-batch loss (spec Sec. 3.2).
+    make the loss of any split of the rows (ranks, micro-steps) add up to the full-batch loss (docs/methods/gpg.md §3.2).
     Rows (or groups, or batches) without tokens get weight 0.
     """
     if normalization not in NORMALIZATIONS:
@@ -178,7 +178,7 @@ def gpg_loss(
     alpha: float = 1.0,
     normalization: str = "group",
 ) -> torch.Tensor:
-    """GPG policy-gradient loss, a scalar to minimise (paper Eq. 5 with Eq. 8's alpha; spec Sec. 2.3, A1).
+    """GPG policy-gradient loss, a scalar to minimise (paper Eq. 5 with Eq. 8's alpha; docs/methods/gpg.md §2.3, A1).
 
     Per token ``-A_i * logp_{i,t}`` (REINFORCE: no ratio, clip, KL or entropy), aggregated by
     ``normalization``:
@@ -228,14 +228,14 @@ class _ScaleGrad(torch.autograd.Function):
 def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
     """Identity in the forward pass, multiplies the incoming gradient by ``factor`` in the backward pass.
 
-    The project's way to apply alpha (spec Sec. 3.3, "Project decision"): ``scale_grad(loss, alpha)`` logs the
+    The project's way to apply alpha (docs/methods/gpg.md §3.3, "Project decision"): ``scale_grad(loss, alpha)`` logs the
     unscaled loss yet yields exactly ``alpha * grad(loss)``, before any DDP/ZeRO-3 reduction or clipping.
     """
     return _ScaleGrad.apply(x, factor)
 
 
 def plan_assembly(degenerate: list[torch.Tensor], num_processes: int) -> list[tuple[int, int]]:
-    """Which group fills each slot of the assembled generation batch (spec Sec. 2.6 step 4, A8, Example 5).
+    """Which group fills each slot of the assembled generation batch (docs/methods/gpg.md §2.6 step 4, A8, Example 5).
 
     ``degenerate[k]`` is the global ``(P,)`` degenerate mask of generation round ``k``; process ``r`` generated
     groups ``[r * P / W, (r + 1) * P / W)`` of every round. Each process keeps its informative round-0 groups in

@@ -1,7 +1,7 @@
-"""MS-GRPO: multi-scale group-relative advantages (spec: ``specs/ms_grpo.md``).
+"""MS-GRPO: multi-scale group-relative advantages (``docs/methods/ms_grpo.md``).
 
 Every completion is standardised against every subgroup of its group with at least ``tau_min`` members
-(spec §2.4), the z-scores are averaged within each subgroup size ("scale", §2.5) and the per-scale
+(docs/methods/ms_grpo.md §2.4), the z-scores are averaged within each subgroup size ("scale", §2.5) and the per-scale
 averages are mixed with scale weights (§2.6). Three exact engines compute the same numbers:
 
 * **value-class tables** (few distinct rewards, e.g. binary correctness or sums of binary checks): a
@@ -14,10 +14,10 @@ averages are mixed with scale weights (§2.6). Three exact engines compute the s
   Jaccard-diverse subgroups (``subgroups_per_scale`` = K), both reward-independent and shared by every
   process given the same ``torch.Generator``.
 
-Conventions (spec §11): per-sequence scalar rewards; ``A_i(S) = (r_i - mu_S) / (sigma_S + eps)``;
+Conventions (docs/methods/ms_grpo.md §11): per-sequence scalar rewards; ``A_i(S) = (r_i - mu_S) / (sigma_S + eps)``;
 degenerate subgroups (all rewards equal, detected exactly) contribute 0 and still count; population std
 by default. Non-finite rewards (NaN = unscorable) are removed from every subgroup and get advantage 0:
-the prompt is treated as the group of its scorable completions (spec §6, optional policy).
+the prompt is treated as the group of its scorable completions (docs/methods/ms_grpo.md §6, optional policy).
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ MAX_ENUMERATED_SUBGROUPS = 2**16
 MAX_COUNT_VECTORS = 2**16
 MIN_COUNTS_SUBGROUPS = 2**10
 # Greedy diverse selection runs on all C(G, tau) candidates up to this many, else on a fixed-seed random
-# pool of this size (spec §11.9).
+# pool of this size (docs/methods/ms_grpo.md §11.9).
 GREEDY_POOL_LIMIT = 20_000
-_TIE_TOL = 1e-9  # greedy ties (spec §2.8b)
+_TIE_TOL = 1e-9  # greedy ties (docs/methods/ms_grpo.md §2.8b)
 
 
 # ----------------------------------------------------------------------------------------------- options
@@ -114,7 +114,7 @@ def _scale_weights(num_generations: int, tau_min: int, key: str | tuple[float, .
 
 
 def scale_weights(num_generations: int, tau_min: int = 2, weights="uniform") -> torch.Tensor:
-    """Scale weights ``w_tau`` for ``tau = tau_min..num_generations`` normalised to sum 1 (spec §2.6), float64.
+    """Scale weights ``w_tau`` for ``tau = tau_min..num_generations`` normalised to sum 1 (docs/methods/ms_grpo.md §2.6), float64.
 
     "uniform": 1; "global": ``tau - tau_min + 1``; "local": ``G - tau + 1``; "flat": ``C(G-1, tau-1)`` (the
     no-hierarchy ablation); or an explicit sequence of ``G - tau_min + 1`` non-negative floats.
@@ -175,7 +175,7 @@ def validate_multiscale_options(
     """Raise ``ValueError`` naming what is allowed if the options are invalid for groups of ``num_generations``.
 
     Needs no rewards, so a trainer config can call it at init. Allowed: ``2 <= tau_min <= num_generations``
-    (spec §6: ``G < tau_min`` is a configuration error at init, while :func:`multiscale_advantages` returns zeros
+    (docs/methods/ms_grpo.md §6: ``G < tau_min`` is a configuration error at init, while :func:`multiscale_advantages` returns zeros
     for such groups at runtime); weights in ``WEIGHT_SCHEMES`` or ``num_generations - tau_min + 1`` finite
     non-negative floats, not all 0; std in ``STD_CONVENTIONS``; finite ``eps >= 0``; ``num_scales`` and
     ``subgroups_per_scale`` None or integers >= 1; partition in ``PARTITIONS``; selection in ``SELECTIONS``; draw
@@ -194,11 +194,11 @@ def validate_multiscale_options(
     _scale_weights(num_generations, tau_min, _weights_key(weights))
 
 
-# ------------------------------------------------------------------------- acceleration (spec §2.8 a, b)
+# ------------------------------------------------------------------------- acceleration (docs/methods/ms_grpo.md §2.8 a, b)
 
 
 def dss_intervals(num_generations: int, tau_min: int, num_scales: int, partition: str = "bottom") -> list[tuple]:
-    """Non-empty scale intervals ``[s, e]`` of dilated scale sampling (spec §2.8a); ``L = ceil(R / M)``.
+    """Non-empty scale intervals ``[s, e]`` of dilated scale sampling (docs/methods/ms_grpo.md §2.8a); ``L = ceil(R / M)``.
 
     "bottom" (default, reproduces the paper's reported subgroup counts): ``s_j = tau_min + (j-1)L``,
     ``e_j = min(tau_min + jL - 1, G)``. "paper" (printed formula): ``e_j = G - (M-j)L``,
@@ -254,7 +254,7 @@ def _candidate_pool(G: int, tau: int) -> torch.Tensor:
     warnings.warn(
         f"MS-GRPO diverse subgroups: C({G}, {tau}) = {math.comb(G, tau)} candidate subgroups exceed "
         f"GREEDY_POOL_LIMIT={GREEDY_POOL_LIMIT}, so the greedy Jaccard selection runs on a fixed-seed random pool of "
-        f"{GREEDY_POOL_LIMIT} of them (spec §11.9): an approximation of the paper's greedy, outside its G=8 setting.",
+        f"{GREEDY_POOL_LIMIT} of them (docs/methods/ms_grpo.md §11.9): an approximation of the paper's greedy, outside its G=8 setting.",
         UserWarning,
         stacklevel=2,
     )
@@ -287,7 +287,7 @@ def _greedy_rows(G: int, tau: int, K: int) -> torch.Tensor:
 
 
 def diverse_subgroups(num_generations: int, tau: int, k: int) -> tuple[tuple[int, ...], ...]:
-    """Greedy Jaccard-diverse selection of ``k`` size-``tau`` subgroups (spec §2.8b, Eq. 7-9), cached.
+    """Greedy Jaccard-diverse selection of ``k`` size-``tau`` subgroups (docs/methods/ms_grpo.md §2.8b, Eq. 7-9), cached.
 
     Each step adds the candidate with the largest summed Jaccard distance to those already chosen; ties
     (within 1e-9) go to the lexicographically earliest, so the first pick is ``(0, ..., tau-1)``. All
@@ -306,7 +306,7 @@ def num_subgroups(
     partition: str = "bottom",
     weights="uniform",
 ) -> float:
-    """Expected number of subgroups used per prompt (over the scale draw), for logging (spec §2.8d).
+    """Expected number of subgroups used per prompt (over the scale draw), for logging (docs/methods/ms_grpo.md §2.8d).
 
     ``sum_tau P(tau drawn) * min(K, C(G, tau))`` over the scales with a positive weight (the estimator skips
     the others); exact count when nothing is random (e.g. 247 for G=8 exhaustive, 25 for G=8, M=4, K=8 bottom
@@ -377,7 +377,7 @@ def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Te
 
 
 def _grpo_scorable(x, finite, n_cls, std, eps):
-    """GRPO advantage over the scorable completions (the fallback of spec §2.8c), 0 for degenerate groups."""
+    """GRPO advantage over the scorable completions (the fallback of docs/methods/ms_grpo.md §2.8c), 0 for degenerate groups."""
     f = finite.double()
     g = f.sum(1, keepdim=True)
     mu = (x * f).sum(1, keepdim=True) / g.clamp_min(1)
@@ -393,7 +393,7 @@ def _grpo_scorable(x, finite, n_cls, std, eps):
 @functools.lru_cache(maxsize=2**14)
 def _pattern_scales(counts: tuple, values: tuple, tau_min: int, std: str, eps: float) -> torch.Tensor:
     """Exact per-scale averages ``[G' - tau_min + 1, D]`` for a group holding ``counts[d]`` copies of
-    ``values[d]`` (spec §3.2, few distinct values): row ``tau - tau_min``, column = value class.
+    ``values[d]`` (docs/methods/ms_grpo.md §3.2, few distinct values): row ``tau - tau_min``, column = value class.
 
     A subgroup is a count vector ``c`` (``0 <= c_d <= counts[d]``). A member of class d lies in
     ``prod_e C(n_e - [e=d], c_e - [e=d])`` subgroups with counts c, out of ``C(G'-1, tau-1)`` of size tau.
@@ -517,7 +517,7 @@ def _subset_scales(xc, x, ids, bad, members, tau, std, eps):
         var.mul_(t / (t - 1))
     sd = var.clamp_min_(0).sqrt_()
     inv = torch.where(keep, sd.add_(eps).reciprocal_(), 0.0)  # where, not *: 1/0 * 0 would be NaN
-    # sum_{S containing i} (x_i - mu_S) * inv_S, as two products instead of a [b, N, G] tensor (spec §3.1)
+    # sum_{S containing i} (x_i - mu_S) * inv_S, as two products instead of a [b, N, G] tensor (docs/methods/ms_grpo.md §3.1)
     out = xc[:, None, :] * back(inv) - back(mu.mul_(inv))
     if bool(fragile.any()):
         bi, ji, ni = fragile.nonzero(as_tuple=True)
@@ -540,7 +540,7 @@ def _stack(blocks):
 
 
 def _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups):
-    """Mix per-scale averages over given subgroups, with coverage-aware renormalisation (spec §2.8c): a
+    """Mix per-scale averages over given subgroups, with coverage-aware renormalisation (docs/methods/ms_grpo.md §2.8c): a
     scale where i lies in no subgroup is dropped for i; none left -> GRPO advantage.
 
     ``groups`` yields ``(scale, members)``: ``scale`` a LongTensor ``[J]`` of scale indices (``tau - tau_min``)
@@ -625,7 +625,7 @@ def _enumeration_groups(G, tau_min, used, device):
 
 
 def _diverse_advantages(x, finite, W, K, selection, generator, *, tau_min, std, eps):
-    """Per-scale averages over K greedy-diverse (or random) subgroups at each drawn scale (spec §2.8b, c).
+    """Per-scale averages over K greedy-diverse (or random) subgroups at each drawn scale (docs/methods/ms_grpo.md §2.8b, c).
 
     Each prompt gathers only its own drawn scales' subgroups, so the work is ``B * M * K * G``."""
     B, G = x.shape
@@ -707,7 +707,7 @@ def multiscale_advantages(
     permute_labels: bool = False,
     method: str = "auto",
 ) -> torch.Tensor:
-    """MS-GRPO advantages ``(num_prompts, G)`` for rewards ``(num_prompts, G)`` (spec §2.4-2.6, §2.8).
+    """MS-GRPO advantages ``(num_prompts, G)`` for rewards ``(num_prompts, G)`` (docs/methods/ms_grpo.md §2.4-2.6, §2.8).
 
     Exact (every subgroup of size >= ``tau_min``) when ``num_scales`` and ``subgroups_per_scale`` are None;
     otherwise accelerated: ``num_scales`` = M dilated scale draws (``partition`` "bottom" | "paper", one
@@ -716,7 +716,7 @@ def multiscale_advantages(
     paper's ablation); ``permute_labels`` shuffles completion labels per prompt first (accelerated mode only:
     the exact estimator is permutation-equivariant). Randomness comes from ``generator`` only.
 
-    Groups too small for any subgroup (``G < tau_min``, e.g. ``G = 1``) get zeros (spec §6); the other options
+    Groups too small for any subgroup (``G < tau_min``, e.g. ``G = 1``) get zeros (docs/methods/ms_grpo.md §6); the other options
     are still checked. :func:`validate_multiscale_options`, for configs, rejects such a ``G``.
 
     ``method`` (exact mode): "auto" uses value-class tables when rewards take few distinct values and
@@ -735,7 +735,8 @@ def multiscale_advantages(
         subgroups_per_scale=subgroups_per_scale, partition=partition, selection=selection, draw=draw, method=method,
         permute_labels=permute_labels,
     )  # fmt: skip
-    if G < tau_min:  # no admissible subgroup (spec §3.1, §6: G < tau_min and G = 1 give zeros at runtime)
+    # No admissible subgroup (docs/methods/ms_grpo.md §3.1, §6: G < tau_min and G = 1 give zeros at runtime).
+    if G < tau_min:
         return torch.zeros_like(rewards)
     w = _scale_weights(G, tau_min, _weights_key(weights))  # the one check that needs G: explicit weights' length
     eps, dtype = float(eps), rewards.dtype

@@ -1,4 +1,4 @@
-"""SGPO: step-wise judged partial credit for all-negative groups (SGPO spec Secs. 2.4-2.10).
+"""SGPO: step-wise judged partial credit for all-negative groups (docs/methods/sgpo.md §2.4-2.10).
 
 A judge verdict for one incorrect completion split into ``K`` numbered steps is
 
@@ -70,13 +70,13 @@ def trajectory_score(
     no_error_policy: str = "full_credit",
     has_final_answer: bool = False,
 ) -> float:
-    """Reasoning trajectory score RTS in ``[0, 1]`` (spec Sec. 2.4), NaN for a failed judge.
+    """Reasoning trajectory score RTS in ``[0, 1]`` (docs/methods/sgpo.md §2.4), NaN for a failed judge.
 
     ``(k - 1) / K`` for a first wrong step ``k``, ``1.0`` when no step is wrong (``None``), ``0.0`` for an
     empty completion (``num_steps == 0``: never judged, so its verdict is ignored). The denominator counts
     every step, including those after the error (paper: 5 steps, error at step 4 -> 3/5).
 
-    ``no_error_policy`` decides what ``None`` (the judge found no wrong step) means (spec Sec. 7, Sec. 12 A12):
+    ``no_error_policy`` decides what ``None`` (the judge found no wrong step) means (docs/methods/sgpo.md §7, §12 A12):
     ``"full_credit"`` (default, the paper) RTS = 1; ``"last_step"`` RTS = ``(K - 1) / K`` (``k = K``) when
     ``has_final_answer`` -- the response states a final answer, which is wrong since only incorrect responses
     are judged, so at least its answer step is wrong -- and still 1 for a response without one (truncated).
@@ -98,7 +98,7 @@ def trajectory_score(
 
 
 def vote_first_error(votes: Sequence[Verdict], num_steps: int) -> Verdict:
-    """Majority vote over ``M`` independent verdicts for one completion (spec Sec. 2.10, Sec. 12 A11).
+    """Majority vote over ``M`` independent verdicts for one completion (docs/methods/sgpo.md §2.10, §12 A11).
 
     Failures are dropped (all failed, or no votes -> ``nan``). ``None`` counts as position ``K + 1``. The most
     frequent position wins; ties go to the smallest position, which never over-credits, so ``None`` wins only
@@ -117,10 +117,10 @@ def vote_first_error(votes: Sequence[Verdict], num_steps: int) -> Verdict:
 def partial_credit(
     rts: torch.Tensor, *, beta: float = 10.0, gamma: float = 0.5, mode: str = "sigmoid"
 ) -> torch.Tensor:
-    """Reward of an incorrect completion from its RTS (paper Eq. 2; spec Sec. 2.5, E1), NaN passed through.
+    """Reward of an incorrect completion from its RTS (paper Eq. 2; docs/methods/sgpo.md §2.5, E1), NaN passed through.
 
     ``"sigmoid"``: ``sigmoid(beta * (RTS - gamma))`` with slope ``beta`` and midpoint ``gamma`` (defaults 10 and
-    0.5, spec Sec. 12 A1): in ``[0.006693, 0.993307]``, strictly increasing in RTS. ``"linear"``: ``RTS``.
+    0.5, docs/methods/sgpo.md §12 A1): in ``[0.006693, 0.993307]``, strictly increasing in RTS. ``"linear"``: ``RTS``.
     Either way the result is capped at the largest float below 1, so partial credit stays strictly below
     the correct-answer reward even where the sigmoid rounds to 1 (large ``beta``) or ``RTS = 1`` (linear).
     """
@@ -144,7 +144,7 @@ def _as_bool(correct: torch.Tensor) -> torch.Tensor:
 
 
 def groups_to_judge(correct: torch.Tensor, *, scope: str = "all_negative") -> torch.Tensor:
-    """Boolean ``(num_prompts,)``: which groups get judge-based partial credit (spec Sec. 2.6, Sec. 12 A5).
+    """Boolean ``(num_prompts,)``: which groups get judge-based partial credit (docs/methods/sgpo.md §2.6, §12 A5).
 
     ``"all_negative"`` (default, the paper's protocol): groups with no correct completion.
     ``"all_incorrect"`` (Eq. 2 read literally): every group with at least one incorrect completion.
@@ -168,7 +168,7 @@ def sgpo_rewards(
     no_error_policy: str = "full_credit",
     has_final_answer: Sequence[Sequence[bool]] | None = None,
 ) -> torch.Tensor:
-    """SGPO rewards ``(num_prompts, G)`` that feed the unchanged GRPO advantage (spec Secs. 2.4-2.6, E2-E6).
+    """SGPO rewards ``(num_prompts, G)`` that feed the unchanged GRPO advantage (docs/methods/sgpo.md §2.4-2.6, E2-E6).
 
     Args:
         correct: bool ``(num_prompts, G)``, the outcome verifier (an unparseable answer counts as incorrect).

@@ -1,4 +1,4 @@
-"""Step judges for SGPO: the first wrong step of a response split into numbered steps (SGPO spec Sec. 3).
+"""Step judges for SGPO: the first wrong step of a response split into numbered steps (docs/methods/sgpo.md §3).
 
 One small interface, four implementations::
 
@@ -21,11 +21,11 @@ advantage).
 * :class:`ProgrammaticJudge` -- an exact step checker; by default the bundled arithmetic task's
   :func:`grpo_family.tasks.arithmetic.check_steps`, which makes SGPO testable and runnable offline.
 * :class:`HeuristicReferenceJudge` -- a crude, deterministic check of the numbers a response states against the
-  numbers of the reference solution (spec Sec. 3.5, item 4): any task with numeric answers, CPU only, for smoke
+  numbers of the reference solution (docs/methods/sgpo.md §3.5, item 4): any task with numeric answers, CPU only, for smoke
   tests and CI.
 
 The two LLM judges share the prompt template (:class:`PromptTemplate`, default ``judge_prompt.txt`` next to this
-file, spec Sec. 3.3; pass your own file to replace it) and the parser (:func:`parse_verdict`, spec Sec. 3.4).
+file, docs/methods/sgpo.md §3.3; pass your own file to replace it) and the parser (:func:`parse_verdict`, docs/methods/sgpo.md §3.4).
 
 Like the rest of :mod:`grpo_family.rewards`, importing this module needs only the standard library; torch and
 transformers are imported when a verdict is voted or a local model is used.
@@ -94,7 +94,7 @@ class JudgeRequest:
     """One incorrect response to judge.
 
     ``steps`` come from :func:`grpo_family.rewards.steps.split_steps` (``K = len(steps)``). ``reference_solution``
-    may be ``None`` or empty: the prompt then shows the gold answer as the reference (spec Sec. 3.3).
+    may be ``None`` or empty: the prompt then shows the gold answer as the reference (docs/methods/sgpo.md §3.3).
     """
 
     problem: str
@@ -150,7 +150,7 @@ class JudgeVerdict:
 
 @runtime_checkable
 class StepJudge(Protocol):
-    """What :class:`grpo_family.trainers.sgpo.SGPOTrainer` needs from a judge (spec Sec. 3.5)."""
+    """What :class:`grpo_family.trainers.sgpo.SGPOTrainer` needs from a judge (docs/methods/sgpo.md §3.5)."""
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeVerdict]: ...
 
@@ -189,7 +189,7 @@ class PromptTemplate:
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None) -> PromptTemplate:
-        """The template in ``path`` (UTF-8), or the library's default (spec Sec. 3.3) for ``None``."""
+        """The template in ``path`` (UTF-8), or the library's default (docs/methods/sgpo.md §3.3) for ``None``."""
         return cls.parse(Path(path or DEFAULT_PROMPT_PATH).read_text(encoding="utf-8"))
 
     def render(self, request: JudgeRequest) -> tuple[str, str]:
@@ -259,7 +259,7 @@ _LEADING_THINK_OPEN = re.compile(r"\s*<(?:think|thinking|reasoning)>", re.IGNORE
 
 
 def strip_reasoning(text: str) -> str:
-    """``text`` without reasoning blocks (spec Sec. 3.4 step 1).
+    """``text`` without reasoning blocks (docs/methods/sgpo.md §3.4 step 1).
 
     Removes ``<think>...</think>`` (also ``thinking``/``reasoning``) blocks; keeps only what follows a stray
     closing tag (templates that open the block in the prompt); drops an unclosed block to the end only when it
@@ -294,7 +294,7 @@ def _parse(text: Any, num_steps: int) -> tuple[Verdict, str]:
 
 
 def parse_verdict(text: str | None, num_steps: int) -> Verdict:
-    """The verdict in a judge's answer (spec Sec. 3.4): the **last** ``FIRST_ERROR_STEP: <j | NONE>`` outside
+    """The verdict in a judge's answer (docs/methods/sgpo.md §3.4): the **last** ``FIRST_ERROR_STEP: <j | NONE>`` outside
     reasoning blocks (JSON ``{"first_error_step": <int | null>}`` and markdown decoration accepted).
 
     Returns an ``int`` in ``1..num_steps``, ``None`` (no error) or :data:`FAIL` (no verdict, out of range, empty
@@ -378,7 +378,7 @@ def _message_text(payload: Any) -> str | None:
 
 
 class OpenAICompatibleJudge:
-    """Step judge behind an OpenAI-compatible chat-completions endpoint (spec Sec. 3.5, item 1).
+    """Step judge behind an OpenAI-compatible chat-completions endpoint (docs/methods/sgpo.md §3.5, item 1).
 
     For example ``vllm serve Qwen/QwQ-32B --port 8000 --tensor-parallel-size 4`` on GPUs the training does not
     use, then ``OpenAICompatibleJudge("http://judge-host:8000/v1", "Qwen/QwQ-32B", num_votes=4)``.
@@ -389,9 +389,9 @@ class OpenAICompatibleJudge:
         api_key_env: environment variable holding the API key, read at each request and sent as a bearer token;
             unset or empty -> no ``Authorization`` header (a local ``vllm serve`` without ``--api-key``). The key
             is never stored on the object, logged or put in a failure reason.
-        num_votes: ``M`` independent requests per response, majority-voted (spec Sec. 2.10).
+        num_votes: ``M`` independent requests per response, majority-voted (docs/methods/sgpo.md §2.10).
         temperature: ``None`` -> 0.0 for one vote, 0.6 for several (identical greedy votes would be pointless).
-        max_tokens: completion budget of each request (reasoning judges need a lot; spec default 16384).
+        max_tokens: completion budget of each request (reasoning judges need a lot; default 16384, docs/methods/sgpo.md §5).
         timeout: seconds for one HTTP request (connect and each read).
         max_retries: extra attempts after a timeout, connection error, HTTP 408/409/425/429/5xx, malformed JSON or
             an unparseable / out-of-range verdict; other HTTP errors (400, 401, 404, ...) fail at once.
@@ -566,7 +566,7 @@ class OpenAICompatibleJudge:
 
 # ---------------------------------------------------------------------------------------------------- transformers
 class TransformersJudge:
-    """Step judge running a local ``transformers`` causal LM (spec Sec. 3.5, item 2): for debugging, notebooks
+    """Step judge running a local ``transformers`` causal LM (docs/methods/sgpo.md §3.5, item 2): for debugging, notebooks
     and single machines. It shares the GPU with the policy, so keep it small.
 
     Args:
@@ -702,7 +702,7 @@ def _arithmetic_check() -> Callable[[Any, str], int | None]:
 
 
 class ProgrammaticJudge:
-    """Exact step checker as a judge (spec Sec. 3.5's deterministic judge, made exact for a checkable task).
+    """Exact step checker as a judge (docs/methods/sgpo.md §3.5's deterministic judge, made exact for a checkable task).
 
     ``check(problem_or_solution, response_text) -> int | None`` returns the 1-based index of the first wrong
     **non-empty line** of ``response_text`` (or ``None``); the default is the bundled arithmetic task's
@@ -836,7 +836,7 @@ def stated_results(step: str) -> list[tuple[Fraction, str]]:
 
 
 class HeuristicReferenceJudge:
-    """A cheap, deterministic reference checker for smoke tests and CI (spec Sec. 3.5, item 4); no model.
+    """A cheap, deterministic reference checker for smoke tests and CI (docs/methods/sgpo.md §3.5, item 4); no model.
 
     It collects the numbers of the reference solution and the gold answer (:func:`reference_numbers`), walks
     through the steps and flags the first step that states a result (:func:`stated_results`: the number that is

@@ -1,4 +1,4 @@
-"""Split a completion into numbered reasoning steps for a step-wise judge (SGPO spec Sec. 2.2).
+"""Split a completion into numbered reasoning steps for a step-wise judge (docs/methods/sgpo.md §2.2).
 
 The paper gives no segmentation rule, so the library segments the text itself and shows the judge numbered
 steps; the step count ``K`` therefore never depends on the judge. Every judge (LLM, scripted, heuristic)
@@ -6,9 +6,9 @@ uses these two functions, so ``K`` and the numbering are the same whichever judg
 
 * :func:`split_steps` -- paragraphs (blank lines), falling back to single lines, then to sentence ends
   outside maths; optionally merged into at most ``max_steps`` contiguous blocks; ``[]`` for an empty text.
-* :func:`number_steps` -- the ``[1] ...`` / ``[2] ...`` rendering of the judge prompt (spec Sec. 3.3).
+* :func:`number_steps` -- the ``[1] ...`` / ``[2] ...`` rendering of the judge prompt (docs/methods/sgpo.md §3.3).
 
-The whole decoded completion is split, ``<think>`` block included (spec Sec. 2.2, item 1): a truncated
+The whole decoded completion is split, ``<think>`` block included (docs/methods/sgpo.md §2.2, item 1): a truncated
 chain of thought is exactly the case SGPO rewards.
 """
 
@@ -69,7 +69,7 @@ def _split_lines(text: str) -> list[str]:
 
 
 def merge_steps(steps: list[str], max_steps: int, *, joiner: str = "\n\n") -> list[str]:
-    """Merge adjacent steps into ``max_steps`` contiguous blocks of nearly equal step counts (spec Sec. 2.2.4).
+    """Merge adjacent steps into ``max_steps`` contiguous blocks of nearly equal step counts (docs/methods/sgpo.md §2.2.4).
 
     Block sizes differ by at most one, larger blocks first (``numpy.array_split``'s rule). Fewer steps than
     ``max_steps`` are returned unchanged.
@@ -88,7 +88,7 @@ def merge_steps(steps: list[str], max_steps: int, *, joiner: str = "\n\n") -> li
 
 
 def split_steps(text: str, *, splitter: str = "paragraph", max_steps: int | None = None) -> list[str]:
-    """Split ``text`` into stripped, non-empty reasoning steps (SGPO spec Sec. 2.2).
+    """Split ``text`` into stripped, non-empty reasoning steps (docs/methods/sgpo.md §2.2).
 
     Args:
         text: the full decoded completion (``<think>`` block included).
@@ -125,7 +125,7 @@ def split_steps(text: str, *, splitter: str = "paragraph", max_steps: int | None
 
 
 def number_steps(steps: list[str]) -> str:
-    """Render steps as the judge prompt shows them: ``"[1] step one\\n[2] step two"`` (spec Sec. 3.3).
+    """Render steps as the judge prompt shows them: ``"[1] step one\\n[2] step two"`` (docs/methods/sgpo.md §3.3).
 
     Numbering is 1-based, matching the judge's ``FIRST_ERROR_STEP: <j>`` answer. ``[]`` renders as ``""``.
     """

@@ -1,17 +1,17 @@
-"""CW-GRPO: covariance-weighted GRPO (Wang et al., 2026; spec ``specs/cw_grpo.md``).
+"""CW-GRPO: covariance-weighted GRPO (Wang et al., 2026; ``docs/methods/cw_grpo.md``).
 
 Per generation batch, every completion token gets a Gaussian-kernel weight of its covariance term
 ``c = (logp - mean logp) * (A - mean A)`` (``algorithms.cw_grpo.covariance_weights``), and the trainer trains on
 the per-token advantage ``A_i * w_it`` inside TRL's clipped surrogate. Rewards, group advantages, ratio, clipping,
 KL and loss aggregation are TRL's, unchanged.
 
-Where the pieces come from (spec §3.2):
+Where the pieces come from (docs/methods/cw_grpo.md §3.2):
 
 * the weights are computed once per generation batch, in the advantage hook before TRL shuffles and splits it
   (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
   processes (a prompt's G completions can straddle processes), so each group's statistics are the group's; every
   process computes the same weights and keeps its own rows;
-* the log-probs are the rollout policy's, from the training model (spec §2.4 step 1): TRL's
+* the log-probs are the rollout policy's, from the training model (docs/methods/cw_grpo.md §2.4 step 1): TRL's
   ``old_per_token_logps`` when it computed them, else one extra no-grad forward pass of the policy over the
   generation batch; never the sampler's (vLLM's ``sampling_per_token_logps``) unless ``cw_logps_source="sampler"``
   asks for them. With gradient accumulation and TRL's defaults otherwise (``steps_per_generation =
@@ -24,7 +24,7 @@ Where the pieces come from (spec §3.2):
   TRL's ``_compute_loss`` is not copied; ``_get_per_token_logps_and_entropies`` is wrapped, and a loss that did
   not call it before reading the advantages raises instead of training unweighted. The weighted advantages are
   written into TRL's buffered batch and its row tags removed, so with ``num_iterations > 1`` the later passes over
-  that batch train on the same weighted advantages (spec §6: the weights stay fixed for all passes).
+  that batch train on the same weighted advantages (docs/methods/cw_grpo.md §6: the weights stay fixed for all passes).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ LOGPS_SOURCES = ("policy", "sampler")
 
 @dataclass
 class CWGRPOConfig(GRPOFamilyConfig):
-    """``GRPOConfig`` plus CW-GRPO's options (spec §4.1). The paper has none: its defaults are these."""
+    """``GRPOConfig`` plus CW-GRPO's options (docs/methods/cw_grpo.md §4.1). The paper has none: its defaults are these."""
 
     cw_scope: str = field(
         default="group",
@@ -93,10 +93,10 @@ class CWGRPOConfig(GRPOFamilyConfig):
     cw_logps_source: str = field(
         default="policy",
         metadata={
-            "help": "Rollout log-probs the weights use. 'policy' (default, the spec §2.4 step 1): the training "
+            "help": "Rollout log-probs the weights use. 'policy' (default, the docs/methods/cw_grpo.md §2.4 step 1): the training "
             "model's temperature-scaled log-probs of the rollout policy, the ones TRL's ratio uses: TRL's "
             "old_per_token_logps if it computed them, else the loss's own forward (see cw_reuse_loss_logps) or one "
-            "extra no-grad forward. 'sampler' (opt-in, deviates from the spec): vLLM's sampling log-probs when TRL "
+            "extra no-grad forward. 'sampler' (opt-in, deviates from docs/methods/cw_grpo.md §2.4): vLLM's sampling log-probs when TRL "
             "has no old_per_token_logps, which saves the extra forward but weights with the inference engine's "
             "numbers, which may differ from the policy's (kernels, precision, and raw rather than "
             "temperature-scaled log-probs depending on the vLLM logprobs mode); non-finite ones fall back to "
@@ -150,7 +150,7 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
 
     GRPO whose token advantages are ``A_i * w_it``, with ``w_it = exp(-c_it^2 / 2 sigma^2)`` rescaled to mean 1 per
     prompt group, ``c_it`` the token's covariance term between its rollout log-prob and its advantage and ``sigma``
-    the std of the group's ``c`` (spec §2.4). Extreme-covariance tokens are damped; the paper reports steadier
+    the std of the group's ``c`` (docs/methods/cw_grpo.md §2.4). Extreme-covariance tokens are damped; the paper reports steadier
     policy entropy and better pass@1 than GRPO. Metrics: ``cw_grpo/weight_min``, ``weight_max``, ``weight_std``,
     ``frac_weight_lt_0.5`` (over the valid tokens of the gathered batch), ``sigma_mean``, ``cov_mean``,
     ``degenerate_frac`` (share of scopes trained as GRPO) and ``extra_forward`` (1 when the rollout log-probs
@@ -209,7 +209,7 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
                 if not self._warned_sampler_logps:
                     logger.warning(
                         "CW-GRPO weights use the sampler's (vLLM) log-probs, not the training model's "
-                        "(cw_logps_source='sampler', not the spec's choice); the default 'policy' uses the policy's."
+                        "(cw_logps_source='sampler', not the documented default); the default 'policy' uses the policy's."
                     )
                     self._warned_sampler_logps = True
                 return sampler.detach(), False
@@ -294,7 +294,7 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             inputs["advantages"] = self._weigh_in_loss(inputs, result[0].detach())
             # ``inputs`` is TRL's buffered batch: with num_iterations > 1 the next passes get this same dict. Drop
             # the row tags so that they train on these weighted advantages as they are (weights computed once per
-            # generation batch, spec §2.6/§6) instead of weighting them again.
+            # generation batch, docs/methods/cw_grpo.md §2.6/§6) instead of weighting them again.
             del inputs["cw_row"], inputs["cw_scored"]
         return result
 

@@ -1,4 +1,4 @@
-"""D3S: dynamic dual-level down-sampling on top of GRPO (spec ``specs/d3s.md``).
+"""D3S: dynamic dual-level down-sampling on top of GRPO (``docs/methods/d3s.md``).
 
 A filter between the advantages and the policy loss; the maths is ``algorithms.d3s``. Where each piece happens:
 
@@ -14,7 +14,7 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
   only held padding of dropped rows are trimmed.
 * **token level** (``_get_per_token_logps_and_entropies``, the forward of TRL's loss): the keep mask is the top
   ``ceil(K n)`` valid tokens by ``|A| * H``, ties to the earlier (global rollout index, position) (the index is
-  carried through TRL's row shuffle as ``d3s_rollout_index``). Scopes: ``"batch"`` (default, spec §11 #5) = one
+  carried through TRL's row shuffle as ``d3s_rollout_index``). Scopes: ``"batch"`` (default, docs/methods/d3s.md §11 #5) = one
   ranking over the kept rollouts of the whole generation batch on all processes with the sampling policy's
   entropies: with one micro-step per generation batch those of the first loss forward (no extra pass; the mask is
   kept for the next ``num_iterations``), else those of one no-grad forward over the kept rows when the batch is
@@ -23,13 +23,13 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
   entropy bonus): the returned log-probs keep their values but carry the gradient ``w * d logp`` with ``w = 0`` off
   the mask, and ``w`` = the normalisation's per-token weight on it. With ``importance_sampling_level="token"`` every
   term of TRL's loss is a per-token function of these log-probs (the bias-corrected KL is ``KL_t * w_t``), so the
-  gradient is exactly the one of ``sum w * l / D``. With ``"sequence"`` the surrogate's gradient is the spec's
-  GSPO-token one, but TRL's bias-corrected KL (``KL_t * s_i``, ``use_bias_correction_kl``, TRL's default) would
+  gradient is exactly the one of ``sum w * l / D``. With ``"sequence"`` the surrogate's gradient is the
+  GSPO-token one of docs/methods/d3s.md §2.6, but TRL's bias-corrected KL (``KL_t * s_i``, ``use_bias_correction_kl``, TRL's default) would
   carry unkept tokens' KL into the kept tokens through ``s_i``; the config therefore requires
   ``use_bias_correction_kl=False`` there when ``beta != 0`` (the KL is then per-token and masked).
 * **normalisation** (``compute_loss``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
   ``num_items_in_batch``; D3S replaces it, per loss call, by the denominator of ``d3s_loss_normalization`` over the
-  optimizer step the call belongs to (default: the kept tokens of all its micro-steps on all processes, spec §2.6),
+  optimizer step the call belongs to (default: the kept tokens of all its micro-steps on all processes, docs/methods/d3s.md §2.6),
   rescaled for TRL's ``accumulation / steps_per_generation`` factor, so micro-batching, padding rows and
   ``steps_per_generation != gradient_accumulation_steps`` do not change the gradient. The counts are made once per
   generation batch (``_prepare_generation_batch``); an optimizer step must not span two generation batches
@@ -39,7 +39,7 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
   (a value without gradient, so that TRL's ``kl`` metric stays the policy's KL over all tokens); for the
   per-rollout normalisations it is the kept-token mean (their gradient is still exact).
 * **truncated completions** (``mask_truncated_completions``): they count in the group statistics but take no
-  selection slot (spec §6).
+  selection slot (docs/methods/d3s.md §6).
 * **schedule**: ``algorithms.d3s.schedule`` of ``state.global_step / state.max_steps`` when the batch is generated;
   a pure function of the trainer state, so a checkpoint resume restores it with ``global_step``.
 
@@ -78,14 +78,14 @@ _MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_atten
 
 
 def default_samples_start(num_generations: int) -> int:
-    """N_init when the user sets none: G/4 rounded half up, the paper's 8 of 32 (spec §4.1)."""
+    """N_init when the user sets none: G/4 rounded half up, the paper's 8 of 32 (docs/methods/d3s.md §4.1)."""
     return max(2, math.floor(num_generations / 4 + 0.5))
 
 
 def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.Tensor:
     """Kept-token count of ``token_keep_mask`` for scopes of ``valid_counts`` tokens: ``min(n, max(1, ceil(K n)))``.
 
-    The same expression as the algorithm (spec §2.4: ``ceil(K n - 1e-9)``, at least 1, at most n; 0 for n = 0), so
+    The same expression as the algorithm (docs/methods/d3s.md §2.4: ``ceil(K n - 1e-9)``, at least 1, at most n; 0 for n = 0), so
     the loss denominator can be fixed before the entropies are known.
     """
     n = valid_counts.double()
@@ -94,7 +94,7 @@ def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.
 
 @dataclass
 class D3SConfig(GRPOFamilyConfig):
-    """``GRPOConfig`` plus D3S's options (spec §4.1). ``loss_type`` must be a token-sum one (default "dapo")."""
+    """``GRPOConfig`` plus D3S's options (docs/methods/d3s.md §4.1). ``loss_type`` must be a token-sum one (default "dapo")."""
 
     d3s_samples_start: int | None = field(
         default=None,
@@ -141,7 +141,7 @@ class D3SConfig(GRPOFamilyConfig):
     d3s_token_scope: str = field(
         default="batch",
         metadata={
-            "help": "Ranking scope of the token filter: 'batch' (default, spec §11 #5) = one ranking over every valid "
+            "help": "Ranking scope of the token filter: 'batch' (default, docs/methods/d3s.md §11 #5) = one ranking over every valid "
             "token of the kept rollouts of the whole generation batch (all processes), with the sampling policy's "
             "entropies, reused for every update on the batch (from the first loss forward when the batch is one "
             "micro-step, else from one extra no-grad forward over the kept rows); 'micro' = every valid token of "
@@ -191,7 +191,7 @@ class D3SConfig(GRPOFamilyConfig):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= G):
                 raise ValueError(
                     f"{name} must be None (default) or an integer in [2, num_generations={G}], got {value!r}; a "
-                    "single kept rollout has zero advantage variance (spec §6)."
+                    "single kept rollout has zero advantage variance (docs/methods/d3s.md §6)."
                 )
         for name in ("d3s_token_ratio_start", "d3s_token_ratio_end"):
             value = getattr(self, name)
@@ -227,12 +227,12 @@ class D3SConfig(GRPOFamilyConfig):
             raise ValueError(
                 "importance_sampling_level='sequence' with beta != 0 needs use_bias_correction_kl=False with D3S: "
                 "TRL multiplies each token's KL by the sequence ratio s_i, whose gradient reaches every token of the "
-                "rollout, so the KL of unkept tokens would train the kept ones (spec §2.4, Eq. 10 masks the KL). "
+                "rollout, so the KL of unkept tokens would train the kept ones (docs/methods/d3s.md §2.4, Eq. 10 masks the KL). "
                 "Set use_bias_correction_kl=False, or importance_sampling_level='token', or beta=0."
             )
         if (self.steps_per_generation * self.num_iterations) % self.gradient_accumulation_steps != 0:
             raise ValueError(
-                f"D3S divides each optimizer step's loss by the kept tokens of that step (spec §2.6), which must all "
+                f"D3S divides each optimizer step's loss by the kept tokens of that step (docs/methods/d3s.md §2.6), which must all "
                 f"come from one generation batch: steps_per_generation x num_iterations "
                 f"({self.steps_per_generation} x {self.num_iterations}) must be a multiple of "
                 f"gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set steps_per_generation to a "
@@ -245,7 +245,7 @@ class D3SConfig(GRPOFamilyConfig):
         elif self.scale_rewards != "group":
             warnings.warn(
                 f"D3S with scale_rewards={self.scale_rewards!r}: pooled selection assumes per-group standardised "
-                "advantages and will favour groups by their raw reward spread (spec §2.6).",
+                "advantages and will favour groups by their raw reward spread (docs/methods/d3s.md §2.6).",
                 UserWarning,
                 stacklevel=2,
             )
@@ -302,7 +302,7 @@ class D3STrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ schedule
     def d3s_schedule(self, num_generations: int) -> tuple[int, float, float]:
-        """``(N_s, K, p)`` at the current optimizer step (spec §2.5): a pure function of global_step and max_steps."""
+        """``(N_s, K, p)`` at the current optimizer step (docs/methods/d3s.md §2.5): a pure function of global_step and max_steps."""
         a = self.args
         start = a.d3s_samples_start if a.d3s_samples_start is not None else default_samples_start(num_generations)
         end = a.d3s_samples_end if a.d3s_samples_end is not None else num_generations
@@ -336,8 +336,8 @@ class D3STrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ sample level
     def _select(self, advantages: torch.Tensor, num_generations: int, n_s: int, eligible: torch.Tensor | None):
-        """Sorted global flat indices of the kept rollouts (spec §2.3). ``eligible`` = False for completions TRL
-        masked (``mask_truncated_completions``): they counted in the group statistics but take no slot (spec §6)."""
+        """Sorted global flat indices of the kept rollouts (docs/methods/d3s.md §2.3). ``eligible`` = False for completions TRL
+        masked (``mask_truncated_completions``): they counted in the group statistics but take no slot (docs/methods/d3s.md §6)."""
         a = self.args
         if eligible is None or bool(eligible.all()):
             return select_rollouts(
@@ -378,7 +378,8 @@ class D3STrainer(GRPOFamilyTrainer):
             eligible = gather(output["completion_mask"].any(1).to(torch.int32)).bool().to(device)
         kept = self._select(advantages, num_generations, n_s, eligible).to(device)
         degenerate = not bool(advantages.any())
-        if degenerate and not self._d3s_warned_degenerate:  # spec §6: still step (KL only), collectives stay in sync
+        # docs/methods/d3s.md §6: still step (KL only), collectives stay in sync.
+        if degenerate and not self._d3s_warned_degenerate:
             logger.warning(
                 "D3S: every advantage of a generation batch is 0; its selection is arbitrary and only the "
                 "KL term (if any) trains on it. Counted in d3s/degenerate_batch."
@@ -408,7 +409,7 @@ class D3STrainer(GRPOFamilyTrainer):
         # Padding rows are inert: no valid completion token, so no gradient, no kept token, no count, no metric.
         output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
         # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
-        # micro-steps, and token ties are broken by this index (spec §2.4), not by the shuffled row order.
+        # micro-steps, and token ties are broken by this index (docs/methods/d3s.md §2.4), not by the shuffled row order.
         output["d3s_rollout_index"] = torch.where(real, start + index, -1)
         adv = output["advantages"]
         output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
@@ -507,7 +508,7 @@ class D3STrainer(GRPOFamilyTrainer):
         self.log_method_metric("trained_token_frac", kept_tokens / max(generated, 1.0))
 
     def _window_denominators(self, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The loss denominator D of the optimizer step this loss call belongs to (spec §2.6), as TRL's
+        """The loss denominator D of the optimizer step this loss call belongs to (docs/methods/d3s.md §2.6), as TRL's
         ``num_items_in_batch``, and the step's counts the per-token weights need.
 
         TRL's token-sum losses compute ``sum(mask * l) / (num_items / processes * accumulation / steps_per_generation)``;
@@ -576,7 +577,7 @@ class D3STrainer(GRPOFamilyTrainer):
 
     @torch.no_grad()
     def _token_weights(self, inputs: dict[str, Any], entropies: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keep mask T (spec §2.4) and per-token gradient weights ``w = D * omega`` of one loss call (§2.6), where
+        """Keep mask T (docs/methods/d3s.md §2.4) and per-token gradient weights ``w = D * omega`` of one loss call (§2.6), where
         ``omega`` is the normalisation's weight in ``sum omega * l`` over the optimizer step."""
         a = self.args
         valid = self._loss_mask(inputs).bool()
@@ -616,7 +617,7 @@ class D3STrainer(GRPOFamilyTrainer):
 
     @staticmethod
     def _rank_in_rollout_order(advantages, entropies, mask, rollout_index, ratio) -> torch.Tensor:
-        """``token_keep_mask`` over all rows with ties broken by (global rollout index, position) (spec §2.4): the
+        """``token_keep_mask`` over all rows with ties broken by (global rollout index, position) (docs/methods/d3s.md §2.4): the
         rows are ranked in rollout order (padding rows, index -1, have no valid token), then put back."""
         order = torch.sort(rollout_index, stable=True).indices
         keep = torch.empty_like(mask, dtype=torch.bool)

@@ -1,7 +1,7 @@
 """GPG: Group Policy Gradient (Chu et al., ICLR 2026) on TRL's ``GRPOTrainer``.
 
 Plain on-policy REINFORCE with a group-mean baseline: no reference model, no KL, no importance ratio, no clip.
-What this trainer adds to the base class (maths in :mod:`grpo_family.algorithms.gpg`; spec ``specs/gpg.md``):
+What this trainer adds to the base class (maths in :mod:`grpo_family.algorithms.gpg`; ``docs/methods/gpg.md``):
 
 * advantages ``r - mean_group`` (``scale_rewards`` is GPG's ``F_norm``, ``"none"`` by default), 0 on degenerate
   groups;
@@ -15,7 +15,7 @@ What this trainer adds to the base class (maths in :mod:`grpo_family.algorithms.
 * ``beta_th``: while the informative share ``rho = (B - M) / B = 1 / alpha`` of the batch that would be assembled
   is below the threshold, more prompts are drawn (deterministically, the same on every process) and generated, and
   their informative groups replace degenerate ones, keeping the generation batch size fixed; degenerate groups of
-  the last round fill the slots left over (spec Sec. 2.6).
+  the last round fill the slots left over (docs/methods/gpg.md §2.6).
 """
 
 from __future__ import annotations

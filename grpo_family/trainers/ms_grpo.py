@@ -16,7 +16,7 @@ from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 @dataclass
 class MSGRPOConfig(GRPOFamilyConfig):
-    """[`GRPOConfig`] plus the options of MS-GRPO's multi-scale advantage (spec `ms_grpo.md`)."""
+    """[`GRPOConfig`] plus the options of MS-GRPO's multi-scale advantage (`docs/methods/ms_grpo.md`)."""
 
     tau_min: int = field(
         default=2,
@@ -74,7 +74,7 @@ class MSGRPOConfig(GRPOFamilyConfig):
         default=False,
         metadata={
             "help": "Accelerated mode: shuffle the completion labels of each prompt before the index-based subgroups "
-            "are applied (spec §2.8b, optional). No effect in the exact mode, which is permutation-equivariant."
+            "are applied (docs/methods/ms_grpo.md §2.8b, optional). No effect in the exact mode, which is permutation-equivariant."
         },
     )
 
@@ -96,7 +96,7 @@ class MSGRPOConfig(GRPOFamilyConfig):
         elif isinstance(self.weights, list):
             self.weights = tuple(float(w) for w in self.weights)
         validate_multiscale_options(self.num_generations, **self.multiscale_kwargs(with_scales=True))
-        # Spec §6: a group smaller than tau_min is a configuration error at init; that holds for eval groups too
+        # docs/methods/ms_grpo.md §6: a group smaller than tau_min is a configuration error at init; that holds for eval groups too
         # (explicit weights must also fit their number of scales).
         if self.num_generations_eval is not None and self.num_generations_eval != self.num_generations:
             try:
@@ -150,7 +150,7 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
 
     def _scale_generator(self) -> torch.Generator:
         """A CPU generator for this call's scale and subgroup draws, seeded from ``(args.seed, global_step, slot)``
-        (spec §3.4, §11.5). ``slot`` is 0 in evaluation and ``1 + self._step`` in training: TRL's micro-step
+        (docs/methods/ms_grpo.md §3.4, §11.5). ``slot`` is 0 in evaluation and ``1 + self._step`` in training: TRL's micro-step
         counter at generation time tells apart generation batches that share an optimizer step
         (``steps_per_generation * num_iterations < gradient_accumulation_steps``), and it is part of every
         checkpoint (``GRPOFamilyTrainer._resume_state``), so a resumed run draws what the uninterrupted one drew.
@@ -164,7 +164,7 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
 
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         args = self.args
-        # G < tau_min (only reachable if the config check was bypassed): multiscale_advantages gives zeros (spec §6).
+        # G < tau_min (only reachable if the config check was bypassed): multiscale_advantages gives zeros (docs/methods/ms_grpo.md §6).
         advantages = multiscale_advantages(rewards, generator=self._scale_generator(), **args.multiscale_kwargs())
         grpo = group_advantages(rewards, scale=self.scale_rewards)
         scales = dict(

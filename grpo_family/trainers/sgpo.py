@@ -5,15 +5,15 @@ asks a step-wise judge for the first wrong step ``k`` of each of those completio
 trajectory score ``RTS = (k - 1) / K`` and the partial credit ``sigmoid(beta * (RTS - gamma))``, strictly between
 0 and 1, and feeds that to the unchanged GRPO advantage and loss. Groups with a correct answer stay binary GRPO
 and are never judged; judging is switched on only during the first ``sgpo_num_epochs`` epochs. Maths in
-:mod:`grpo_family.algorithms.sgpo`, judges in :mod:`grpo_family.rewards.judges`, spec ``specs/sgpo.md``.
+:mod:`grpo_family.algorithms.sgpo`, judges in :mod:`grpo_family.rewards.judges`, ``docs/methods/sgpo.md``.
 
-Data flow per generation batch (the rewards are already gathered from every process, spec Sec. 3.6 adapted so
+Data flow per generation batch (the rewards are already gathered from every process, docs/methods/sgpo.md §3.6 adapted so
 that the judge is asked once per completion, not once per process):
 
 1. correctness ``c`` = the correctness reward function's value ``>= correctness_threshold`` (NaN = incorrect);
    which groups are judged (``judge_scope``) is decided on the gathered values, identically everywhere;
 2. every process sends the whole text of its own to-be-judged completions (reasoning included, also where TRL
-   parsed it into ``reasoning_content``; spec Sec. 2.2), with problem, gold answer and reference solution from
+   parsed it into ``reasoning_content``; docs/methods/sgpo.md §2.2), with problem, gold answer and reference solution from
    its dataset rows, to the main process (``gather_object``);
 3. the main process splits each into steps (:func:`~grpo_family.rewards.steps.split_steps`), calls the judge
    once for the whole batch (concurrently inside the judge), under a deadline, and broadcasts the verdicts
@@ -66,7 +66,7 @@ class SGPOConfig(GRPOFamilyConfig):
 
     Partial credit: ``sigmoid(sgpo_beta * (RTS - sgpo_gamma))``. The paper says its two parameters are "taken as 10
     and 0.5"; read as slope 10 and midpoint 0.5 (the only reading where a "threshold" makes sense for RTS in
-    [0, 1]; spec Sec. 12 A1). The literal reading (slope 0.5, midpoint 10) squeezes all partial credit into
+    [0, 1]; docs/methods/sgpo.md §12 A1). The literal reading (slope 0.5, midpoint 10) squeezes all partial credit into
     [0.0067, 0.0110] and behaves almost like ``partial_credit_mode="linear"``.
 
     The paper's loss is verl's GRPO: ``beta=0.001`` (k3 KL), ``epsilon=0.2``, token-mean (``loss_type="dapo"``,
@@ -105,7 +105,7 @@ class SGPOConfig(GRPOFamilyConfig):
             "is wrong by definition; one without an answer, e.g. truncated, keeps RTS = 1). 'States a final answer' "
             "is read from the judged text outside its <think> block: a complete \\boxed{}, an <answer></answer> "
             "block, an 'Answer:' line, 'the final answer is ...' or '#### ...' (grpo_family.rewards.judges."
-            "has_final_answer). Spec Sec. 7, Sec. 12 A12."
+            "has_final_answer). docs/methods/sgpo.md §7, §12 A12."
         },
     )
     sgpo_num_epochs: float | None = field(
@@ -137,7 +137,7 @@ class SGPOConfig(GRPOFamilyConfig):
         default="paragraph",
         metadata={
             "help": "Where the step splitter's fallback chain starts: 'paragraph' (blank lines; default), 'line' or "
-            "'sentence' (spec Sec. 2.2)."
+            "'sentence' (docs/methods/sgpo.md §2.2)."
         },
     )
     judge_max_steps: int | None = field(
@@ -148,7 +148,7 @@ class SGPOConfig(GRPOFamilyConfig):
         default=False,
         metadata={
             "help": "Judge only prompts with a reference solution (others keep GRPO's binary reward). Default False: "
-            "the gold answer stands in for a missing reference (spec Sec. 12 A13)."
+            "the gold answer stands in for a missing reference (docs/methods/sgpo.md §12 A13)."
         },
     )
     judge_problem_column: str | None = field(
@@ -330,7 +330,7 @@ def _problem_text(row: dict, column: str | None) -> str:
 
 
 def _judge_text(completion: Any) -> str:
-    """The text the judge sees: the whole completion, reasoning included (spec Sec. 2.2, item 1).
+    """The text the judge sees: the whole completion, reasoning included (docs/methods/sgpo.md §2.2, item 1).
 
     :func:`~grpo_family.rewards.extract.completion_text` (the message an answer reward reads), with the message's
     chain of thought put back in front: when the tokenizer has a response schema (TRL sets one when tools are
@@ -474,7 +474,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ window
     def sgpo_active(self) -> bool:
-        """Whether judged rewards apply now (spec Sec. 2.7): epoch < sgpo_num_epochs and step < sgpo_max_steps."""
+        """Whether judged rewards apply now (docs/methods/sgpo.md §2.7): epoch < sgpo_num_epochs and step < sgpo_max_steps."""
         args = self.args
         epoch = self.state.epoch or 0.0
         if args.sgpo_num_epochs is not None and not epoch < args.sgpo_num_epochs:
@@ -512,7 +512,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
                 skipped += 1
                 continue
             steps = split_steps(item["text"], splitter=args.step_splitter, max_steps=args.judge_max_steps)
-            if not steps:  # empty completion: RTS = 0 without asking (spec Sec. 2.4)
+            if not steps:  # empty completion: RTS = 0 without asking (docs/methods/sgpo.md §2.4)
                 results[item["index"]] = (None, 0, "", False)
                 continue
             requests.append(JudgeRequest(item["problem"], item["reference"], item["gold"], tuple(steps)))

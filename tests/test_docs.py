@@ -1,0 +1,95 @@
+"""The method documents in docs/methods/ stay in step with the code that cites them.
+
+* every ``docs/methods/<name>.md §N`` citation in grpo_family/ (and tests/, benchmarks/) names a document that
+  exists and a section number that is a heading of it;
+* no comment or docstring in grpo_family/ points at the implementation specs outside the repository;
+* every field a method's config class defines appears in the config table of its document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "methods"
+CITATION = re.compile(r"docs/methods/(\w+)\.md(?:``|`)?\s*§\s*(\d+(?:\.\d+)*)")
+HEADING = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)[. ]", re.M)
+OUTSIDE = re.compile(r"spec §|spec Secs?\.|specs/|spec's|spec:", re.I)
+CONFIGS = {
+    "grpo": ("grpo_family.trainers.base", "GRPOFamilyConfig"),
+    "ms_grpo": ("grpo_family.trainers.ms_grpo", "MSGRPOConfig"),
+    "cw_grpo": ("grpo_family.trainers.cw_grpo", "CWGRPOConfig"),
+    "d3s": ("grpo_family.trainers.d3s", "D3SConfig"),
+    "gpg": ("grpo_family.trainers.gpg", "GPGConfig"),
+    "sgpo": ("grpo_family.trainers.sgpo", "SGPOConfig"),
+}
+
+
+def _sources(*dirs: str) -> list[Path]:
+    return sorted(p for d in dirs for p in (ROOT / d).rglob("*.py"))
+
+
+def _headings(name: str) -> set[str]:
+    return set(HEADING.findall((DOCS / f"{name}.md").read_text(encoding="utf-8")))
+
+
+def _resolves(section: str, headings: set[str]) -> bool:
+    """``§A.B`` needs heading ``A.B`` when section A has numbered subsections, else heading ``A`` (``§11.9`` is then
+    item 9 of section 11's list)."""
+    top = section.split(".")[0]
+    if top not in headings:
+        return False
+    if "." not in section:
+        return True
+    sub = ".".join(section.split(".")[:2])
+    has_subsections = any(h.startswith(top + ".") for h in headings)
+    return sub in headings if has_subsections else True
+
+
+def test_every_method_has_a_document():
+    for name in CONFIGS:
+        assert (DOCS / f"{name}.md").is_file(), f"docs/methods/{name}.md is missing"
+
+
+def test_citations_point_at_existing_sections():
+    found, broken = 0, []
+    for path in _sources("grpo_family", "tests", "benchmarks"):
+        text = path.read_text(encoding="utf-8")
+        for match in CITATION.finditer(text):
+            found += 1
+            name, section = match.groups()
+            line = text.count("\n", 0, match.start()) + 1
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if not (DOCS / f"{name}.md").is_file():
+                broken.append(f"{where}: docs/methods/{name}.md does not exist")
+            elif not _resolves(section, _headings(name)):
+                broken.append(f"{where}: docs/methods/{name}.md has no heading §{section}")
+    assert found > 100, f"only {found} citations found: the pattern no longer matches how the code cites the docs"
+    assert not broken, "\n".join(broken)
+
+
+def test_no_reference_points_outside_the_repository():
+    hits = []
+    for path in _sources("grpo_family"):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if OUTSIDE.search(line) or "/work/shared" in line:
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not hits, "cite docs/methods/<method>.md §N instead:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_config_table_lists_every_field(name):
+    module, cls_name = CONFIGS[name]
+    cls = getattr(importlib.import_module(module), cls_name)
+    own = list(vars(cls).get("__annotations__", {}))
+    assert own, f"{cls_name} defines no fields"
+    assert all(f in {f.name for f in dataclasses.fields(cls)} for f in own)
+    text = (DOCS / f"{name}.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+    missing = [f for f in own if f not in rows]
+    assert not missing, f"docs/methods/{name}.md's config table lacks {missing} (fields of {cls_name})"
