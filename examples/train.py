@@ -75,6 +75,14 @@ class TrainScriptArguments(ScriptArguments):
     solution_column: str | None = field(default=None, metadata={"help": "Column holding a reference solution."})
     options_column: str | None = field(default=None, metadata={"help": "Column holding multiple-choice options."})
     system_prompt: str | None = field(default=None, metadata={"help": "System prompt (collator default if unset)."})
+    dataset_filters: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keep only the training rows passing these column rules (grpo_family.collator.filter_rows): "
+            'column -> allowed values, e.g. {"level": ["Level 3", "Level 4", "Level 5"]}, or a range, e.g. '
+            '{"Year": {"min": 1997, "max": 2023}}. The kept-row count is logged; keeping 0 rows fails at start.'
+        },
+    )
     num_eval_examples: int = field(default=200, metadata={"help": "Held-out examples scored before and after."})
     eval_max_new_tokens: int | None = field(
         default=None,
@@ -137,6 +145,7 @@ def preflight(script_args, training_args, model_args) -> dict:
     """Every start-up check (``grpo_family.preflight``), before any model loads: what can be known now fails now,
     with the problem and the fix. Returns the raw data, the reward functions and the quantization config."""
     from grpo_family import preflight as checks
+    from grpo_family.collator import filter_rows
 
     checks.check_batch_size(training_args)
     checks.probe_judge(training_args)
@@ -159,7 +168,8 @@ def preflight(script_args, training_args, model_args) -> dict:
         raw = checks.load_data(name, script_args.dataset_config, streaming=script_args.dataset_streaming)
     else:
         raise PreflightError("Give --dataset_name (or a `datasets:` mixture in the --config YAML).")
-    train = checks.check_split(raw, script_args.dataset_train_split, name)
+    train = filter_rows(checks.check_split(raw, script_args.dataset_train_split, name), script_args.dataset_filters,
+                        name=f"{name} [{script_args.dataset_train_split}]")  # fmt: skip
     test = raw[script_args.dataset_test_split] if script_args.dataset_test_split in raw else None
     if training_args.eval_strategy != "no":
         test = checks.check_split(raw, script_args.dataset_test_split, name)

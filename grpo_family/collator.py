@@ -80,6 +80,7 @@ __all__ = [
     "REASONING_SYSTEM_PROMPT",
     "SYSTEM_PROMPTS",
     "detect_preset",
+    "filter_rows",
     "format_options",
     "gsm8k_gold",
     "prepare_dataset",
@@ -450,6 +451,70 @@ def _plan(dataset, preset, question_column, answer_column, solution_column, opti
 
     # "prompt": already in TRL format.
     return None
+
+
+def _row_predicate(column: str, rule: Any) -> Callable[[Any], bool]:
+    """One column's rule: a list of allowed values, a ``{"min": a, "max": b}`` range (either bound optional,
+    inclusive; numbers given as text are read as numbers), or a single allowed value."""
+    if isinstance(rule, dict):
+        unknown = set(rule) - {"min", "max"}
+        if unknown or not rule:
+            raise ValueError(f"dataset_filters[{column!r}]: a range is {{'min': ..., 'max': ...}}, got {rule!r}")
+        low, high = rule.get("min"), rule.get("max")
+
+        def in_range(value: Any) -> bool:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                return False
+            return (low is None or number >= low) and (high is None or number <= high)
+
+        return in_range
+    allowed = list(rule) if isinstance(rule, list | tuple | set) else [rule]
+    allowed_text = {str(v) for v in allowed}
+    return lambda value: value in allowed or str(value) in allowed_text
+
+
+def filter_rows(dataset, filters: dict[str, Any] | str | None, *, name: str = "dataset"):
+    """Keep the rows of ``dataset`` that pass every column rule of ``filters`` (``dataset_filters`` in a recipe).
+
+    ``filters`` maps a column to a list of allowed values (``{"level": ["Level 3", "Level 4", "Level 5"]}``), a
+    single allowed value (``{"source": "aime"}``) or an inclusive numeric range (``{"Year": {"min": 1997, "max":
+    2023}}``); a JSON string of the same (command line) is accepted. The rules are ANDed. Logs how many rows were
+    kept; a column that does not exist, or a filter that keeps no row, raises :class:`DatasetFormatError` naming the
+    dataset's columns. ``None`` or ``{}`` returns ``dataset`` unchanged. A stream is filtered lazily (no count)."""
+    if not filters:
+        return dataset
+    if isinstance(filters, str):
+        import json
+
+        filters = json.loads(filters)
+    if not isinstance(filters, dict):
+        raise ValueError(f"dataset_filters must map column -> rule, got {filters!r}")
+    cols = _columns(dataset)
+    missing = [c for c in filters if c not in cols]
+    if missing:
+        raise DatasetFormatError(
+            f"dataset_filters names column(s) {missing} that {name} does not have; its columns: {cols}."
+        )
+    checks = [(column, _row_predicate(column, rule)) for column, rule in filters.items()]
+
+    def keep(row: dict) -> bool:
+        return all(check(row[column]) for column, check in checks)
+
+    before = getattr(dataset, "num_rows", None)
+    kept = dataset.filter(keep) if before is None else dataset.filter(keep, desc="grpo_family: dataset_filters")
+    if before is None:
+        logger.warning("dataset_filters %s on %s (a stream): rows are filtered as they arrive.", filters, name)
+        return kept
+    logger.warning("dataset_filters %s kept %d of %d rows of %s.", filters, kept.num_rows, before, name)
+    if kept.num_rows == 0:
+        examples = {c: dataset[0][c] for c in filters} if before else {}
+        raise DatasetFormatError(
+            f"dataset_filters {filters} kept 0 of {before} rows of {name}. Its columns: {cols}; the filtered "
+            f"columns of the first row: {examples}."
+        )
+    return kept
 
 
 def _resolve_preset(preset: str) -> str:

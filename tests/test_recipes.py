@@ -41,3 +41,51 @@ def test_recipe_parses_and_validates(recipe, monkeypatch):
     for key in ("num_generations", "learning_rate", "max_completion_length"):
         if key in values:
             assert getattr(training_args, key) == pytest.approx(values[key])
+
+
+# Data selection a recipe can state (dataset_filters) -------------------------------------------------------------
+
+
+def test_dataset_filters_by_values_range_and_failure(caplog):
+    from datasets import Dataset
+
+    from grpo_family.collator import DatasetFormatError, filter_rows
+
+    rows = [{"problem": f"p{i}", "level": f"Level {1 + i % 5}", "Year": str(1990 + i)} for i in range(30)]
+    data = Dataset.from_list(rows)
+    with caplog.at_level("WARNING", logger="grpo_family.collator"):
+        kept = filter_rows(data, {"level": ["Level 3", "Level 4", "Level 5"]}, name="math")
+    assert kept.num_rows == 18 and set(kept["level"]) == {"Level 3", "Level 4", "Level 5"}
+    assert "kept 18 of 30 rows of math" in caplog.text
+    years = filter_rows(data, '{"Year": {"min": 1997, "max": 2003}, "level": "Level 1"}')  # JSON, rules ANDed
+    assert [int(y) for y in years["Year"]] == [2000]
+    assert filter_rows(data, None) is data and filter_rows(data, {}) is data
+    with pytest.raises(DatasetFormatError, match=r"kept 0 of 30 rows.*columns: \['problem', 'level', 'Year'\]"):
+        filter_rows(data, {"level": ["Level 9"]})
+    with pytest.raises(DatasetFormatError, match="does not have"):
+        filter_rows(data, {"source": "aime"})
+
+
+def test_dataset_filters_parses_from_a_recipe(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "method: grpo\nmodel_name_or_path: m\ndataset_name: d\n"
+        'dataset_filters:\n  level: ["Level 3", "Level 4"]\n  Year: {min: 1997, max: 2023}\n'
+    )
+    script_args, *_ = train.parse_args(["--config", str(recipe), "--bf16", "false"])
+    assert script_args.dataset_filters == {"level": ["Level 3", "Level 4"], "Year": {"min": 1997, "max": 2023}}
+
+
+def test_think_prefilled_format_rewards_by_name():
+    """DeepSeek-R1-Distill's template ends the prompt with `<think>\\n`: completions start inside the think block."""
+    from grpo_family.rewards import REWARD_FUNCS
+
+    answer = REWARD_FUNCS["think_prefilled_answer_format"]
+    boxed = REWARD_FUNCS["think_prefilled_boxed_format"]
+    r1_distill = "Let me add 2 and 2.\n</think>\n<answer>\\boxed{4}</answer>"
+    r1_boxed = "Let me add 2 and 2.\n</think>\n\nThe answer is \\boxed{4}."
+    assert answer(completions=[r1_distill]) == [1.0] and boxed(completions=[r1_boxed]) == [1.0]
+    assert REWARD_FUNCS["think_answer_format"](completions=[r1_distill]) == [0.0]  # why the plain one fails
+    assert answer(completions=["<think>x</think><answer>4</answer>"]) == [0.0]  # a second <think>
+    assert answer(completions=[[{"role": "assistant", "content": r1_distill}]]) == [1.0]
+    assert answer.__name__ == "think_prefilled_answer_format"

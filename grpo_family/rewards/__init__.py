@@ -10,6 +10,9 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``math_accuracy``          math-verify equivalence of the boxed / ``<answer>`` answer with the gold (1/0/None)
 ``think_answer_format``    ``<think>...</think><answer>...</answer>`` layout (1/0)
 ``boxed_format``           ``<think>...</think>`` then a ``\\boxed{}`` answer (1/0)
+``think_prefilled_*``      ``think_prefilled_answer_format`` / ``think_prefilled_boxed_format``: the same layouts
+                           for chat templates that pre-fill ``<think>`` (DeepSeek-R1-Distill): the completion
+                           starts inside the think block, without the opening tag (1/0)
 ``choice_accuracy``        multiple-choice letter (A-E) equals the gold letter (1/0/None)
 ``qa_exact_match``         SQuAD-normalised exact match, best over gold aliases (1/0/None)
 ``qa_f1``                  SQuAD-normalised token F1, best over gold aliases ([0, 1]/None)
@@ -56,6 +59,8 @@ from .format import (
     has_think_answer_format,
     make_format_reward,
     think_answer_format_reward,
+    think_prefilled_answer_format_reward,
+    think_prefilled_boxed_format_reward,
 )
 from .golds import GoldReport, check_golds
 from .judges import (
@@ -92,6 +97,8 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
         math_accuracy_reward,
         think_answer_format_reward,
         boxed_format_reward,
+        think_prefilled_answer_format_reward,
+        think_prefilled_boxed_format_reward,
         choice_accuracy_reward,
         qa_exact_match_reward,
         qa_f1_reward,
@@ -198,4 +205,6 @@ __all__ = [
     "reward_names",
     "score_math",
     "think_answer_format_reward",
+    "think_prefilled_answer_format_reward",
+    "think_prefilled_boxed_format_reward",
 ]

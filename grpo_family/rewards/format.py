@@ -6,7 +6,9 @@
   block (the boxed system prompt).
 
 Chat templates that open the think block in the prompt (DeepSeek-R1-Distill, Qwen3 thinking) produce completions
-without the opening ``<think>``; build the reward with ``make_format_reward(..., think_prefilled=True)`` for those.
+without the opening ``<think>``; select ``think_prefilled_answer_format`` / ``think_prefilled_boxed_format`` by name
+for those (the same checks with the ``<think>`` put back), or build one with
+``make_format_reward(..., think_prefilled=True)``.
 Whitespace around the blocks is allowed.
 """
 
@@ -25,6 +27,8 @@ __all__ = [
     "has_think_answer_format",
     "make_format_reward",
     "think_answer_format_reward",
+    "think_prefilled_answer_format_reward",
+    "think_prefilled_boxed_format_reward",
 ]
 
 STYLES = ("think_answer", "think_boxed")
@@ -70,6 +74,8 @@ class FormatReward:
         self.style = style
         self.think_prefilled = think_prefilled
         default = "think_answer_format" if style == "think_answer" else "boxed_format"
+        if think_prefilled:
+            default = "think_prefilled_answer_format" if style == "think_answer" else "think_prefilled_boxed_format"
         self.__name__ = name or default
 
     def __repr__(self) -> str:
@@ -87,3 +93,5 @@ def make_format_reward(style: str = "think_answer", *, think_prefilled: bool = F
 
 think_answer_format_reward = FormatReward("think_answer")
 boxed_format_reward = FormatReward("think_boxed")
+think_prefilled_answer_format_reward = FormatReward("think_answer", think_prefilled=True)
+think_prefilled_boxed_format_reward = FormatReward("think_boxed", think_prefilled=True)
