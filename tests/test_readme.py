@@ -143,10 +143,10 @@ def test_not_run_commands_are_valid_shell():
             assert result.returncode == 0, (command.text, result.stderr)
 
 
-@pytest.mark.multiprocess
-def test_readme_shell_commands_run(standins):
+def run_as_written(selected: list, standins: dict) -> list[str]:
+    """Run each README command (adapted, see the module docstring); fail with its output on error."""
     ran = []
-    for command in runnable_commands():
+    for command in selected:
         text = adapt(command.text, standins, gpu_block=_needs_gpu(command.block))
         result = run(text)
         assert result.returncode == 0, (
@@ -154,6 +154,12 @@ def test_readme_shell_commands_run(standins):
             f"{result.stderr[-4000:]}"
         )
         ran.append(command.text)
+    return ran
+
+
+@pytest.mark.multiprocess
+def test_readme_shell_commands_run(standins):
+    ran = run_as_written(runnable_commands(), standins)
     assert any(c.startswith("accelerate launch examples/train.py") for c in ran)  # the demo
     assert any("--model_name_or_path" in c for c in ran)  # the real-model command
     assert any("plot_logs.py" in c for c in ran)
@@ -162,17 +168,8 @@ def test_readme_shell_commands_run(standins):
 @pytest.mark.deepspeed
 def test_readme_deepspeed_commands_run(standins):
     """The README's DeepSpeed-on-CPU commands (ZeRO-2/ZeRO-3 on 2 CPU processes), 1 step each, as written."""
-    ran = []
-    for command in commands():
-        if not _needs_deepspeed(command.text) or command.text.startswith(tuple(NOT_RUN_HERE)):
-            continue
-        text = adapt(command.text, standins, gpu_block=_needs_gpu(command.block))
-        result = run(text)
-        assert result.returncode == 0, (
-            f"README line {command.block.line} failed as run here:\n{text}\n{result.stdout[-2000:]}\n"
-            f"{result.stderr[-4000:]}"
-        )
-        ran.append(command.text)
+    lane = [c for c in commands() if _needs_deepspeed(c.text) and not c.text.startswith(tuple(NOT_RUN_HERE))]
+    ran = run_as_written(lane, standins)
     assert any("zero3_cpu.yaml" in c for c in ran)
 
 
