@@ -402,7 +402,12 @@ def test_recipes_parse_with_the_papers_settings(path):
         ["--config", str(path), "--bf16", "false", "--use_cpu", "true"]
     )
     assert script.method == "cw_grpo"
-    assert script.reward_funcs == ["math_accuracy", "think_answer_format"]
+    # R1-Distill's chat template pre-fills `<think>`, so its completions open with no tag (docs/recipes.md)
+    prefilled = "r1_distill" in path.name
+    assert script.reward_funcs == [
+        "math_accuracy",
+        "think_prefilled_answer_format" if prefilled else "think_answer_format",
+    ]
     paper = dict(num_generations=12, per_device_train_batch_size=12, gradient_accumulation_steps=4, learning_rate=1e-6)
     assert {k: getattr(config, k) for k in paper} == paper
     assert (config.temperature, config.warmup_steps, config.beta, config.loss_type) == (0.7, 0.1, 0.04, "grpo")
