@@ -18,7 +18,9 @@ The estimate (GB = 1e9 bytes) is the sum of
   holds the bf16 logits, their temperature-scaled copy and the gradient (3 x 2 bytes per element); the no-grad
   old/reference (and D3S entropy) passes hold 2 x 2 bytes. They do not coexist, so the peak counts the larger;
 * **vLLM colocated**: ``vllm_gpu_memory_utilization`` (TRL's default 0.3) of the GPU, reserved for weights and KV
-  cache; a vLLM *server* runs on other GPUs and costs the training GPUs nothing;
+  cache; with ``vllm_enable_sleep_mode`` the engine sleeps while the policy trains, so the peak is the larger of
+  training without it and the resident state plus it; a vLLM *server* runs on other GPUs and costs the training
+  GPUs nothing;
 * **overhead**: 2 GB of CUDA context, NCCL buffers and allocator fragmentation.
 
 A layout *fits* when the estimate leaves at least ``MARGIN`` (15 %) of the GPU free. The hardware and layout each
@@ -132,6 +134,11 @@ def estimate(recipe: dict, layout: Layout) -> dict[str, float]:
     parts["total"] = sum(v for k, v in parts.items() if k != "logits_no_grad") + max(
         0.0, parts["logits_no_grad"] - parts["logits_loss"]
     )
+    if recipe.get("vllm_enable_sleep_mode") and parts["vllm"]:
+        # TRL puts the engine to sleep (weights offloaded, KV cache freed) once it has generated and wakes it for
+        # the next generation: vLLM's share and the loss pass's activations and logits never coexist.
+        resident = sum(parts[k] for k in ("weights", "reference", "gradients", "optimizer", "overhead"))
+        parts["total"] = max(parts["total"] - parts["vllm"], resident + parts["vllm"])
     return parts
 
 

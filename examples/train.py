@@ -75,6 +75,10 @@ class TrainScriptArguments(ScriptArguments):
     solution_column: str | None = field(default=None, metadata={"help": "Column holding a reference solution."})
     options_column: str | None = field(default=None, metadata={"help": "Column holding multiple-choice options."})
     system_prompt: str | None = field(default=None, metadata={"help": "System prompt (collator default if unset)."})
+    user_instruction: str | None = field(
+        default=None,
+        metadata={"help": "Text appended to the user turn after the question (e.g. GPG's step-by-step instruction)."},
+    )
     dataset_filters: dict | str | None = field(
         default=None,
         metadata={
@@ -224,6 +228,7 @@ def load_real(script_args, training_args, model_args, checked: dict):
         answer_column=script_args.answer_column,
         solution_column=script_args.solution_column,
         options_column=script_args.options_column,
+        user_instruction=script_args.user_instruction,
     )
     train = prepare_dataset(checked["train"], **columns)
     evaluation = eval_dataset = None

@@ -332,6 +332,16 @@ def _messages(system: str, user: str) -> list[dict[str, str]]:
     return msgs + [{"role": "user", "content": user}]
 
 
+def _with_instruction(prompt: Any, instruction: str) -> Any:
+    """``prompt`` (text or messages) with ``instruction`` on a new line after its last user message."""
+    if isinstance(prompt, str):
+        return f"{prompt}\n{instruction}"
+    messages = [dict(m) for m in prompt]
+    last = max(i for i, m in enumerate(messages) if m.get("role") == "user")
+    messages[last]["content"] = f"{messages[last]['content']}\n{instruction}"
+    return messages
+
+
 def _user_text(prompt: Any) -> str:
     """The question of a DAPO-style prompt given as text or as a message list (its last user message)."""
     if isinstance(prompt, str):
@@ -537,6 +547,7 @@ def prepare_dataset(
     answer_column: str | None = None,
     solution_column: str | None = None,
     options_column: str | None = None,
+    user_instruction: str | None = None,
 ):
     """Turn ``dataset`` into TRL conversational prompts plus ``answer`` (and ``solution``) columns.
 
@@ -549,6 +560,9 @@ def prepare_dataset(
             :data:`SYSTEM_PROMPTS` (``"reasoning"``, ``"math"``, ``"boxed"``, ``"choice"``, ``"none"``); ``""`` for
             no system message; any other string is used verbatim.
         question_column, answer_column, solution_column, options_column: override the preset's column choice.
+        user_instruction: text appended to the user turn after the question, on a new line (e.g. GPG's
+            "Please reason step by step, and put your final answer within \\boxed{}." after the question, with the
+            system message "You are a helpful assistant."); None adds nothing.
 
     Returns the mapped dataset with columns ``prompt``, ``answer`` (``test_cases`` for the ``code`` preset) and,
     where present, ``solution`` (the ``prompt`` preset keeps the dataset's columns). Raises :class:`DatasetFormatError` when a needed column is
@@ -565,6 +579,7 @@ def prepare_dataset(
                     answer_column=answer_column,
                     solution_column=solution_column,
                     options_column=options_column,
+                    user_instruction=user_instruction,
                 )
                 for split, ds in dataset.items()
             }
@@ -577,8 +592,23 @@ def prepare_dataset(
         else _resolve_preset(preset)
     )
     if name == "prompt":
-        return _pass_through(dataset, system_prompt, question_column, answer_column, solution_column)
+        mapped = _pass_through(dataset, system_prompt, question_column, answer_column, solution_column)
+        if user_instruction:
+            mapped = _map(
+                mapped,
+                lambda row: {"prompt": _with_instruction(row["prompt"], user_instruction)},
+                remove=[],
+                desc="grpo_family: adding the user instruction",
+            )
+        return mapped
     row_fn = _plan(dataset, name, question_column, answer_column, solution_column, options_column, system_prompt)
+    if user_instruction:
+        planned = row_fn
+
+        def row_fn(row):
+            out = planned(row)
+            return {**out, "prompt": _with_instruction(out["prompt"], user_instruction)}
+
     mapped = _map(dataset, row_fn, remove=_columns(dataset), desc=f"grpo_family: preparing {name} prompts")
     order = [c for c in ("prompt", "answer", "test_cases", "solution") if c in (mapped.column_names or ())]
     if order and list(mapped.column_names) != order:

@@ -280,3 +280,27 @@ def test_code_preset_keeps_the_tests_for_the_code_reward():
 def test_code_preset_without_tests_names_the_flag():
     with pytest.raises(DatasetFormatError, match="test cases.*answer_column"):
         prepare_dataset(Dataset.from_list([{"question": "Print 1."}]), preset="code")
+
+
+def test_user_instruction_follows_the_question_in_the_user_turn():
+    """GPG's App. B.4 placement: a plain system message, the instruction after the question in the user turn."""
+    from datasets import Dataset
+
+    instruction = "Please reason step by step, and put your final answer within \\boxed{}."
+    rows = Dataset.from_dict({"question": ["What is 2+2?"], "answer": ["2+2=4\n#### 4"]})
+    prepared = prepare_dataset(
+        rows, preset="gsm8k", system_prompt="You are a helpful assistant.", user_instruction=instruction
+    )
+    assert prepared[0]["prompt"] == [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": f"What is 2+2?\n{instruction}"},
+    ]
+    assert prepared[0]["answer"] == "4"
+    plain = prepare_dataset(rows, preset="gsm8k", system_prompt="You are a helpful assistant.")
+    assert plain[0]["prompt"][-1]["content"] == "What is 2+2?"  # nothing added without the option
+    passed = prepare_dataset(
+        Dataset.from_dict({"prompt": [[{"role": "user", "content": "Q?"}]], "answer": ["1"]}),
+        preset="prompt",
+        user_instruction=instruction,
+    )
+    assert passed[0]["prompt"] == [{"role": "user", "content": f"Q?\n{instruction}"}]

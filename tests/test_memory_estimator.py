@@ -58,6 +58,17 @@ def test_a_whole_estimate_adds_its_parts():
     assert parts["total"] == pytest.approx(expected)
 
 
+def test_a_sleeping_vllm_engine_does_not_coexist_with_the_loss_pass():
+    recipe = dict(model_name_or_path="Qwen/Qwen2.5-Math-7B", per_device_train_batch_size=2, max_completion_length=8192,
+                  beta=0.0, gradient_checkpointing=True, use_vllm=True, vllm_mode="colocate")  # fmt: skip
+    layout = memory.Layout("4 x 80 GB", 80, 4, 3)
+    awake = memory.estimate(recipe, layout)
+    asleep = memory.estimate({**recipe, "vllm_enable_sleep_mode": True}, layout)
+    resident = sum(awake[k] for k in ("weights", "reference", "gradients", "optimizer", "overhead"))
+    assert asleep["total"] == pytest.approx(max(awake["total"] - awake["vllm"], resident + awake["vllm"]))
+    assert asleep["total"] < awake["total"]
+
+
 def test_a_vllm_server_costs_the_training_gpus_nothing():
     recipe = dict(model_name_or_path="Qwen/Qwen2.5-Math-7B", use_vllm=True, vllm_mode="server")
     assert memory.estimate(recipe, memory.Layout("", 80, 8, 3))["vllm"] == 0.0
