@@ -563,3 +563,38 @@ def test_dtypes():
     assert multiscale_advantages(r).dtype == torch.get_default_dtype()
     assert multiscale_advantages(r.float()).dtype == torch.float32
     assert torch.allclose(multiscale_advantages(r.float()).double(), multiscale_advantages(r.double()), atol=1e-6)
+
+
+@pytest.mark.parametrize("G", [4, 6, 9])
+@pytest.mark.parametrize("n_values", [2, 3, 4, 5])
+@pytest.mark.parametrize("shared_values", [True, False])
+def test_vectorised_counts_path_matches_brute_force(G, n_values, shared_values):
+    """The batched value-class tables (one value set for the batch, or per-prompt patterns) against
+    brute-force enumeration of every subgroup, with NaN rows, all-equal rows and both std conventions."""
+    gen = torch.Generator().manual_seed(100 * G + 10 * n_values + shared_values)
+    B = 10
+    levels = torch.tensor([0.0, 0.5, 1.0, 1.5, 3.0][:n_values], dtype=torch.float64)
+    if shared_values:
+        rows = levels[torch.randint(0, n_values, (B, G), generator=gen)]
+    else:  # each prompt its own few values
+        own = torch.rand(B, n_values, generator=gen, dtype=torch.float64) * 10
+        rows = own.gather(1, torch.randint(0, n_values, (B, G), generator=gen))
+    rows[0, : G // 2] = float("nan")
+    rows[1] = rows[1, 0]  # all equal
+    rows[2, 1:] = float("nan")  # fewer scorable than tau_min
+    for std in ("population", "sample"):
+        got = multiscale_advantages(rows, std=std, method="counts")
+        ref = []
+        for row in rows.tolist():
+            keep = [i for i, v in enumerate(row) if not math.isnan(v)]
+            adv = [0.0] * G
+            if len(keep) >= 2:
+                vals = [row[i] for i in keep]
+                sub = ms_reference(vals, std=std) if len(set(vals)) > 1 else None
+                for j, i in enumerate(keep):
+                    adv[i] = sub[j] if sub is not None else 0.0
+            ref.append(adv)
+        assert torch.allclose(got, torch.tensor(ref, dtype=torch.float64), atol=1e-10, rtol=0)
+        got32 = multiscale_advantages(rows.float(), std=std, method="counts")
+        ref32 = multiscale_advantages(rows.float(), std=std, method="enumerate")
+        assert torch.allclose(got32, ref32, atol=1e-5, rtol=0)

@@ -363,7 +363,8 @@ def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Te
     R = G - tau_min + 1
     key = _weights_key(weights)
     out = torch.zeros(len(g_eff), R, dtype=torch.float64, device=g_eff.device)
-    for g in torch.unique(g_eff).tolist():
+    lo, hi = torch.aminmax(g_eff) if len(g_eff) else (g_eff.new_tensor(0), g_eff.new_tensor(-1))
+    for g in [int(lo)] if int(lo) == int(hi) else torch.unique(g_eff).tolist():
         if g < tau_min:
             continue  # no admissible subgroup: advantages 0
         # a named scheme is resolved for the g scorable completions; explicit weights lose the scales > g
@@ -651,9 +652,11 @@ def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
     if V is None:
         cls, counts, values, n_cls = _value_classes(x, finite)
     else:  # classes of the batch value set (distinct integer ids per distinct value, as the engines need)
-        onehot = (x[..., None] == V) & finite[..., None]  # [B, G, D]
-        cls = onehot.long().argmax(-1)
-        counts, values = onehot.sum(1), None
+        cls = torch.zeros(B, G, dtype=torch.long, device=x.device)
+        for v in V[1:]:  # a few classes: one comparison each
+            cls += x >= v
+        counts = torch.zeros(B, len(V), dtype=torch.long, device=x.device).scatter_add_(1, cls, finite.long())
+        values = None
         n_cls = (counts > 0).sum(1)
     g_eff = finite.sum(1)
     live = (n_cls > 1) & (g_eff >= tau_min)  # others: all equal or too few scorable -> 0
