@@ -598,3 +598,17 @@ def test_vectorised_counts_path_matches_brute_force(G, n_values, shared_values):
         got32 = multiscale_advantages(rows.float(), std=std, method="counts")
         ref32 = multiscale_advantages(rows.float(), std=std, method="enumerate")
         assert torch.allclose(got32, ref32, atol=1e-5, rtol=0)
+
+
+def test_cached_value_set_tables_follow_group_size_and_value_set():
+    """The batch-value-set tables are cached across calls: a later call with another G (same largest number of
+    scorable completions), a subset of the last value set, or a new value set must not reuse a wrong table."""
+    levels = torch.tensor([0.0, 0.5, 1.0, 1.5], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(3)
+    first = levels[torch.randint(0, 4, (6, 5), generator=gen)]
+    wider = torch.cat([first, torch.full((6, 2), float("nan"), dtype=torch.float64)], 1)  # G=7, 5 scorable
+    subset = levels[:2][torch.randint(0, 2, (6, 5), generator=gen)] + 0.0
+    shifted = first + 0.25
+    for rows in (first, wider, subset, shifted, first):
+        got = multiscale_advantages(rows, method="counts")
+        assert torch.allclose(got, multiscale_advantages(rows, method="enumerate"), atol=1e-10, rtol=0)

@@ -453,8 +453,7 @@ def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: 
     call is two gathers; missing patterns are computed together by :func:`_class_tables`."""
     B, D = N.shape
     G = int(N.sum(1).max())
-    vkey = _anchored(V[None], torch.ones(1, D, dtype=torch.bool, device=V.device), eps)[0]
-    key = (G, D, tau_min, std, eps, str(V.device), tuple(vkey.tolist()))
+    key = (G, R, D, tau_min, std, eps, str(V.device), tuple(V.tolist()))
     entry = _GLOBAL_TABLES.pop(key, None)
     if entry is None:
         entry = (torch.full(((G + 1) ** D,), -1, dtype=torch.long, device=V.device),
@@ -467,6 +466,7 @@ def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: 
     if bool(missing.any()):
         new = torch.unique(flat[missing])
         n_new = torch.div(new[:, None], radix, rounding_mode="floor") % (G + 1)
+        vkey = _anchored(V[None], torch.ones(1, D, dtype=torch.bool, device=V.device), eps)[0]
         rows = _class_tables(n_new, vkey.expand(len(new), D), R, tau_min, std, eps)
         index[new] = torch.arange(len(table), len(table) + len(new), device=N.device)
         table = torch.cat([table, rows])
@@ -477,19 +477,44 @@ def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: 
     return table[slot]
 
 
+_LAST_VALUE_SET: dict = {}  # device -> the last batch value set, tried first (no sort when rewards repeat it)
+
+
+def _classes_of(x, finite, V):
+    """``(cls, ok)``: index of each reward in the sorted value set ``V`` (one comparison per value; 0 where
+    unscorable) and whether every finite reward is in ``V``."""
+    cls = torch.zeros(x.shape, dtype=torch.uint8 if len(V) < 256 else torch.long, device=x.device)
+    hit = ~finite
+    for j, v in enumerate(V.tolist()):
+        hit |= x == v
+        if j:
+            cls += x >= v
+    return (cls * finite).long(), bool(hit.all())
+
+
 def _batch_value_set(x, finite):
-    """The batch's distinct finite rewards ``V`` when one cached table set can serve every prompt: few enough
-    for a dense index over ``(G+1)^D`` count vectors, and well separated, so that one set of anchored
-    differences rounds no gap noticeably (<= 2^-42 relative when every gap is >= 2^-10 of the largest
-    magnitude); otherwise None and each pattern keeps its own anchor (docs/methods/ms_grpo.md §3.2)."""
+    """``(V, cls)``: the batch's distinct finite rewards and each reward's index in them, when one cached table
+    set can serve every prompt: few enough for a dense index over ``(G+1)^D`` count vectors, and well
+    separated, so that one set of anchored differences rounds no gap noticeably (<= 2^-42 relative when every
+    gap is >= 2^-10 of the largest magnitude); otherwise None and each pattern keeps its own anchor
+    (docs/methods/ms_grpo.md §3.2)."""
     G = x.shape[1]
+    key = str(x.device)
+    V = _LAST_VALUE_SET.get(key)
+    if V is not None:  # the common case in training: the same reward levels as the last batch
+        cls, ok = _classes_of(x, finite, V)
+        if ok and len(V) * math.log2(G + 1) <= math.log2(
+            _GLOBAL_GRID_MAX
+        ):  # a subset of V: its gaps are no smaller, the same tables serve (absent classes have count 0)
+            return V, cls
     V = torch.unique(x[finite])
     D = len(V)
     if D < 2 or D * math.log2(G + 1) > math.log2(_GLOBAL_GRID_MAX):
         return None
     if float((V[1:] - V[:-1]).min()) < 2**-10 * float(V.abs().max()):
         return None
-    return V
+    _LAST_VALUE_SET[key] = V
+    return V, _classes_of(x, finite, V)[0]
 
 
 def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps, V=None):
@@ -648,13 +673,12 @@ def _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups):
 def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
     """Per prompt, weights ``W`` mixed over the exact per-scale averages; engine chosen per prompt."""
     B, G = x.shape
-    V = _batch_value_set(x, finite) if method != "enumerate" else None
-    if V is None:
+    found = _batch_value_set(x, finite) if method != "enumerate" else None
+    V = None
+    if found is None:
         cls, counts, values, n_cls = _value_classes(x, finite)
     else:  # classes of the batch value set (distinct integer ids per distinct value, as the engines need)
-        cls = torch.zeros(B, G, dtype=torch.long, device=x.device)
-        for v in V[1:]:  # a few classes: one comparison each
-            cls += x >= v
+        V, cls = found
         counts = torch.zeros(B, len(V), dtype=torch.long, device=x.device).scatter_add_(1, cls, finite.long())
         values = None
         n_cls = (counts > 0).sum(1)
