@@ -364,7 +364,8 @@ def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Te
     key = _weights_key(weights)
     out = torch.zeros(len(g_eff), R, dtype=torch.float64, device=g_eff.device)
     lo, hi = torch.aminmax(g_eff) if len(g_eff) else (g_eff.new_tensor(0), g_eff.new_tensor(-1))
-    for g in [int(lo)] if int(lo) == int(hi) else torch.unique(g_eff).tolist():
+    one = int(lo) == int(hi)  # usually every completion is scorable: one g, no row selection
+    for g in [int(lo)] if one else torch.unique(g_eff).tolist():
         if g < tau_min:
             continue  # no admissible subgroup: advantages 0
         # a named scheme is resolved for the g scorable completions; explicit weights lose the scales > g
@@ -373,7 +374,7 @@ def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Te
             if isinstance(key, str)
             else _scale_weights(G, tau_min, key)[: g - tau_min + 1]
         )
-        out[g_eff == g, : len(w)] = torch.tensor(w, dtype=torch.float64, device=g_eff.device)
+        out[slice(None) if one else g_eff == g, : len(w)] = torch.tensor(w, dtype=torch.float64, device=g_eff.device)
     return out
 
 
@@ -459,9 +460,9 @@ def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: 
         entry = (torch.full(((G + 1) ** D,), -1, dtype=torch.long, device=V.device),
                  torch.zeros(0, R, D, dtype=torch.float64, device=V.device))  # fmt: skip
     index, table = entry
-    radix = (G + 1) ** torch.arange(D, device=N.device)
+    radix = torch.tensor([(G + 1) ** k for k in range(D)], device=N.device)
     flat = (N * radix).sum(1)
-    slot = index[flat]
+    slot = index.index_select(0, flat)
     missing = slot < 0
     if bool(missing.any()):
         new = torch.unique(flat[missing])
@@ -470,26 +471,24 @@ def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: 
         rows = _class_tables(n_new, vkey.expand(len(new), D), R, tau_min, std, eps)
         index[new] = torch.arange(len(table), len(table) + len(new), device=N.device)
         table = torch.cat([table, rows])
-        slot = index[flat]
+        slot = index.index_select(0, flat)
     _GLOBAL_TABLES[key] = (index, table)  # most recently used last
     while len(_GLOBAL_TABLES) > _GLOBAL_TABLES_MAX:
         _GLOBAL_TABLES.pop(next(iter(_GLOBAL_TABLES)))
-    return table[slot]
+    return table.index_select(0, slot)
 
 
 _LAST_VALUE_SET: dict = {}  # device -> the last batch value set, tried first (no sort when rewards repeat it)
 
 
 def _classes_of(x, finite, V):
-    """``(cls, ok)``: index of each reward in the sorted value set ``V`` (one comparison per value; 0 where
-    unscorable) and whether every finite reward is in ``V``."""
+    """``(cls, ok)``: index of each reward in the sorted value set ``V`` (one comparison per value; arbitrary
+    where unscorable) and whether every finite reward is in ``V``."""
     cls = torch.zeros(x.shape, dtype=torch.uint8 if len(V) < 256 else torch.long, device=x.device)
-    hit = ~finite
-    for j, v in enumerate(V.tolist()):
-        hit |= x == v
-        if j:
-            cls += x >= v
-    return (cls * finite).long(), bool(hit.all())
+    for v in V[1:].tolist():
+        cls += x >= v
+    cls = cls.long()
+    return cls, bool(((V.take(cls) == x) | ~finite).all())
 
 
 def _batch_value_set(x, finite):
@@ -525,7 +524,7 @@ def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps, 
     R = W.shape[1]
     if V is not None:
         tables = _global_tables(counts, V, R, tau_min, std, eps)
-        return torch.einsum("br,brd->bd", W, tables).gather(1, cls) * finite
+        return (tables * W[..., None]).sum(1).gather(1, cls) * finite
     D = int(n_cls.max())
     n, v = counts[:, :D], values[:, :D]
     v = torch.where(n > 0, _anchored(v, n > 0, eps), 0.0)
@@ -684,7 +683,9 @@ def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
         n_cls = (counts > 0).sum(1)
     g_eff = finite.sum(1)
     live = (n_cls > 1) & (g_eff >= tau_min)  # others: all equal or too few scorable -> 0
-    n_enum = (_binomials(G).to(x.device)[g_eff][:, tau_min:] * (W > 0)).sum(1)  # subgroups at the used scales
+    n_enum = (_binomials(G).to(x.device).index_select(0, g_eff)[:, tau_min:] * (W > 0)).sum(
+        1
+    )  # subgroups at the used scales
     n_vectors = torch.exp(torch.log1p(counts.double()).sum(1))  # count vectors prod(n_d + 1)
     if method == "auto":
         few = (n_vectors <= MAX_COUNT_VECTORS) & (8 * n_vectors <= n_enum) & (n_enum > MIN_COUNTS_SUBGROUPS)
