@@ -550,6 +550,9 @@ def _two_valued_fast(rewards, w: tuple, tau_min, std, eps):
     """Exact MS advantages when every prompt has at most two distinct finite rewards (binary correctness),
     as a table lookup by the number of upper values; None when the batch is not of that kind."""
     B, G = rewards.shape
+    first = rewards[0]  # cheap early exit for a batch whose first prompt already has three distinct values
+    if bool(((first != first.min()) & (first != first.max())).any()):
+        return None
     lo, hi_val = torch.aminmax(rewards, dim=1, keepdim=True)
     hi = rewards == hi_val
     if not bool((hi | (rewards == lo)).all()):
