@@ -6,8 +6,9 @@ averages are mixed with scale weights (§2.6). Three exact engines compute the s
 
 * **value-class tables** (few distinct rewards, e.g. binary correctness or sums of binary checks): a
   subgroup's statistics depend only on how many copies of each value it holds, so a per-scale average is a
-  multivariate-hypergeometric sum over count vectors (§3.2) — polynomial in G, tabulated per reward
-  pattern and cached, which makes exact MS-GRPO practical at G = 64;
+  multivariate-hypergeometric sum over count vectors (§3.2) — polynomial in G, computed for every prompt
+  at once by tensor ops (tables of the batch's value set cached across calls, a warm call being a
+  gather), which makes exact MS-GRPO practical at G = 64;
 * **enumeration**: every subgroup as a row of a cached 0/1 membership matrix, statistics for all prompts
   by matrix products (§3.1); refused above ``MAX_ENUMERATED_SUBGROUPS`` subgroups per prompt;
 * the **accelerated** scheme (§2.8): dilated scale sampling (``num_scales`` = M) and greedy
