@@ -6,7 +6,7 @@
 Cases (``multiscale_advantages`` from ``grpo_family.algorithms.ms_grpo``):
 
 * exact, binary rewards, G=64: value-class tables (the fast path);
-* exact, rewards in {0, 0.5, 1, 1.5} (format + accuracy style), G=16: per-pattern tables;
+* exact, rewards in {0, 0.5, 1, 1.5} (format + accuracy style), G=16: tables of the batch's value set;
 * accelerated, uniform rewards, G=16, M=4, K=8 (greedy diverse subgroups);
 * exact enumeration, uniform rewards, G=12 (4 083 subgroups per prompt).
 
@@ -125,8 +125,8 @@ def main():
     lines += [
         "",
         "Subgroups per prompt are those the exact definition sums over (expected count for the accelerated scheme);",
-        "the value-class tables compute the same exact result from at most prod(n_d + 1) count vectors per distinct",
-        "reward pattern, cached across calls.",
+        "the value-class tables compute the same exact result from at most prod(n_d + 1) count vectors per prompt,",
+        "for every prompt at once, tables of the batch's value set cached across calls.",
     ]
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

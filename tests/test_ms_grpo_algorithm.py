@@ -563,3 +563,52 @@ def test_dtypes():
     assert multiscale_advantages(r).dtype == torch.get_default_dtype()
     assert multiscale_advantages(r.float()).dtype == torch.float32
     assert torch.allclose(multiscale_advantages(r.float()).double(), multiscale_advantages(r.double()), atol=1e-6)
+
+
+@pytest.mark.parametrize("G", [4, 6, 9])
+@pytest.mark.parametrize("n_values", [2, 3, 4, 5])
+@pytest.mark.parametrize("shared_values", [True, False])
+def test_vectorised_counts_path_matches_brute_force(G, n_values, shared_values):
+    """The batched value-class tables (one value set for the batch, or per-prompt patterns) against
+    brute-force enumeration of every subgroup, with NaN rows, all-equal rows and both std conventions."""
+    gen = torch.Generator().manual_seed(100 * G + 10 * n_values + shared_values)
+    B = 10
+    levels = torch.tensor([0.0, 0.5, 1.0, 1.5, 3.0][:n_values], dtype=torch.float64)
+    if shared_values:
+        rows = levels[torch.randint(0, n_values, (B, G), generator=gen)]
+    else:  # each prompt its own few values
+        own = torch.rand(B, n_values, generator=gen, dtype=torch.float64) * 10
+        rows = own.gather(1, torch.randint(0, n_values, (B, G), generator=gen))
+    rows[0, : G // 2] = float("nan")
+    rows[1] = rows[1, 0]  # all equal
+    rows[2, 1:] = float("nan")  # fewer scorable than tau_min
+    for std in ("population", "sample"):
+        got = multiscale_advantages(rows, std=std, method="counts")
+        ref = []
+        for row in rows.tolist():
+            keep = [i for i, v in enumerate(row) if not math.isnan(v)]
+            adv = [0.0] * G
+            if len(keep) >= 2:
+                vals = [row[i] for i in keep]
+                sub = ms_reference(vals, std=std) if len(set(vals)) > 1 else None
+                for j, i in enumerate(keep):
+                    adv[i] = sub[j] if sub is not None else 0.0
+            ref.append(adv)
+        assert torch.allclose(got, torch.tensor(ref, dtype=torch.float64), atol=1e-10, rtol=0)
+        got32 = multiscale_advantages(rows.float(), std=std, method="counts")
+        ref32 = multiscale_advantages(rows.float(), std=std, method="enumerate")
+        assert torch.allclose(got32, ref32, atol=1e-5, rtol=0)
+
+
+def test_cached_value_set_tables_follow_group_size_and_value_set():
+    """The batch-value-set tables are cached across calls: a later call with another G (same largest number of
+    scorable completions), a subset of the last value set, or a new value set must not reuse a wrong table."""
+    levels = torch.tensor([0.0, 0.5, 1.0, 1.5], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(3)
+    first = levels[torch.randint(0, 4, (6, 5), generator=gen)]
+    wider = torch.cat([first, torch.full((6, 2), float("nan"), dtype=torch.float64)], 1)  # G=7, 5 scorable
+    subset = levels[:2][torch.randint(0, 2, (6, 5), generator=gen)] + 0.0
+    shifted = first + 0.25
+    for rows in (first, wider, subset, shifted, first):
+        got = multiscale_advantages(rows, method="counts")
+        assert torch.allclose(got, multiscale_advantages(rows, method="enumerate"), atol=1e-10, rtol=0)

@@ -6,8 +6,9 @@ averages are mixed with scale weights (§2.6). Three exact engines compute the s
 
 * **value-class tables** (few distinct rewards, e.g. binary correctness or sums of binary checks): a
   subgroup's statistics depend only on how many copies of each value it holds, so a per-scale average is a
-  multivariate-hypergeometric sum over count vectors (§3.2) — polynomial in G, tabulated per reward
-  pattern and cached, which makes exact MS-GRPO practical at G = 64;
+  multivariate-hypergeometric sum over count vectors (§3.2) — polynomial in G, computed for every prompt
+  at once by tensor ops (tables of the batch's value set cached across calls, a warm call being a
+  gather), which makes exact MS-GRPO practical at G = 64;
 * **enumeration**: every subgroup as a row of a cached 0/1 membership matrix, statistics for all prompts
   by matrix products (§3.1); refused above ``MAX_ENUMERATED_SUBGROUPS`` subgroups per prompt;
 * the **accelerated** scheme (§2.8): dilated scale sampling (``num_scales`` = M) and greedy
@@ -363,7 +364,9 @@ def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Te
     R = G - tau_min + 1
     key = _weights_key(weights)
     out = torch.zeros(len(g_eff), R, dtype=torch.float64, device=g_eff.device)
-    for g in torch.unique(g_eff).tolist():
+    lo, hi = torch.aminmax(g_eff) if len(g_eff) else (g_eff.new_tensor(0), g_eff.new_tensor(-1))
+    one = int(lo) == int(hi)  # usually every completion is scorable: one g, no row selection
+    for g in [int(lo)] if one else torch.unique(g_eff).tolist():
         if g < tau_min:
             continue  # no admissible subgroup: advantages 0
         # a named scheme is resolved for the g scorable completions; explicit weights lose the scales > g
@@ -372,7 +375,7 @@ def _row_weights(g_eff: torch.Tensor, G: int, tau_min: int, weights) -> torch.Te
             if isinstance(key, str)
             else _scale_weights(G, tau_min, key)[: g - tau_min + 1]
         )
-        out[g_eff == g, : len(w)] = torch.tensor(w, dtype=torch.float64, device=g_eff.device)
+        out[slice(None) if one else g_eff == g, : len(w)] = torch.tensor(w, dtype=torch.float64, device=g_eff.device)
     return out
 
 
@@ -390,65 +393,157 @@ def _grpo_scorable(x, finite, n_cls, std, eps):
 # ----------------------------------------------------------------------------------- value-class engine
 
 
-@functools.lru_cache(maxsize=2**14)
-def _pattern_scales(counts: tuple, values: tuple, tau_min: int, std: str, eps: float) -> torch.Tensor:
-    """Exact per-scale averages ``[G' - tau_min + 1, D]`` for a group holding ``counts[d]`` copies of
-    ``values[d]`` (docs/methods/ms_grpo.md §3.2, few distinct values): row ``tau - tau_min``, column = value class.
+def _class_tables(n: torch.Tensor, v: torch.Tensor, R: int, tau_min: int, std: str, eps: float) -> torch.Tensor:
+    """Exact per-scale averages ``[U, R, D]`` for U value patterns at once (docs/methods/ms_grpo.md §3.2):
+    pattern u holds ``n[u, d]`` copies of value ``v[u, d]`` (``n = 0``: an absent class, whose column is 0);
+    row ``tau - tau_min``, column = value class.
 
-    A subgroup is a count vector ``c`` (``0 <= c_d <= counts[d]``). A member of class d lies in
-    ``prod_e C(n_e - [e=d], c_e - [e=d])`` subgroups with counts c, out of ``C(G'-1, tau-1)`` of size tau.
+    A subgroup is a count vector ``c`` (``0 <= c_d <= n_d``), enumerated per pattern in mixed radix
+    (``prod(n_d + 1)`` of them, padded to the largest in the batch). A member of class d lies in
+    ``prod_e C(n_e - [e=d], c_e - [e=d]) = (c_d / n_d) prod_e C(n_e, c_e)`` subgroups with counts c, out of
+    ``C(g-1, tau-1)`` of size tau, g = sum(n). Single-valued subgroups are degenerate: they contribute 0.
     """
-    D, g = len(counts), sum(counts)
-    n = torch.tensor(counts)
-    v = torch.tensor(values, dtype=torch.float64)
-    c = torch.cartesian_prod(*[torch.arange(k + 1) for k in counts]).reshape(-1, D)
-    tau = c.sum(1)
-    c, tau = c[tau >= tau_min], tau[tau >= tau_min]
-    cf, tf = c.double(), tau.double()
-    dev = v[None, :] - ((cf @ v) / tf)[:, None]
-    var = (cf * dev**2).sum(1) / (tf if std == "population" else tf - 1)
-    adv = dev / (var.sqrt() + eps)[:, None]
-    adv[(c > 0).sum(1) <= 1] = 0.0  # single-valued subgroup: degenerate, contributes 0
-    eye = torch.eye(D, dtype=torch.long)
-    others, focal = (n[None, :] - eye)[None], c[:, None, :] - eye[None]  # [1, d, e], [P, d, e]
-    binom = _binomials(g)
-    ways = torch.where(focal >= 0, binom[others, focal.clamp_min(0)], 0.0).prod(-1)  # [P, d]
-    contrib = ways * adv / binom[g - 1, tau - 1][:, None]
-    return torch.zeros(g - tau_min + 1, D, dtype=torch.float64).index_add_(0, tau - tau_min, contrib)
+    U, D = n.shape
+    out = torch.zeros(U, R, D, dtype=torch.float64, device=n.device)
+    if U == 0:
+        return out
+    radix = n + 1
+    size = radix.prod(1)
+    stride = torch.cumprod(torch.cat([torch.ones_like(radix[:, :1]), radix[:, :-1]], 1), 1)
+    g = n.sum(1)
+    binom = _binomials(int(g.max())).to(n.device)
+    step = max(1, 2**21 // (int(size.max()) * D))  # patterns per chunk: [u, P, D] tensors of ~2M entries
+    for a in range(0, U, step):
+        r = slice(a, a + step)
+        k = torch.arange(int(size[r].max()), device=n.device)
+        c = torch.div(k[None, :, None], stride[r, None, :], rounding_mode="floor") % radix[r, None, :]  # [u, P, D]
+        tau = c.sum(-1)
+        ok = (k[None, :] < size[r, None]) & (tau >= tau_min) & ((c > 0).sum(-1) > 1)
+        cf, tf, vr = c.double(), tau.double().clamp_min(1), v[r, None, :]
+        dev = vr - ((cf * vr).sum(-1) / tf)[..., None]  # two passes: mean, then deviations
+        var = (cf * dev * dev).sum(-1) / (tf if std == "population" else (tf - 1).clamp_min(1))
+        ways = binom[n[r, None, :], c].prod(-1) / binom[g[r, None] - 1, (tau - 1).clamp_min(0)]
+        w = torch.where(ok, ways / (var.sqrt() + eps), 0.0)  # where, not *: degenerate var + eps may be 0
+        contrib = dev * w[..., None] * cf / n[r, None, :].clamp_min(1)
+        row = (tau - tau_min).clamp(0, R - 1)[..., None].expand_as(contrib)
+        out[r].scatter_add_(1, row, contrib)
+    return out
 
 
-def _pattern_key(counts, values, eps):
-    """Cache key of a value pattern: differences to the value of smallest magnitude (shift-invariant, e.g.
-    {0, 1} and {1, 2} share a table, and no difference between two values is rounded away, as a shift by the
-    smallest value would for {-1e20, 0, 1e-6}), also scale-free when eps = 0 (§10 P5)."""
-    anchor = min(values, key=abs)
-    diffs = [v - anchor for v in values]
-    spread = values[-1] - values[0]
-    if eps == 0 and spread > 0:
-        diffs = [d / spread for d in diffs]
-    return tuple(int(k) for k in counts), tuple(diffs)
+def _anchored(values: torch.Tensor, present: torch.Tensor, eps: float) -> torch.Tensor:
+    """Values as differences to the present value of smallest magnitude (shift-invariant, and no difference
+    between two values is rounded away, as a shift by the smallest value would for {-1e20, 0, 1e-6}), also
+    divided by the spread when eps = 0 (scale-free, §10 P5); a row per pattern, absent classes anything."""
+    mag = torch.where(present, values.abs(), math.inf)
+    out = values - values.gather(-1, mag.argmin(-1, keepdim=True))
+    if eps == 0:
+        hi = torch.where(present, values, -math.inf).amax(-1, keepdim=True)
+        lo = torch.where(present, values, math.inf).amin(-1, keepdim=True)
+        out = out / torch.where(hi > lo, hi - lo, 1.0)
+    return out
 
 
-def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps):
-    """Exact mix for prompts whose rewards take few distinct values: one cached table per distinct pattern."""
+# Tables of the batch-wide value set, by (G, tau_min, std, eps, anchored values): count vector -> row.
+_GLOBAL_TABLES: dict = {}
+_GLOBAL_TABLES_MAX = 16
+_GLOBAL_GRID_MAX = 2**20  # (G + 1) ** (distinct values in the batch) count-vector slots at most
+
+
+def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: str, eps: float) -> torch.Tensor:
+    """``[B, R, D]`` tables for counts ``N`` ``[B, D]`` over one batch-wide value set ``V`` ``[D]``, cached
+    across calls: a dense index over the ``(G+1)^D`` count vectors points at rows computed once, so a warm
+    call is two gathers; missing patterns are computed together by :func:`_class_tables`."""
+    B, D = N.shape
+    G = int(N.sum(1).max())
+    key = (G, R, D, tau_min, std, eps, str(V.device), tuple(V.tolist()))
+    entry = _GLOBAL_TABLES.pop(key, None)
+    if entry is None:
+        entry = (torch.full(((G + 1) ** D,), -1, dtype=torch.long, device=V.device),
+                 torch.zeros(0, R, D, dtype=torch.float64, device=V.device))  # fmt: skip
+    index, table = entry
+    radix = torch.tensor([(G + 1) ** k for k in range(D)], device=N.device)
+    flat = (N * radix).sum(1)
+    slot = index.index_select(0, flat)
+    missing = slot < 0
+    if bool(missing.any()):
+        new = torch.unique(flat[missing])
+        n_new = torch.div(new[:, None], radix, rounding_mode="floor") % (G + 1)
+        vkey = _anchored(V[None], torch.ones(1, D, dtype=torch.bool, device=V.device), eps)[0]
+        rows = _class_tables(n_new, vkey.expand(len(new), D), R, tau_min, std, eps)
+        index[new] = torch.arange(len(table), len(table) + len(new), device=N.device)
+        table = torch.cat([table, rows])
+        slot = index.index_select(0, flat)
+    _GLOBAL_TABLES[key] = (index, table)  # most recently used last
+    while len(_GLOBAL_TABLES) > _GLOBAL_TABLES_MAX:
+        _GLOBAL_TABLES.pop(next(iter(_GLOBAL_TABLES)))
+    return table.index_select(0, slot)
+
+
+_LAST_VALUE_SET: dict = {}  # device -> the last batch value set, tried first (no sort when rewards repeat it)
+
+
+def _classes_of(x, finite, V):
+    """``(cls, ok)``: index of each reward in the sorted value set ``V`` (one comparison per value; arbitrary
+    where unscorable) and whether every finite reward is in ``V``."""
+    cls = torch.zeros(x.shape, dtype=torch.uint8 if len(V) < 256 else torch.long, device=x.device)
+    for v in V[1:].tolist():
+        cls += x >= v
+    cls = cls.long()
+    return cls, bool(((V.take(cls) == x) | ~finite).all())
+
+
+def _batch_value_set(x, finite):
+    """``(V, cls)``: the batch's distinct finite rewards and each reward's index in them, when one cached table
+    set can serve every prompt: few enough for a dense index over ``(G+1)^D`` count vectors, and well
+    separated, so that one set of anchored differences rounds no gap noticeably (<= 2^-42 relative when every
+    gap is >= 2^-10 of the largest magnitude); otherwise None and each pattern keeps its own anchor
+    (docs/methods/ms_grpo.md §3.2)."""
+    G = x.shape[1]
+    key = str(x.device)
+    V = _LAST_VALUE_SET.get(key)
+    if V is not None:  # the common case in training: the same reward levels as the last batch
+        cls, ok = _classes_of(x, finite, V)
+        if ok and len(V) * math.log2(G + 1) <= math.log2(
+            _GLOBAL_GRID_MAX
+        ):  # a subset of V: its gaps are no smaller, the same tables serve (absent classes have count 0)
+            return V, cls
+    V = torch.unique(x[finite])
+    D = len(V)
+    if D < 2 or D * math.log2(G + 1) > math.log2(_GLOBAL_GRID_MAX):
+        return None
+    if float((V[1:] - V[:-1]).min()) < 2**-10 * float(V.abs().max()):
+        return None
+    _LAST_VALUE_SET[key] = V
+    return V, _classes_of(x, finite, V)[0]
+
+
+def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps, V=None):
+    """Exact mix for prompts whose rewards take few distinct values (docs/methods/ms_grpo.md §3.2), vectorised
+    over prompts. With a batch value set ``V`` (``cls`` then indexes it and ``counts`` ``[b, D]`` counts it),
+    every prompt's counts index one cached table set; otherwise each distinct (counts, anchored values) pattern
+    of the batch is tabulated, all in one batched computation."""
+    R = W.shape[1]
+    if V is not None:
+        tables = _global_tables(counts, V, R, tau_min, std, eps)
+        return (tables * W[..., None]).sum(1).gather(1, cls) * finite
     D = int(n_cls.max())
-    uniq, inv = torch.unique(torch.cat([counts[:, :D].double(), values[:, :D]], 1), dim=0, return_inverse=True)
-    tables = torch.zeros(len(uniq), W.shape[1], D, dtype=torch.float64)
-    for u, row in enumerate(uniq.tolist()):
-        d = sum(1 for k in row[:D] if k > 0)
-        t = _pattern_scales(*_pattern_key(row[:d], row[D : D + d], eps), tau_min, std, eps)
-        tables[u, : t.shape[0], :d] = t
-    per_class = torch.einsum("br,brd->bd", W, tables.to(x.device)[inv])
+    n, v = counts[:, :D], values[:, :D]
+    v = torch.where(n > 0, _anchored(v, n > 0, eps), 0.0)
+    uniq, inv = torch.unique(torch.cat([n.double(), v], 1), dim=0, return_inverse=True)
+    tables = _class_tables(uniq[:, :D].long(), uniq[:, D:], R, tau_min, std, eps)
+    per_class = torch.einsum("br,brd->bd", W, tables[inv])
     return per_class.gather(1, cls.clamp(max=D - 1)) * finite
 
 
 @functools.lru_cache(maxsize=1024)
 def _two_valued_table(G: int, delta: float, tau_min: int, std: str, eps: float, w: tuple, device: str):
     """``[G+1, 2]``: mixed advantage of (lower, upper) value when ``P`` of G rewards take the upper one."""
+    p = torch.arange(1, G)
+    n = torch.stack([G - p, p], 1)
+    v = torch.tensor([0.0, 1.0 if eps == 0 else delta], dtype=torch.float64).expand(G - 1, 2)  # §10 P5 if eps = 0
+    tables = _class_tables(n, v, len(w), tau_min, std, eps)
     table = torch.zeros(G + 1, 2, dtype=torch.float64)
-    wt = torch.tensor(w, dtype=torch.float64)
-    for p in range(1, G):
-        table[p] = wt @ _pattern_scales(*_pattern_key((G - p, p), (0.0, delta), eps), tau_min, std, eps)
+    table[1:G] = torch.einsum("r,prd->pd", torch.tensor(w, dtype=torch.float64), tables)
     return table.to(device)
 
 
@@ -456,6 +551,9 @@ def _two_valued_fast(rewards, w: tuple, tau_min, std, eps):
     """Exact MS advantages when every prompt has at most two distinct finite rewards (binary correctness),
     as a table lookup by the number of upper values; None when the batch is not of that kind."""
     B, G = rewards.shape
+    first = rewards[0]  # cheap early exit for a batch whose first prompt already has three distinct values
+    if bool(((first != first.min()) & (first != first.max())).any()):
+        return None
     lo, hi_val = torch.aminmax(rewards, dim=1, keepdim=True)
     hi = rewards == hi_val
     if not bool((hi | (rewards == lo)).all()):
@@ -578,10 +676,20 @@ def _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups):
 def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
     """Per prompt, weights ``W`` mixed over the exact per-scale averages; engine chosen per prompt."""
     B, G = x.shape
-    cls, counts, values, n_cls = _value_classes(x, finite)
+    found = _batch_value_set(x, finite) if method != "enumerate" else None
+    V = None
+    if found is None:
+        cls, counts, values, n_cls = _value_classes(x, finite)
+    else:  # classes of the batch value set (distinct integer ids per distinct value, as the engines need)
+        V, cls = found
+        counts = torch.zeros(B, len(V), dtype=torch.long, device=x.device).scatter_add_(1, cls, finite.long())
+        values = None
+        n_cls = (counts > 0).sum(1)
     g_eff = finite.sum(1)
     live = (n_cls > 1) & (g_eff >= tau_min)  # others: all equal or too few scorable -> 0
-    n_enum = (_binomials(G).to(x.device)[g_eff][:, tau_min:] * (W > 0)).sum(1)  # subgroups at the used scales
+    n_enum = (_binomials(G).to(x.device).index_select(0, g_eff)[:, tau_min:] * (W > 0)).sum(
+        1
+    )  # subgroups at the used scales
     n_vectors = torch.exp(torch.log1p(counts.double()).sum(1))  # count vectors prod(n_d + 1)
     if method == "auto":
         few = (n_vectors <= MAX_COUNT_VECTORS) & (8 * n_vectors <= n_enum) & (n_enum > MIN_COUNTS_SUBGROUPS)
@@ -598,11 +706,17 @@ def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
         use_counts = live & (method == "counts")
     out = torch.zeros(B, G, dtype=torch.float64, device=x.device)
     r = use_counts
-    if bool(r.any()):
+    if B > 0 and bool(r.all()):  # the usual few-valued batch: no row selection
+        Wn = W / W.sum(1, keepdim=True).clamp_min(1e-300)
+        out = _counts_engine(x, finite, Wn, cls, counts, values, n_cls, tau_min, std, eps, V)
+    elif bool(r.any()):
         Wn = W[r] / W[r].sum(1, keepdim=True).clamp_min(1e-300)
-        out[r] = _counts_engine(x[r], finite[r], Wn, cls[r], counts[r], values[r], n_cls[r], tau_min, std, eps)
+        vals = None if values is None else values[r]
+        out[r] = _counts_engine(x[r], finite[r], Wn, cls[r], counts[r], vals, n_cls[r], tau_min, std, eps, V)
+    if bool(r.any()):
         empty = r & (W.sum(1) == 0)  # no weight left at this prompt's scales: GRPO fallback (§2.8c)
-        out[empty] = _grpo_scorable(x[empty], finite[empty], n_cls[empty], std, eps)
+        if bool(empty.any()):
+            out[empty] = _grpo_scorable(x[empty], finite[empty], n_cls[empty], std, eps)
     r = live & ~use_counts
     if bool(r.any()):
         used = torch.nonzero((W[r] > 0).any(0)).flatten().tolist()
