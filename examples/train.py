@@ -285,7 +285,19 @@ def record_accuracy(state, accuracy: float | None, label: str) -> None:
     tqdm.write(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")  # keeps the progress bar
 
 
+def skip_deepspeed_cpu_shm_op() -> None:
+    """Under DeepSpeed on a CPU machine, keep DeepSpeed from JIT-compiling its shared-memory communication op (about
+    2 minutes at the first launch): it then uses plain torch.distributed (gloo), which training needs anyway. Its
+    compiled op also aborted a process at exit once ("terminate called without an active exception")."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true" or torch.cuda.is_available():
+        return
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def main(argv: list[str] | None = None) -> dict:
+    skip_deepspeed_cpu_shm_op()  # before anything starts DeepSpeed
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
     set_seed(training_args.seed)
     has_data = script_args.dataset_name is not None or bool(getattr(script_args.mixture, "datasets", None))
@@ -348,6 +360,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=checked.get("dataset_name", script_args.dataset_name))
+    trainer.accelerator.end_training()  # trackers finished, process group destroyed before the interpreter exits
     return results
 
 
