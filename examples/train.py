@@ -189,9 +189,7 @@ def load_embedded_default(script_args, training_args):
     model, tokenizer = load_warm_start(seed=0)
     difficulty = script_args.task_difficulty
     train = make_arithmetic_dataset("train", DEFAULT_TRAIN_EXAMPLES, seed=training_args.seed, difficulty=difficulty)
-    evaluation = make_arithmetic_dataset(
-        "eval", script_args.num_eval_examples, seed=0, difficulty=script_args.task_difficulty
-    )
+    evaluation = make_arithmetic_dataset("eval", script_args.num_eval_examples, seed=0, difficulty=difficulty)
     return model, tokenizer, train, evaluation, [arithmetic_reward]
 
 
@@ -263,7 +261,8 @@ def held_out_accuracy(model, tokenizer, dataset, reward_func, max_new_tokens: in
 
 
 class HeldOutAccuracy(TrainerCallback):
-    """Scores the held-out set every ``every`` steps (main process) into the log history as `held_out_accuracy`;
+    """Scores the held-out set every ``every`` steps into the log history as `held_out_accuracy` (``score`` runs on
+    every process and returns the accuracy on the main one, None elsewhere);
     the score before training (``initial``) goes in at step 0 (``train()`` starts a new log history)."""
 
     def __init__(self, score, every: int, label: str):
