@@ -24,10 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
-
-from grpo_family import METHODS  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
+from grpo_family import METHODS  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset  # noqa: E402
 from grpo_family.trainers import vllm_cpu  # noqa: E402
 
@@ -44,7 +43,7 @@ def build(method: str, model_dir: str, out_dir: str, steps: int, lr: float, **ov
     Config, Trainer = METHODS[method]
     kwargs = tiny_config_kwargs(
         out_dir, max_steps=steps, learning_rate=lr, per_device_train_batch_size=16, num_generations=8,
-        max_completion_length=24, **vllm_settings(), **METHOD_OVERRIDES.get(method, {}), **overrides,
+        max_completion_length=24, **{**vllm_settings(), **METHOD_OVERRIDES.get(method, {}), **overrides},
     )  # fmt: skip
     # Correctness first (what SGPO's judge colours), plus a dense reward so that groups are not all equal.
     return Trainer(
@@ -144,7 +143,9 @@ def main() -> None:
     args = parser.parse_args()
     args.out_dir = args.out_dir or str(Path(args.out).with_suffix("")) + "-run"
     result = {"train": run_train, "fidelity": run_fidelity, "server-error": run_server_error}[args.what](args)
-    Path(args.out).write_text(json.dumps(result, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v)))
+    Path(args.out).write_text(
+        json.dumps(result, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+    )
 
 
 if __name__ == "__main__":
