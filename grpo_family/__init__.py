@@ -12,33 +12,22 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Method name -> (module, Config class, Trainer class); ``METHODS`` holds the classes once one is asked for.
+_METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
+    "grpo": (".trainers.base", "GRPOFamilyConfig", "GRPOFamilyTrainer"),
+    "ms_grpo": (".trainers.ms_grpo", "MSGRPOConfig", "MSGRPOTrainer"),
+    "cw_grpo": (".trainers.cw_grpo", "CWGRPOConfig", "CWGRPOTrainer"),
+    "d3s": (".trainers.d3s", "D3SConfig", "D3STrainer"),
+    "sgpo": (".trainers.sgpo", "SGPOConfig", "SGPOTrainer"),
+    "gpg": (".trainers.gpg", "GPGConfig", "GPGTrainer"),
+}
+
 # Public name -> (module, attribute), imported on first access.
 _LAZY: dict[str, tuple[str, str]] = {
     "GRPOConfig": ("trl", "GRPOConfig"),
-    "GRPOFamilyConfig": (".trainers.base", "GRPOFamilyConfig"),
-    "GRPOFamilyTrainer": (".trainers.base", "GRPOFamilyTrainer"),
     "RewardFunctionError": (".trainers.reward_guards", "RewardFunctionError"),
     "UnlearnableRunError": (".trainers.unlearnable", "UnlearnableRunError"),
-    "CWGRPOConfig": (".trainers.cw_grpo", "CWGRPOConfig"),
-    "CWGRPOTrainer": (".trainers.cw_grpo", "CWGRPOTrainer"),
-    "D3SConfig": (".trainers.d3s", "D3SConfig"),
-    "D3STrainer": (".trainers.d3s", "D3STrainer"),
-    "GPGConfig": (".trainers.gpg", "GPGConfig"),
-    "GPGTrainer": (".trainers.gpg", "GPGTrainer"),
-    "MSGRPOConfig": (".trainers.ms_grpo", "MSGRPOConfig"),
-    "MSGRPOTrainer": (".trainers.ms_grpo", "MSGRPOTrainer"),
-    "SGPOConfig": (".trainers.sgpo", "SGPOConfig"),
-    "SGPOTrainer": (".trainers.sgpo", "SGPOTrainer"),
-}
-
-# Method name -> the (Config, Trainer) names of _LAZY.
-_METHOD_CLASSES: dict[str, tuple[str, str]] = {
-    "grpo": ("GRPOFamilyConfig", "GRPOFamilyTrainer"),
-    "ms_grpo": ("MSGRPOConfig", "MSGRPOTrainer"),
-    "cw_grpo": ("CWGRPOConfig", "CWGRPOTrainer"),
-    "d3s": ("D3SConfig", "D3STrainer"),
-    "sgpo": ("SGPOConfig", "SGPOTrainer"),
-    "gpg": ("GPGConfig", "GPGTrainer"),
+    **{name: (module, name) for module, *classes in _METHOD_CLASSES.values() for name in classes},
 }
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports these on first use
@@ -58,7 +47,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports thes
 
 def __getattr__(name: str) -> Any:
     if name == "METHODS":
-        value: Any = {method: (__getattr__(c), __getattr__(t)) for method, (c, t) in _METHOD_CLASSES.items()}
+        value: Any = {method: (__getattr__(c), __getattr__(t)) for method, (_, c, t) in _METHOD_CLASSES.items()}
     elif name in _LAZY:
         module_name, attr = _LAZY[name]
         value = getattr(importlib.import_module(module_name, __name__), attr)
