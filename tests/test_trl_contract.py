@@ -19,6 +19,7 @@ import ast
 import collections
 import contextlib
 import dataclasses
+import importlib
 import inspect
 import linecache
 import re
@@ -40,6 +41,7 @@ from grpo_family.trainers import d3s as family_d3s
 from grpo_family.trainers import gpg as family_gpg
 
 TRAINERS_DIR = Path(family_base.__file__).parent
+PACKAGE_DIR = TRAINERS_DIR.parent
 Trainer = transformers.Trainer
 
 
@@ -252,6 +254,29 @@ def config_fields(_trainer: Any) -> list[str]:
     )  # fmt: skip
     fields = {f.name for f in dataclasses.fields(GRPOConfig)} | {n for n in dir(GRPOConfig) if not n.startswith("_")}
     return [name for name in used if name not in fields]
+
+
+def missing_trl_imports(_trainer: Any) -> list[str]:
+    """Every ``from trl... import name`` in grpo_family/ (at any depth) that the installed TRL cannot satisfy."""
+    missing = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "trl":
+                for alias in node.names:
+                    try:
+                        getattr(importlib.import_module(node.module), alias.name)
+                    except (ImportError, AttributeError) as error:
+                        missing.append(f"{path.relative_to(PACKAGE_DIR.parent)}: {node.module}.{alias.name} ({error})")
+    return missing
+
+
+def forward_returns(_trainer: Any) -> list[str]:
+    """The return statements of ``_get_per_token_logps_and_entropies``: a ``(logps, entropies, aux_loss)`` triple."""
+    return [
+        ast.unparse(n)
+        for n in ast.walk(function_ast(GRPOTrainer, "_get_per_token_logps_and_entropies"))
+        if isinstance(n, ast.Return)
+    ]
 
 
 def sampler_layout(_trainer: Any) -> list[int]:
@@ -473,6 +498,12 @@ FACTS: tuple[Fact, ...] = (
         ("_get_per_token_logps_and_entropies",),
     ),
     Fact(
+        "GRPOTrainer._get_per_token_logps_and_entropies returns (logps, entropies, aux_loss)",
+        "base._batch_logps_and_entropies, CW-GRPO and D3S unpack three values; entropies None unless asked for",
+        forward_returns,
+        ["return (logps, entropies, aux_loss)"],
+    ),
+    Fact(
         "GRPOTrainer.compute_loss / _compute_loss signatures",
         "CW-GRPO, D3S, GPG override compute_loss and delegate to TRL's",
         lambda t: (signature(GRPOTrainer, "compute_loss"), signature(GRPOTrainer, "_compute_loss")),
@@ -665,6 +696,13 @@ FACTS: tuple[Fact, ...] = (
         ("_tag_names", "_name", "_paper"),
     ),
     Fact(
+        "every TRL name grpo_family imports exists",
+        "the modules that import them (helpers such as trl.trainer.utils.nanstd, is_async_callable, "
+        "trl.models.utils.disable_gradient_checkpointing live in TRL's internal modules)",
+        missing_trl_imports,
+        [],
+    ),
+    Fact(
         "GRPOConfig fields the trainers read",
         "every trainer and config (missing fields listed)",
         config_fields,
@@ -853,6 +891,16 @@ def test_a_changed_buffering_is_reported(stock_trainer, monkeypatch):
     assert broken(stock_trainer) == [
         "_prepare_inputs: one generation per steps_per_generation x num_iterations micro-steps, chunk _step % spg"
     ]
+
+
+def test_a_moved_helper_is_reported(stock_trainer, monkeypatch):
+    """A TRL that moves a helper grpo_family imports from one of its internal modules."""
+    import trl.trainer.utils
+
+    monkeypatch.delattr(trl.trainer.utils, "nanstd")
+    assert broken(stock_trainer) == ["every TRL name grpo_family imports exists"]
+    message = check(fact("every TRL name grpo_family imports exists"), stock_trainer)
+    assert "grpo_family/trainers/base.py: trl.trainer.utils.nanstd" in message
 
 
 # ------------------------------------------------------------------------------------------------ completeness

@@ -38,22 +38,15 @@ from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, z
 from ..rewards.timeout import with_timeout
 from .model_card import ModelCardMixin
 from .nonfinite_guard import NonFiniteStepGuardMixin
-from .redaction import _card_value, _UnpickledSecret
-from .resume import (
-    _RESUME_STATE_FILE,
-    COMPLETE_MARKER,
-    EpochAlignedSampler,
-    ResumableTrainerMixin,
-    _to_device,
-    latest_complete_checkpoint,
-)
+from .redaction import _UnpickledSecret
+from .resume import COMPLETE_MARKER, EpochAlignedSampler, ResumableTrainerMixin, latest_complete_checkpoint
 from .reward_guards import AsyncGuardedReward, GuardedReward, RewardFunctionError
-from .setup_checks import _TRL_REWARD_KWARGS, check_prompts, check_reward_columns, is_empty_prompt
+from .setup_checks import check_prompts, check_reward_columns, is_empty_prompt
 from .unlearnable import LearnablePolicyMixin, UnlearnableRunError
 
 logger = logging.getLogger(__name__)
 
-# Names that lived here before the move to their own modules; imported from here by tests and user code.
+# The public names that lived here before their modules were split off stay importable from here.
 __all__ = [
     "COMPLETE_MARKER",
     "FORWARD_KEYS",
@@ -66,11 +59,6 @@ __all__ = [
     "UnlearnableRunError",
     "is_empty_prompt",
     "latest_complete_checkpoint",
-    "_RESUME_STATE_FILE",
-    "_TRL_REWARD_KWARGS",
-    "_UnpickledSecret",
-    "_card_value",
-    "_to_device",
 ]
 
 

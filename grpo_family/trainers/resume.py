@@ -14,7 +14,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-# Per-process file in each checkpoint with what `GRPOFamilyTrainer._resume_state` returns.
+# Per-process file in each checkpoint with what `ResumableTrainerMixin._resume_state` returns.
 _RESUME_STATE_FILE = "grpo_family_state_{}.pt"
 # Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
 COMPLETE_MARKER = "grpo_family_checkpoint_complete"
