@@ -42,7 +42,6 @@ from grpo_family.trainers import gpg as family_gpg
 
 TRAINERS_DIR = Path(family_base.__file__).parent
 PACKAGE_DIR = TRAINERS_DIR.parent
-Trainer = transformers.Trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,18 +101,13 @@ def output_keys(_trainer: Any) -> tuple[str, ...]:
     """Every key ``_generate_and_score_completions`` may put in its output: the dict literal and ``output[k] = v``."""
     keys = set()
     for node in ast.walk(function_ast(GRPOTrainer, "_generate_and_score_completions")):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets):
-            if isinstance(node.value, ast.Dict):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name) and target.id == "output" and isinstance(node.value, ast.Dict):
                 keys.update(k.value for k in node.value.keys if isinstance(k, ast.Constant))
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if (
-                    isinstance(target, ast.Subscript)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == "output"
-                    and isinstance(target.slice, ast.Constant)
-                ):
-                    keys.add(target.slice.value)
+            elif isinstance(target, ast.Subscript) and ast.unparse(target.value) == "output":
+                keys.add(ast.unparse(target.slice).strip("'\""))
     return tuple(sorted(keys))
 
 
@@ -196,6 +190,14 @@ def current_accumulation_is_set(_trainer: Any) -> bool:
     return "self.current_gradient_accumulation_steps =" in inspect.getsource(transformers.trainer)
 
 
+# Public GRPOTrainer attributes the trainers read.
+PUBLIC_ATTRIBUTES = (
+    "num_generations", "num_generations_eval", "scale_rewards", "multi_objective_aggregation", "loss_type",
+    "num_iterations", "pad_to_multiple_of", "vllm_importance_sampling_mode", "is_deepspeed_enabled", "reward_funcs",
+    "beta", "use_vllm", "accelerator", "processing_class",
+)  # fmt: skip
+
+
 def instance_attributes(trainer: Any) -> dict[str, str]:
     """The types of the TRL attributes the trainers read or write, on a freshly built GRPOTrainer."""
     metrics = trainer._metrics
@@ -211,28 +213,7 @@ def instance_attributes(trainer: Any) -> dict[str, str]:
         "_is_vlm": repr(trainer._is_vlm),
         "reward_weights": f"{type(trainer.reward_weights).__name__} {tuple(trainer.reward_weights.shape)}",
         "reward_func_names": repr(trainer.reward_func_names),
-        "public": repr(
-            [
-                name
-                for name in (
-                    "num_generations",
-                    "num_generations_eval",
-                    "scale_rewards",
-                    "multi_objective_aggregation",
-                    "loss_type",
-                    "num_iterations",
-                    "pad_to_multiple_of",
-                    "vllm_importance_sampling_mode",
-                    "is_deepspeed_enabled",
-                    "reward_funcs",
-                    "beta",
-                    "use_vllm",
-                    "accelerator",
-                    "processing_class",
-                )
-                if not hasattr(trainer, name)
-            ]
-        ),  # fmt: skip
+        "public attributes missing": repr([name for name in PUBLIC_ATTRIBUTES if not hasattr(trainer, name)]),
     }
 
 
@@ -684,7 +665,7 @@ FACTS: tuple[Fact, ...] = (
             "_is_vlm": "False",
             "reward_weights": "Tensor (1,)",
             "reward_func_names": "['digit_share_reward']",
-            "public": "[]",
+            "public attributes missing": "[]",
         },
         ("_is_vlm",),
     ),
