@@ -43,6 +43,7 @@ from .resume import COMPLETE_MARKER, EpochAlignedSampler, ResumableTrainerMixin,
 from .reward_guards import AsyncGuardedReward, GuardedReward, RewardFunctionError
 from .setup_checks import check_prompts, check_reward_columns, is_empty_prompt
 from .unlearnable import LearnablePolicyMixin, UnlearnableRunError
+from .vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,10 @@ class GRPOFamilyTrainer(
     _card_base_config = GRPOFamilyConfig
 
     def __init__(self, *args: Any, **kwargs: Any):
+        # GRPOTrainer(model, reward_funcs, args, ...): vLLM settings that cannot work fail before vLLM starts.
+        check_vllm_settings(kwargs["args"] if "args" in kwargs else args[2] if len(args) > 2 else None)
         super().__init__(*args, **kwargs)
+        install_cpu_weight_sync(self)
         check_prompts(self.train_dataset, self.eval_dataset)
         check_reward_columns(self.train_dataset, self.reward_funcs, self.reward_func_names)
         timeout = self._family_arg("reward_timeout")
