@@ -260,6 +260,22 @@ def forward_returns(_trainer: Any) -> list[str]:
     ]
 
 
+def vllm_colocate_sync(_trainer: Any) -> dict[str, Any]:
+    """What vllm_cpu.install_cpu_weight_sync replaces and reads: TRL's colocated ``VLLMGeneration.sync_weights``
+    (an instance attribute set over it is what TRL calls) and its parameter iterator."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    source = inspect.getsource(trl_grpo_module)
+    return {
+        "sync_weights": signature(VLLMGeneration, "sync_weights"),
+        "_iter_named_params": signature(VLLMGeneration, "_iter_named_params"),
+        "_iter_named_params is a generator": inspect.isgeneratorfunction(VLLMGeneration._iter_named_params),
+        "GRPOTrainer calls self.vllm_generation.sync_weights()": source.count("self.vllm_generation.sync_weights()"),
+        "GRPOTrainer sets vllm_generation and vllm_mode": "self.vllm_generation = VLLMGeneration(" in source
+        and "self.vllm_mode = args.vllm_mode" in source,
+    }
+
+
 def sampler_layout(_trainer: Any) -> list[int]:
     """RepeatSampler without shuffling: each prompt ``mini_repeat_count`` times in a row (a group on consecutive
     rows), a chunk of ``batch_size`` prompts repeated ``repeat_count`` times before the next chunk."""
@@ -684,6 +700,19 @@ FACTS: tuple[Fact, ...] = (
         [],
     ),
     Fact(
+        "vLLM colocate weight sync",
+        "vllm_cpu.install_cpu_weight_sync / reload_weights_sync (vLLM on CPU)",
+        vllm_colocate_sync,
+        {
+            "sync_weights": ("self",),
+            "_iter_named_params": ("self",),
+            "_iter_named_params is a generator": True,
+            "GRPOTrainer calls self.vllm_generation.sync_weights()": 2,
+            "GRPOTrainer sets vllm_generation and vllm_mode": True,
+        },
+        ("_iter_named_params",),
+    ),
+    Fact(
         "GRPOConfig fields the trainers read",
         "every trainer and config (missing fields listed)",
         config_fields,
@@ -888,11 +917,14 @@ def test_a_moved_helper_is_reported(stock_trainer, monkeypatch):
 
 
 def private_trl_names_used(stock_trainer) -> dict[str, list[str]]:
-    """Every ``self._x`` / ``super()._x`` of grpo_family/trainers whose ``_x`` TRL or transformers provide."""
-    provided = set(dir(GRPOTrainer)) | set(vars(stock_trainer))
+    """Every ``<anything>._x`` of grpo_family/trainers whose ``_x`` TRL provides: a ``GRPOTrainer`` method or
+    attribute (class or instance), or one of its vLLM generation backend's."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    provided = set(dir(GRPOTrainer)) | set(vars(stock_trainer)) | set(dir(VLLMGeneration))
     used: dict[str, list[str]] = collections.defaultdict(list)
     for path in sorted(TRAINERS_DIR.glob("*.py")):
-        for match in re.finditer(r"(?:self|super\(\))\.(_(?!_)\w+)", path.read_text(encoding="utf-8")):
+        for match in re.finditer(r"\.(_(?!_)\w+)", path.read_text(encoding="utf-8")):
             if match.group(1) in provided and path.name not in used[match.group(1)]:
                 used[match.group(1)].append(path.name)
     return dict(used)
@@ -902,7 +934,7 @@ def test_every_private_trl_name_is_pinned(stock_trainer):
     """A trainer that starts to use another private TRL method or attribute must add a fact for it here."""
     pinned = {name for fact in FACTS for name in fact.names}
     used = private_trl_names_used(stock_trainer)
-    assert {"_step", "_metrics", "_calculate_rewards"} <= set(used)  # the scan finds what it should
+    assert {"_step", "_metrics", "_calculate_rewards", "_iter_named_params"} <= set(used)  # the scan finds them
     missing = {name: files for name, files in used.items() if name not in pinned}
     assert not missing, (
         f"grpo_family/trainers uses private TRL names that no contract fact pins: {missing}. Add a Fact to FACTS "
