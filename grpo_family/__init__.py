@@ -1,32 +1,72 @@
 """grpo_family: GRPO-family RL trainers (MS-GRPO, CW-GRPO, D3S, SGPO, GPG) on TRL's GRPOTrainer.
 
 ``METHODS`` maps a method name to its ``(Config, Trainer)`` pair; ``examples/train.py --method NAME`` uses it.
+
+The trainers (and with them TRL, transformers and torch) are imported on first access of one of the names below
+(PEP 562 module ``__getattr__``), so that ``import grpo_family.rewards`` -- which imports this package first --
+stays light: the reward functions and the scoring worker subprocesses never pay for TRL.
 """
 
-from trl import GRPOConfig
+from __future__ import annotations
 
-from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer, RewardFunctionError, UnlearnableRunError
-from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
-from .trainers.d3s import D3SConfig, D3STrainer
-from .trainers.gpg import GPGConfig, GPGTrainer
-from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
-from .trainers.sgpo import SGPOConfig, SGPOTrainer
+import importlib
+from typing import TYPE_CHECKING, Any
 
-METHODS: dict[str, tuple[type, type]] = {
-    "grpo": (GRPOFamilyConfig, GRPOFamilyTrainer),
-    "ms_grpo": (MSGRPOConfig, MSGRPOTrainer),
-    "cw_grpo": (CWGRPOConfig, CWGRPOTrainer),
-    "d3s": (D3SConfig, D3STrainer),
-    "sgpo": (SGPOConfig, SGPOTrainer),
-    "gpg": (GPGConfig, GPGTrainer),
+# Method name -> (module, Config class, Trainer class); ``METHODS`` holds the classes once one is asked for.
+_METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
+    "grpo": (".trainers.base", "GRPOFamilyConfig", "GRPOFamilyTrainer"),
+    "ms_grpo": (".trainers.ms_grpo", "MSGRPOConfig", "MSGRPOTrainer"),
+    "cw_grpo": (".trainers.cw_grpo", "CWGRPOConfig", "CWGRPOTrainer"),
+    "d3s": (".trainers.d3s", "D3SConfig", "D3STrainer"),
+    "sgpo": (".trainers.sgpo", "SGPOConfig", "SGPOTrainer"),
+    "gpg": (".trainers.gpg", "GPGConfig", "GPGTrainer"),
 }
+
+# Public name -> (module, attribute), imported on first access.
+_LAZY: dict[str, tuple[str, str]] = {
+    "GRPOConfig": ("trl", "GRPOConfig"),
+    "RewardFunctionError": (".trainers.reward_guards", "RewardFunctionError"),
+    "UnlearnableRunError": (".trainers.unlearnable", "UnlearnableRunError"),
+    **{name: (module, name) for module, *classes in _METHOD_CLASSES.values() for name in classes},
+}
+
+if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports these on first use
+    from trl import GRPOConfig
+
+    from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer
+    from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
+    from .trainers.d3s import D3SConfig, D3STrainer
+    from .trainers.gpg import GPGConfig, GPGTrainer
+    from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
+    from .trainers.reward_guards import RewardFunctionError
+    from .trainers.sgpo import SGPOConfig, SGPOTrainer
+    from .trainers.unlearnable import UnlearnableRunError
+
+    METHODS: dict[str, tuple[type, type]]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "METHODS":
+        value: Any = {method: (__getattr__(c), __getattr__(t)) for method, (_, c, t) in _METHOD_CLASSES.items()}
+    elif name in _LAZY:
+        module_name, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module_name, __name__), attr)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups find it without calling __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def get_method(name: str) -> tuple[type, type]:
     """``(Config, Trainer)`` for ``name``; a ValueError lists the valid names otherwise."""
-    if name not in METHODS:
-        raise ValueError(f"Unknown method {name!r}. Valid methods: {', '.join(sorted(METHODS))}.")
-    return METHODS[name]
+    methods = globals()["METHODS"] if "METHODS" in globals() else __getattr__("METHODS")
+    if name not in methods:
+        raise ValueError(f"Unknown method {name!r}. Valid methods: {', '.join(sorted(methods))}.")
+    return methods[name]
 
 
 __all__ = [

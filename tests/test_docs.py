@@ -93,3 +93,28 @@ def test_config_table_lists_every_field(name):
     rows = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
     missing = [f for f in own if f not in rows]
     assert not missing, f"docs/methods/{name}.md's config table lacks {missing} (fields of {cls_name})"
+
+
+BARE = re.compile(r"§\s*(\d+(?:\.\d+)*)")
+
+
+def test_bare_section_references_point_at_the_module_document():
+    """A bare ``§N`` in grpo_family/ refers to the document the module's docstring names (its first
+    ``docs/methods/<name>.md``): that document must have the section, and a module with bare references must name
+    one."""
+    found, broken = 0, []
+    for path in _sources("grpo_family"):
+        text = path.read_text(encoding="utf-8")
+        citations = [m.span() for m in CITATION.finditer(text)]
+        document = re.search(r"docs/methods/(\w+)\.md", text)
+        for match in BARE.finditer(text):
+            if any(start <= match.start() < end for start, end in citations):
+                continue  # a full citation, checked above
+            found += 1
+            where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}"
+            if document is None:
+                broken.append(f"{where}: §{match.group(1)} but the module names no docs/methods/<name>.md")
+            elif not _resolves(match.group(1), _headings(document.group(1))):
+                broken.append(f"{where}: docs/methods/{document.group(1)}.md has no heading §{match.group(1)}")
+    assert found > 10, f"only {found} bare references found: the pattern no longer matches"
+    assert not broken, "\n".join(broken)

@@ -7,8 +7,9 @@ values (``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``,
 can reach a comparison. The encoder runs in the untrusted interpreter and may be tampered with: that only changes
 which values it claims, and the decoder checks the shape of whatever arrives.
 
-This file is also sent as source text to the sandbox (its interpreter runs with ``-I -S`` and cannot import the
-package), so it uses the standard library only and defines nothing but these functions.
+The sandbox's interpreters run with ``-I -S`` and cannot import the package: the sandbox's first process
+(:mod:`grpo_family.rewards._sandbox_child`) executes this file by path, and the code reward's judge receives it as
+source text. So it uses the standard library only and defines nothing but these functions.
 """
 
 _MAX_DEPTH = 100

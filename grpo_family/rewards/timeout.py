@@ -72,9 +72,9 @@ WORKER_ENV = "GRPO_FAMILY_REWARD_WORKER"
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 
-# Run by ``python -c`` in each worker. It stubs the ``grpo_family`` package (so importing
-# ``grpo_family.rewards.*`` does not run ``grpo_family/__init__.py``, which imports TRL and torch), reads the
-# parent's ``sys.path`` and preload list, then serves ``(function, args)`` requests until EOF or ``None``.
+# Run by ``python -c`` in each worker. It reads the parent's ``sys.path``, package folder and preload list, stubs the
+# ``grpo_family`` package with that folder (so ``grpo_family.rewards.*`` is the parent's copy, and nothing of
+# ``grpo_family/__init__.py`` runs), then serves ``(function, args)`` requests until EOF or ``None``.
 _WORKER_CODE = r"""
 import importlib, os, signal, sys, types
 from multiprocessing.connection import Connection

@@ -5,26 +5,27 @@ base class lets it run, keeps the globally gathered rewards it computed (``_calc
 they pass through), and then replaces the advantages in the returned batch with ``_compute_advantages``. The
 default hook is TRL's own maths (``algorithms.grpo``), so ``grpo`` here trains bit-for-bit like stock TRL.
 
-The base class also contains trouble instead of letting it corrupt a run:
+The base class also contains trouble instead of letting it corrupt a run; each part lives in its own module:
 
-* rows with an empty prompt stop the run at init (:func:`is_empty_prompt`), before any generation;
-* reward functions (sync or async) are guarded: an exception or a non-finite or non-numeric value on some
-  completions turns them into "unscorable" (NaN reward, zero advantage) with a warning and a
-  ``reward_errors/<name>`` metric; so does a non-finite value of a reward model; a function that fails on *every*
-  completion of the first batch (or returns the wrong number of values, or no number at all) is a set-up bug and
-  stops the run before any update, with its name in the message;
-* a step whose gradients are not finite is skipped (no parameter changes) and counted in ``skipped_steps``.
+* rows with an empty prompt, or reward functions that need a missing column, stop the run at init
+  (:mod:`.setup_checks`), before any generation;
+* reward functions (sync or async) are guarded (:mod:`.reward_guards`): an exception or a non-finite or
+  non-numeric value on some completions turns them into "unscorable" (NaN reward, zero advantage) with a warning
+  and a ``reward_errors/<name>`` metric; so does a non-finite value of a reward model; a function that fails on
+  *every* completion of the first batch (or returns the wrong number of values, or no number at all) is a set-up
+  bug and stops the run before any update, with its name in the message;
+* runs that cannot learn stop or warn (:mod:`.unlearnable`);
+* a step whose gradients are not finite is skipped (no parameter changes) and counted in ``skipped_steps``
+  (:mod:`.nonfinite_guard`);
+* checkpoints resume exactly (:mod:`.resume`), the hub token never reaches disk (:mod:`.redaction`), and the
+  model card lists the method's hyperparameters (:mod:`.model_card`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
-import os
-import re
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,103 +35,32 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
-from ..rewards.timeout import RewardTimeoutError, with_timeout
+from ..rewards.timeout import with_timeout
+from .model_card import ModelCardMixin
+from .nonfinite_guard import NonFiniteStepGuardMixin
+from .redaction import _UnpickledSecret
+from .resume import COMPLETE_MARKER, EpochAlignedSampler, ResumableTrainerMixin, latest_complete_checkpoint
+from .reward_guards import AsyncGuardedReward, GuardedReward, RewardFunctionError
+from .setup_checks import check_prompts, check_reward_columns, is_empty_prompt
+from .unlearnable import LearnablePolicyMixin, UnlearnableRunError
 from .vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 
 logger = logging.getLogger(__name__)
 
-# Per-process file in each checkpoint with what `GRPOFamilyTrainer._resume_state` returns.
-_RESUME_STATE_FILE = "grpo_family_state_{}.pt"
-# Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
-COMPLETE_MARKER = "grpo_family_checkpoint_complete"
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-
-def latest_complete_checkpoint(output_dir: str) -> str | None:
-    """The newest ``checkpoint-N`` folder of ``output_dir`` that was written completely, or None.
-
-    Complete means it holds :data:`COMPLETE_MARKER`; folders written before the marker existed (no folder of
-    ``output_dir`` has one) count as complete when they hold ``trainer_state.json``, the Trainer's last write. Newer
-    incomplete folders (a run killed while saving) are skipped with a warning."""
-    if not os.path.isdir(output_dir):
-        return None
-    found = sorted(
-        ((int(m.group(1)), os.path.join(output_dir, name)) for name in os.listdir(output_dir)
-         if (m := _CHECKPOINT_RE.match(name)) and os.path.isdir(os.path.join(output_dir, name))),
-        reverse=True,
-    )  # fmt: skip
-    marked = any(os.path.exists(os.path.join(path, COMPLETE_MARKER)) for _, path in found)
-    required = COMPLETE_MARKER if marked else "trainer_state.json"
-    for _, path in found:
-        if os.path.exists(os.path.join(path, required)):
-            return path
-        logger.warning(
-            "Skipping %s: it was not written completely (no %s; the run was probably stopped while saving). Resuming "
-            "from the newest complete checkpoint instead; delete the folder to silence this.", path, required
-        )  # fmt: skip
-    return None
-
-
-# Keyword arguments TRL passes to every reward function that do not come from dataset columns.
-_TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
-
-
-class _UnpickledSecret(str):
-    """A token string that works as one in memory but is pickled as ``""`` and shown as ``'<redacted>'``.
-
-    Copies (``copy``/``deepcopy``) are the object itself, so only serialisation drops the value."""
-
-    def __reduce__(self):
-        return (str, ("",))
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __repr__(self) -> str:
-        return "'<redacted>'"
-
-
-def _card_value(value: Any) -> Any:
-    """A config value as a public model card may show it: credentials in a URL (``https://user:key@host``, e.g. a
-    judge's ``judge_base_url``) are masked."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", value) if isinstance(value, str) else value
-
-
-def _blank_content(content: Any) -> bool:
-    if content is None:
-        return True
-    if isinstance(content, str):
-        return not content.strip()
-    if isinstance(content, list):  # content parts: an image (or any non-text part) is content
-        return all(
-            isinstance(part, dict) and part.get("type", "text") == "text" and not str(part.get("text") or "").strip()
-            for part in content
-        )
-    return False
-
-
-def is_empty_prompt(prompt: Any) -> bool:
-    """Whether a ``prompt`` column entry asks nothing: a blank string, or a message list whose user messages (all
-    messages when there is no user message) have no text and no image. Other types are not judged (False)."""
-    if isinstance(prompt, str):
-        return not prompt.strip()
-    if isinstance(prompt, list):
-        messages = [m for m in prompt if isinstance(m, dict)]
-        users = [m for m in messages if m.get("role") == "user"]
-        return all(_blank_content(m.get("content")) for m in users or messages)
-    return False
-
-
-class RewardFunctionError(RuntimeError):
-    """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
-
-
-class UnlearnableRunError(RuntimeError):
-    """A run cannot learn: for ``max_unscorable_batches`` / ``max_degenerate_batches`` generation batches in a row
-    nothing could be scored, or every advantage was zero (see :class:`GRPOFamilyConfig`)."""
+# The public names that lived here before their modules were split off stay importable from here.
+__all__ = [
+    "COMPLETE_MARKER",
+    "FORWARD_KEYS",
+    "AsyncGuardedReward",
+    "EpochAlignedSampler",
+    "GRPOFamilyConfig",
+    "GRPOFamilyTrainer",
+    "GuardedReward",
+    "RewardFunctionError",
+    "UnlearnableRunError",
+    "is_empty_prompt",
+    "latest_complete_checkpoint",
+]
 
 
 @dataclasses.dataclass
@@ -214,197 +144,9 @@ FORWARD_KEYS = (
 )
 
 
-class GuardedReward:
-    """Wraps a synchronous TRL reward function so one bad completion cannot stop a run.
-
-    If the function raises on the batch (or, after the first batch, returns the wrong number of values), it is
-    called again one completion at a time and only the completions that still fail become ``None`` ("cannot
-    score"). A call past its :func:`~grpo_family.rewards.with_timeout` deadline leaves the whole batch ``None``
-    without that retry. Values that are not finite numbers (NaN, inf, a string, a list, ...) also become ``None``, and every
-    value passed on is a plain ``float``. On the first generation batch (``strict``) a function that fails on
-    every completion, returns the wrong number of values, or returns no number at all is a set-up bug: a
-    :class:`RewardFunctionError` names it before any update.
-    """
-
-    def __init__(self, func: Callable, name: str, on_error: Callable[[str, int, str], None]):
-        self.func = func
-        self.__name__ = name
-        self.on_error = on_error
-        self.strict = True
-        self.failed = 0  # completions the last call failed on (raised, timed out, non-finite or non-numeric)
-
-    @staticmethod
-    def _row_kwargs(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
-        return {k: (v[i : i + 1] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
-
-    @staticmethod
-    def _single(value: Any) -> Any:
-        """The one value of a one-completion call, or None."""
-        try:
-            return value[0] if value is not None and len(value) == 1 else None
-        except TypeError:  # not a sequence
-            return None
-
-    def _call_rows(self, completions: list, kwargs: dict[str, Any]) -> list:
-        n = len(completions)
-        out = []
-        for i in range(n):
-            try:
-                out.append(
-                    self._single(self.func(completions=completions[i : i + 1], **self._row_kwargs(kwargs, i, n)))
-                )
-            except Exception:  # noqa: BLE001 - a reward function may raise anything
-                out.append(None)
-        return out
-
-    def _counted(self, values: Any, n: int) -> list:
-        """``values`` as a list of ``n``; a :class:`RewardFunctionError` otherwise."""
-        try:
-            values = list(values) if values is not None else None
-        except TypeError:  # e.g. a bare float
-            values, got = None, type(values).__name__
-        else:
-            got = "None" if values is None else len(values)
-        if values is None or len(values) != n:
-            raise RewardFunctionError(
-                f"Reward function '{self.__name__}' returned {got} values for {n} completions; it must return "
-                "one value (a float, or None for 'cannot score') per completion."
-            )
-        return values
-
-    def _after_failure(self, error: Exception, values: list, n: int) -> None:
-        """Report the completions a batch-level failure left unscored; on the first batch, a total failure stops."""
-        failures = sum(v is None for v in values)
-        self.failed += failures
-        if self.strict and failures == n:
-            raise RewardFunctionError(
-                f"Reward function '{self.__name__}' failed on every completion of the first batch "
-                f"({type(error).__name__}: {error}). Fix the function (or the dataset columns it reads) before "
-                "training."
-            ) from error
-        self.on_error(self.__name__, failures, f"{type(error).__name__}: {error}")
-
-    def _clean(self, values: list) -> list[float | None]:
-        """Plain floats; ``None`` for None, non-finite and non-numeric values (counted and reported)."""
-        cleaned: list[float | None] = []
-        nonfinite, nonnumeric = 0, []
-        for value in values:
-            number = None
-            if value is not None:
-                try:
-                    if isinstance(value, str | bytes):  # float("nan") / float("1") would accept text
-                        raise TypeError
-                    number = float(value)
-                except Exception:  # noqa: BLE001 - a list, a dict, a multi-element tensor, ...
-                    nonnumeric.append(type(value).__name__)
-                else:
-                    if not math.isfinite(number):
-                        number, nonfinite = None, nonfinite + 1
-            cleaned.append(number)
-        if nonnumeric and self.strict and len(nonnumeric) == len(values):
-            raise RewardFunctionError(
-                f"Reward function '{self.__name__}' returned no number on the first batch (values of type "
-                f"{sorted(set(nonnumeric))}); it must return a float, or None for 'cannot score', per completion."
-            )
-        self.failed += len(nonnumeric) + nonfinite
-        if nonnumeric:
-            self.on_error(self.__name__, len(nonnumeric), f"non-numeric reward ({', '.join(sorted(set(nonnumeric)))})")
-        if nonfinite:
-            self.on_error(self.__name__, nonfinite, "non-finite reward")
-        self.strict = False
-        return cleaned
-
-    def _timed_out(self, error: RewardTimeoutError, n: int) -> list:
-        """A call past its :func:`~grpo_family.rewards.with_timeout` deadline: the batch is unscored, not retried
-        row by row (every row could hang as well), and never fatal (a slow service is not a set-up bug)."""
-        self.on_error(self.__name__, n, str(error))
-        self.failed += n
-        return [None] * n
-
-    def __call__(self, completions: list, **kwargs: Any) -> list:
-        n, self.failed = len(completions), 0
-        try:
-            values = self._counted(self.func(completions=completions, **kwargs), n)
-        except RewardTimeoutError as error:
-            values = self._timed_out(error, n)
-        except Exception as error:  # noqa: BLE001 - contained below
-            if isinstance(error, RewardFunctionError) and self.strict:
-                raise
-            values = self._call_rows(completions, kwargs)
-            self._after_failure(error, values, n)
-        return self._clean(values)
-
-
-class AsyncGuardedReward(GuardedReward):
-    """:class:`GuardedReward` for an ``async`` reward function (TRL awaits it on its event loop)."""
-
-    async def _call_rows_async(self, completions: list, kwargs: dict[str, Any]) -> list:
-        n = len(completions)
-        out = []
-        for i in range(n):
-            try:
-                value = await self.func(completions=completions[i : i + 1], **self._row_kwargs(kwargs, i, n))
-                out.append(self._single(value))
-            except Exception:  # noqa: BLE001
-                out.append(None)
-        return out
-
-    async def __call__(self, completions: list, **kwargs: Any) -> list:
-        n, self.failed = len(completions), 0
-        try:
-            values = self._counted(await self.func(completions=completions, **kwargs), n)
-        except RewardTimeoutError as error:
-            values = self._timed_out(error, n)
-        except Exception as error:  # noqa: BLE001 - contained below
-            if isinstance(error, RewardFunctionError) and self.strict:
-                raise
-            values = await self._call_rows_async(completions, kwargs)
-            self._after_failure(error, values, n)
-        return self._clean(values)
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
-    """``value`` with every tensor inside (nested dicts, lists, tuples) moved to ``device``."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
-
-
-class EpochAlignedSampler(torch.utils.data.Sampler):
-    """TRL's ``RepeatSampler`` made resumable: pass ``e`` over the data always uses the ``e``-th shuffle.
-
-    ``RepeatSampler`` draws one permutation per pass from a generator seeded once, so epoch ``e`` of an uninterrupted
-    run uses the ``e``-th draw. A run resumed in epoch ``e`` builds a new sampler, and transformers 5 no longer replays
-    the skipped epochs, so it would shuffle like epoch 0 and train on other prompts than the uninterrupted run. Before
-    each pass this wrapper starts (and abandons) one pass of the wrapped sampler for every epoch it has not seen -- a
-    pass draws its permutation first -- so the order is TRL's in both cases. The epoch comes from the trainer state
-    (``floor(state.epoch)``; restored from the checkpoint before the dataloader is iterated), which works wherever
-    accelerate wraps or skips the batch sampler.
-    """
-
-    def __init__(self, sampler: torch.utils.data.Sampler, current_epoch: Callable[[], int]):
-        self.sampler = sampler
-        self.current_epoch = current_epoch
-        self.passes = 0
-        if hasattr(sampler, "generator"):  # the same object: accelerate may synchronise it across processes
-            self.generator = sampler.generator
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self):
-        while self.passes < self.current_epoch():
-            next(iter(self.sampler), None)
-            self.passes += 1
-        self.passes += 1
-        yield from self.sampler
-
-
-class GRPOFamilyTrainer(GRPOTrainer):
+class GRPOFamilyTrainer(
+    ResumableTrainerMixin, LearnablePolicyMixin, NonFiniteStepGuardMixin, ModelCardMixin, GRPOTrainer
+):
     """GRPO (Shao et al., 2024) through the grpo_family extension points; the base of every method.
 
     Subclasses override :meth:`_compute_advantages` (what the policy is trained on) and, where the loss itself
@@ -413,14 +155,15 @@ class GRPOFamilyTrainer(GRPOTrainer):
 
     method_name = "grpo"
     _tag_names = ["trl", "grpo", "grpo_family"]
+    _card_base_config = GRPOFamilyConfig
 
     def __init__(self, *args: Any, **kwargs: Any):
         # GRPOTrainer(model, reward_funcs, args, ...): vLLM settings that cannot work fail before vLLM starts.
         check_vllm_settings(kwargs["args"] if "args" in kwargs else args[2] if len(args) > 2 else None)
         super().__init__(*args, **kwargs)
         install_cpu_weight_sync(self)
-        self._check_prompts()
-        self._check_reward_columns()
+        check_prompts(self.train_dataset, self.eval_dataset)
+        check_reward_columns(self.train_dataset, self.reward_funcs, self.reward_func_names)
         timeout = self._family_arg("reward_timeout")
         for i, func in enumerate(self.reward_funcs):
             if not isinstance(func, torch.nn.Module):
@@ -440,183 +183,6 @@ class GRPOFamilyTrainer(GRPOTrainer):
     def _family_arg(self, name: str) -> Any:
         """A :class:`GRPOFamilyConfig` field of ``self.args``, or its default for a plain ``GRPOConfig``."""
         return getattr(self.args, name, _FAMILY_DEFAULTS[name])
-
-    # ------------------------------------------------------------------ runs that cannot learn
-    def _batch_signals(self, rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
-        """What the policy for runs that cannot learn judges, from the gathered ``rewards`` and ``advantages`` of one
-        generation batch and each reward function's failures (summed over processes): the same on every process."""
-        guarded = [(f.__name__, f) for f in self.reward_funcs if isinstance(f, GuardedReward)]
-        failing = []
-        if guarded:
-            local = torch.tensor([[float(f.failed) for _, f in guarded]], device=self.accelerator.device)
-            failed = self.accelerator.gather(local).sum(dim=0)
-            failing = [name for (name, _), count in zip(guarded, failed.tolist()) if count >= rewards.numel()]
-        return {
-            "unscorable": bool(torch.isnan(rewards).all()),
-            "failing": failing,
-            "degenerate": not bool(advantages.abs().gt(0).any()),
-        }
-
-    def _apply_learnable_policy(self, signals: dict[str, Any]) -> None:
-        """Count generation batches in a row that cannot teach anything; at the configured limit stop the run
-        (:class:`UnlearnableRunError`) or warn, as ``on_unlearnable`` says."""
-        unscorable = signals["unscorable"] or bool(signals["failing"])
-        self._streaks["unscorable"] = self._streaks["unscorable"] + 1 if unscorable else 0
-        self._streaks["degenerate"] = self._streaks["degenerate"] + 1 if signals["degenerate"] else 0
-        message = None
-        limit, streak = self._family_arg("max_unscorable_batches"), self._streaks["unscorable"]
-        if limit and streak and streak % limit == 0:
-            what = (
-                f"reward function(s) {', '.join(repr(n) for n in signals['failing'])} failed on every completion "
-                "it was asked to score"
-                if signals["failing"]
-                else "no completion could be scored (every reward function returned None/NaN or failed)"
-            )
-            message = (
-                f"The run cannot learn: for {streak} generation batches in a row {what}. Check the reward functions "
-                "against the dataset columns they read (the reward_errors/<name> metric and the warnings above name "
-                "the error), or the service a reward calls; raise max_unscorable_batches, or set "
-                "on_unlearnable='warn' to train on regardless."
-            )
-        limit, streak = self._family_arg("max_degenerate_batches"), self._streaks["degenerate"]
-        if message is None and limit and streak and streak % limit == 0:
-            message = (
-                f"The run cannot learn: for {streak} generation batches in a row every group was degenerate (all "
-                "completions of a prompt got the same reward, so every advantage is zero and the policy gradient "
-                "vanishes). Use easier prompts or a stronger starting model, a reward with partial credit, more "
-                "generations per prompt (num_generations) or a higher temperature; raise max_degenerate_batches, or "
-                "set on_unlearnable='warn' to train on regardless."
-            )
-        if message is None:
-            return
-        if self._family_arg("on_unlearnable") == "stop":
-            raise UnlearnableRunError(message)
-        logger.warning(message)
-
-    # ------------------------------------------------------------------ validation before training
-    def _check_prompts(self) -> None:
-        """Fail at start on rows with an empty prompt (see :func:`is_empty_prompt`).
-
-        TRL would generate from a chat template with no question in it, or from zero tokens, which crashes
-        ``generate`` whenever a whole batch is empty: a random crash hours into a run. Streamed datasets cannot be
-        scanned up front and are not checked.
-        """
-        named = [("training set", self.train_dataset)]
-        if isinstance(self.eval_dataset, dict):
-            named += [(f"evaluation set {key!r}", value) for key, value in self.eval_dataset.items()]
-        elif self.eval_dataset is not None:
-            named.append(("evaluation set", self.eval_dataset))
-        for name, dataset in named:
-            if "prompt" not in (getattr(dataset, "column_names", None) or ()) or not hasattr(dataset, "_fingerprint"):
-                continue
-            empty = [i for i, prompt in enumerate(dataset["prompt"]) if is_empty_prompt(prompt)]
-            if empty:
-                shown = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
-                raise ValueError(
-                    f"{len(empty)} of {len(dataset)} rows of the {name} have an empty prompt (no question text; rows "
-                    f"{shown}). Drop them before training: `dataset = dataset.filter(lambda row: not "
-                    "is_empty_prompt(row['prompt']))` with `from grpo_family.trainers.base import is_empty_prompt`, "
-                    "or point the collator's question_column= at the column that holds the questions."
-                )
-
-    def _check_reward_columns(self) -> None:
-        """Fail at start if a reward function needs a column the training set does not have."""
-        dataset = self.train_dataset
-        columns = getattr(dataset, "column_names", None)
-        if columns is None:
-            return
-        for func, name in zip(self.reward_funcs, self.reward_func_names):
-            if isinstance(func, torch.nn.Module):
-                continue
-            try:
-                params = inspect.signature(func).parameters.values()
-            except (TypeError, ValueError):
-                continue
-            for param in params:
-                required = param.default is inspect.Parameter.empty and param.kind in (
-                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                    inspect.Parameter.KEYWORD_ONLY,
-                )
-                if required and param.name not in _TRL_REWARD_KWARGS and param.name not in columns:
-                    raise ValueError(
-                        f"Reward function '{name}' needs the dataset column '{param.name}', but the training set "
-                        f"has only {sorted(columns)}. Rename or map a column to '{param.name}' (for example "
-                        f"`dataset.rename_column('<your column>', '{param.name}')`, or the collator's "
-                        "answer_column=/question_column= options)."
-                    )
-
-    # ------------------------------------------------------------------ resuming
-    def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        self.accelerator.wait_for_everyone()  # every process's files (RNG, optimizer shards) are written
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        if self.args.should_save and os.path.isdir(folder):
-            with open(os.path.join(folder, COMPLETE_MARKER), "w") as f:
-                f.write(f"global_step {self.state.global_step}\n")
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        """Transformers' ``train``; ``resume_from_checkpoint=True`` picks the newest *complete* checkpoint of
-        ``output_dir`` (:func:`latest_complete_checkpoint`) rather than the newest folder."""
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint is None:
-                raise ValueError(
-                    f"No complete checkpoint in {self.args.output_dir} to resume from. Start without "
-                    "resume_from_checkpoint, or pass a checkpoint folder."
-                )
-        return super().train(resume_from_checkpoint, *args, **kwargs)
-
-    # A checkpoint holds the model, optimizer, scheduler, RNG states and TrainerState. On top of that each process saves
-    # `_resume_state()` next to its RNG file and a resumed run hands it to `_restore_resume_state()`, so the run
-    # continues as if it had not stopped. Transformers calls `_load_rng_state` before the first resumed training step.
-    def _get_train_sampler(self, dataset=None):
-        sampler = super()._get_train_sampler(dataset)
-        return EpochAlignedSampler(sampler, lambda: math.floor(self.state.epoch or 0))
-
-    def _resume_state(self) -> dict[str, Any]:
-        """This process's state a resumed run needs beyond the Trainer's checkpoint; methods add their own entries
-        (calling ``super()``) and read them back in :meth:`_restore_resume_state`. Values must be what
-        ``torch.load(weights_only=True)`` reads: tensors, numbers, strings, None, lists and dicts of them.
-
-        TRL's own: the micro-step counter and, when the checkpoint falls inside a generation batch
-        (``steps_per_generation > gradient_accumulation_steps`` or ``num_iterations > 1``), the buffered generations
-        the next steps train on. Without them a resumed run would generate again at the wrong step.
-        """
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        state: dict[str, Any] = {"step": self._step, "generate_every": generate_every}
-        if self._buffered_inputs is not None and self._step % generate_every:
-            state["buffered_inputs"] = self._buffered_inputs
-        return state
-
-    def _restore_resume_state(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`_resume_state` saved."""
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        if state.get("generate_every") != generate_every:
-            logger.warning(
-                "The checkpoint was written with steps_per_generation x num_iterations = %s, this run uses %s: its "
-                "buffered generations are dropped and the run generates afresh.", state.get("generate_every"),
-                generate_every,
-            )  # fmt: skip
-            return
-        self._step = state["step"]
-        if "buffered_inputs" in state:
-            self._buffered_inputs = state["buffered_inputs"]
-
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        path = os.path.join(output_dir, _RESUME_STATE_FILE.format(self.args.process_index))
-        torch.save(self._resume_state(), path)
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        path = os.path.join(checkpoint, _RESUME_STATE_FILE.format(self.args.process_index)) if checkpoint else None
-        if path is None or not os.path.isfile(path):
-            if checkpoint is not None:
-                logger.warning("No %s in %s: method state starts afresh.", os.path.basename(path), checkpoint)
-            return
-        # Loaded on the CPU, then moved: map_location=accelerator.device fails for tensors saved on "cpu:0" (MULTI_CPU).
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        self._restore_resume_state(_to_device(state, self.accelerator.device))
 
     # ------------------------------------------------------------------ metrics
     @property
@@ -753,60 +319,3 @@ class GRPOFamilyTrainer(GRPOTrainer):
         metrics["reward"][-1] = torch.nanmean(flat).item()
         metrics["reward_std"][-1] = nanstd(flat).item()
         metrics["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
-
-    # ------------------------------------------------------------------ model card
-    # The GRPO knobs a reader needs to reproduce a run; the method's own config fields are added to these.
-    _CARD_HYPERPARAMETERS = (
-        "learning_rate", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-        "max_completion_length", "temperature", "beta", "epsilon", "loss_type", "scale_rewards", "max_steps",
-        "num_train_epochs", "seed",
-    )  # fmt: skip
-
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """TRL's card (method name, tags, paper title, id and citation) plus hyperparameters and final metrics."""
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        path = os.path.join(self.args.output_dir, "README.md")
-        if not self.is_world_process_zero() or not os.path.exists(path):
-            return
-        base_fields = {f.name for f in dataclasses.fields(GRPOFamilyConfig)}
-        method_fields = [f.name for f in dataclasses.fields(self.args) if f.name not in base_fields]
-        rows = [
-            (name, _card_value(getattr(self.args, name))) for name in (*method_fields, *self._CARD_HYPERPARAMETERS)
-        ]
-        final = {}
-        for entry in self.state.log_history:  # the last value of each metric (secrets never reach the logs)
-            final.update({k: v for k, v in entry.items() if isinstance(v, int | float)})
-        section = [
-            f"\n## {self._name} training details (grpo_family)\n",
-            f"Method: `{self.method_name}` ({self._name}); paper: {self._paper.get('title', 'n/a')}.\n",
-            "| hyperparameter | value |\n|---|---|",
-            *(f"| {name} | {value} |" for name, value in rows),
-            "\nFinal training metrics:\n\n| metric | value |\n|---|---|",
-            *(f"| {k} | {v:.6g} |" for k, v in sorted(final.items())),
-        ]
-        with open(path, "a") as f:
-            f.write("\n".join(section) + "\n")
-
-    # ------------------------------------------------------------------ containment of non-finite updates
-    def create_optimizer(self, *args: Any, **kwargs: Any):
-        optimizer = super().create_optimizer(*args, **kwargs)
-        if self._skip_nonfinite_steps and not getattr(optimizer, "_grpo_family_guard", False):
-            optimizer.register_step_pre_hook(self._drop_nonfinite_gradients)
-            optimizer._grpo_family_guard = True
-        return optimizer
-
-    def _drop_nonfinite_gradients(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        # Gradients are already all-reduced here, so every process takes the same decision. Setting them to None
-        # makes torch optimizers skip the parameters: a NaN/inf step leaves the weights (and Adam's moments) as
-        # they were. DeepSpeed has its own overflow handling and is left alone.
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if not grads:
-            return
-        norms = torch._foreach_norm(grads)
-        if bool(torch.isfinite(torch.stack([n.float() for n in norms])).all()):
-            return
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                p.grad = None
-        logger.warning("Skipped an optimizer step: non-finite gradients (weights unchanged).")
-        self._metrics["train"]["skipped_steps"].append(1.0)
