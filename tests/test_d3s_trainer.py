@@ -41,24 +41,20 @@ class GradCapture(TrainerCallback):
 class Tap(GRPOFamilyTrainer):
     """Below D3STrainer in the MRO: sees the batch before selection, and TRL's raw log-probs of the loss forward."""
 
-    def _generate_and_score_completions(self, inputs):
-        out = super()._generate_and_score_completions(inputs)
-        self.rec["full"].append({k: v.clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
-        return out
+    def _keep_rows(self, output, stage):
+        self.rec["full"].append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
+        return super()._keep_rows(output, stage)
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        # What D3S hands to TRL's loss (its step denominators added) and the weights the loss call runs with.
+    def _loss_forward_stage(self, inputs, logps, entropies):
+        # What D3S hands to TRL's loss (its step denominators added), the weights the loss call runs with, and
+        # TRL's raw log-probs of the loss forward.
         self.rec["loss_inputs"].append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
         self.rec["state"].append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if kwargs.get("compute_entropy") and logps.requires_grad:
+        if logps.requires_grad:
             logps.retain_grad()  # d loss / d log pi(token), read after the backward
             self.rec["raw_logps"].append(logps)
             self.rec["entropies"].append(entropies.detach().clone())
-        return logps, entropies, aux
+        return super()._loss_forward_stage(inputs, logps, entropies)
 
 
 class Recorder(D3STrainer, Tap):

@@ -35,6 +35,7 @@ from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
 from ..rewards.timeout import RewardTimeoutError, with_timeout
+from .stages import GenerationStage, local_rows, padded_local_rows
 
 logger = logging.getLogger(__name__)
 
@@ -425,6 +426,12 @@ class GRPOFamilyTrainer(GRPOTrainer):
                 guard = AsyncGuardedReward if is_async_callable(func) else GuardedReward
                 self.reward_funcs[i] = guard(func, self.reward_func_names[i], self._on_reward_error)
         self._reward_context: dict[str, Any] | None = None
+        # Stage state of the generation batch / loss call in progress (see trainers/stages.py).
+        self._generation_inputs: list | None = None
+        self._generation_rows: torch.Tensor | None = None
+        self._early_rewards: torch.Tensor | None = None
+        self._stage: GenerationStage | None = None
+        self._pending_loss_inputs: dict[str, Any] | None = None
         self._streaks = {"unscorable": 0, "degenerate": 0}
         self._defer_learnable_policy = False  # GPG judges its assembled batch, not each generation round
         self._skip_nonfinite_steps = self.is_deepspeed_enabled is False
@@ -660,8 +667,11 @@ class GRPOFamilyTrainer(GRPOTrainer):
         logger.warning("Reward function '%s' could not score %d completion(s): %s", name, count, reason)
         self._metrics[self._mode][f"reward_errors/{name}"].append(float(count))
 
-    # ------------------------------------------------------------------ advantage hook
+    # ------------------------------------------------------------------ stages (see trainers/stages.py)
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._early_rewards is not None:  # scored before TRL's forwards (a method that selects rows)
+            rewards_per_func, self._early_rewards = self._early_rewards, None
+            return rewards_per_func
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         # Guarded functions never return inf or NaN by accident, but a reward *model*'s logits can: its non-finite
         # values become "unscorable" too (an inf would otherwise turn a whole group's advantages into NaN).
@@ -686,49 +696,251 @@ class GRPOFamilyTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """Advantages for the globally gathered ``rewards`` ``(num_prompts, num_generations)``.
+        """The advantage stage: advantages for the globally gathered ``rewards`` ``(num_prompts, num_generations)``.
 
-        NaN marks an unscorable completion. ``batch`` holds this process's slice of the generation batch
-        (``completion_mask``, ``old_per_token_logps``, ...), the local ``inputs``/``prompts``/``completions``,
-        the gathered ``rewards_per_func`` and ``num_generations``. A method that changes the rewards themselves
-        stores the new ``(num_prompts, num_generations)`` tensor in ``batch["rewards"]`` so the logged reward
-        metrics describe what was trained on. Return ``(num_prompts, num_generations)`` or, for per-token
-        advantages, ``(num_prompts, num_generations, T)`` zero-padded on the right.
+        NaN marks an unscorable completion. ``batch`` holds the local ``inputs``/``prompts``/``completions``, the
+        gathered ``rewards_per_func``, ``num_generations`` and ``mode`` and, except for a method that selects rows
+        (scored before TRL's forwards), this process's slice of the generation batch (``completion_mask``,
+        ``old_per_token_logps``, ...). A method that changes the rewards themselves stores the new ``(num_prompts,
+        num_generations)`` tensor in ``batch["rewards"]`` so the logged reward metrics describe what was trained on.
+        Return ``(num_prompts, num_generations)`` or, for per-token advantages, ``(num_prompts, num_generations,
+        T)`` zero-padded on the right.
         """
         if self.multi_objective_aggregation == "normalize_then_sum":
             per_func = batch["rewards_per_func"].view(*rewards.shape, -1)
             return normalize_then_sum_advantages(per_func, self.reward_weights).view_as(rewards)
         return group_advantages(rewards, scale=self.scale_rewards)
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        context, self._reward_context = self._reward_context, None
-        mode = self._mode
+    # A method that overrides _select_rows sets this: its batches are scored before TRL's no-grad forwards.
+    selects_rows = False
+
+    def _select_rows(self, advantages: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor | None:
+        """The row-selection stage: sorted global flat indices (``b * G + i``) of the rows to train on, from the
+        flat global ``advantages``; None trains on every row. ``batch`` is the advantage stage's, plus
+        ``masked_rows``: gathered (P * G,) bools, True where TRL masks the whole completion out of the loss
+        (``mask_truncated_completions``)."""
+        return None
+
+    def _weight_advantages(self, stage: GenerationStage, batch: dict[str, Any]) -> torch.Tensor:
+        """The token-weight stage: the flat global advantages trained on, from the advantage stage's ``stage.advantages``
+        and this process's generation ``batch`` (TRL's output: ``completion_mask``, ``old_per_token_logps``, ... plus
+        the reward context and ``mode``). Return ``(P * G,)`` or per token ``(P * G, T)``. Default: unchanged."""
+        return stage.advantages
+
+    def _finish_generation_batch(self, output: dict[str, Any], stage: GenerationStage) -> None:
+        """The batch-finish stage: per-row extras of this process's trained rows (``output``, after selection)."""
+
+    def _micro_batches_stage(self, chunks: list[dict[str, Any]]) -> None:
+        """The micro-batch stage: called once per generation batch with the micro-steps TRL split it into (shuffled;
+        one chunk in evaluation), before the first loss call; may add per-chunk entries (e.g. loss denominators)."""
+
+    def _prepare_inputs(self, generation_batch):
+        previous = self._buffered_inputs
+        inputs = super()._prepare_inputs(generation_batch)
+        if self._mode == "train":
+            if self._buffered_inputs is not previous:  # a new generation batch was split into micro-steps
+                self._micro_batches_stage(self._buffered_inputs)
+        else:
+            self._micro_batches_stage([inputs])
+        return inputs
+
+    def _advantage_stage(self, batch: dict[str, Any], early: bool) -> GenerationStage:
+        """Run the advantage and row-selection stages on one generation batch's gathered rewards."""
+        mode = batch["mode"]
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards_per_func = context["rewards_per_func"]
+        rewards_per_func = batch["rewards_per_func"]
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards = (rewards_per_func * weights).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         rewards = rewards.view(-1, num_generations)
-
-        batch = {**output, **context, "num_generations": num_generations, "mode": mode}
+        batch["num_generations"] = num_generations
         advantages = torch.nan_to_num(self._compute_advantages(rewards, batch), nan=0.0)
-        trained_rewards = batch.get("rewards", rewards)
+        flat = advantages.reshape(rewards.numel(), *advantages.shape[2:])
+        keep = self._select_rows(flat, batch) if self.selects_rows else None
+        return GenerationStage(
+            rewards=rewards,
+            trained_rewards=batch.get("rewards", rewards),
+            advantages=flat,
+            num_generations=num_generations,
+            mode=mode,
+            keep=keep,
+            early=early,
+        )
+
+    def _generate(self, prompts):
+        # TRL computes its old and reference log-probs right after generating, before any reward exists (TRL 1.16,
+        # GRPOTrainer._generate_and_score_completions). A method that selects rows is scored here instead, between
+        # the generation and those forwards, so that they run over the rows it keeps (``_get_per_token_logps_and_
+        # entropies`` below); TRL's own ``_calculate_rewards`` call then gets these rewards back.
+        result = super()._generate(prompts)
+        inputs = self._generation_inputs
+        if inputs is None or not self.selects_rows:
+            return result
+        self._generation_inputs = None  # GPG-style extra rounds call this again through a new batch
+        _, completion_ids_list, _, completions, _, extra_fields, _, _ = result
+        for i, row in enumerate(inputs):  # what TRL merges into the reward inputs after its forwards
+            for key, values in (extra_fields or {}).items():
+                if isinstance(values, list) and i < len(values):
+                    row[key] = values[i]
+                elif not isinstance(values, list):
+                    row[key] = values
+        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        mode = self._mode
+        masked = [len(ids) == 0 for ids in completion_ids_list]
+        if self.mask_truncated_completions:
+            ends = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+            masked = [m or ids[-1] not in ends for m, ids in zip(masked, completion_ids_list)]
+        device = self.accelerator.device
+        masked_rows = gather(torch.tensor(masked, dtype=torch.int32, device=device)).bool()
+        batch = {**self._reward_context, "mode": mode, "masked_rows": masked_rows}
+        self._stage = self._advantage_stage(batch, early=True)
+        self._early_rewards = rewards_per_func
+        if self._stage.keep is not None:
+            num_local, processes = len(completion_ids_list), self.accelerator.num_processes
+            if self.is_deepspeed_enabled:  # ZeRO-3 forwards are collective: equal row counts on every process
+                rows, _ = padded_local_rows(
+                    self._stage.keep.to(device), num_local, processes, self.accelerator.process_index, 1
+                )
+            else:
+                rows = local_rows(self._stage.keep.to(device), num_local, self.accelerator.process_index)
+            self._generation_rows = rows
+        return result
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        rows = self._generation_rows
+        if (
+            rows is not None
+            and not kwargs.get("compute_entropy")
+            and not any(kwargs.get(k) is not None for k in FORWARD_KEYS)
+        ):
+            # One of TRL's no-grad forwards of a generation batch whose rows were selected: forward the kept rows
+            # only, trimmed to their longest completion; dropped rows get NaN (TRL's importance-sampling ratio
+            # treats a NaN log-prob as "no correction"; the rows are dropped before anything trains on them).
+            completion_mask = attention_mask[rows, -logits_to_keep:]
+            used = completion_mask.any(0).nonzero()
+            width = int(used.max()) + 1 if used.numel() else 1
+            cut = input_ids.size(1) - logits_to_keep + width
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+                model, input_ids[rows, :cut], attention_mask[rows, :cut], width, *args, **kwargs
+            )
+            full = logps.new_full((input_ids.size(0), logits_to_keep), math.nan)
+            full[rows, :width] = logps
+            return full, entropies, aux
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+        )
+        inputs = self._pending_loss_inputs
+        if inputs is not None and entropies is not None:  # the policy forward of the loss call in progress
+            self._pending_loss_inputs = None
+            logps, entropies = self._loss_forward_stage(inputs, logps, entropies)
+        return logps, entropies, aux
+
+    def _loss_inputs_stage(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The loss-inputs stage: what one loss call hands to TRL's loss (default: ``inputs`` as they are)."""
+        return inputs
+
+    def _loss_forward_stage(
+        self, inputs: dict[str, Any], logps: torch.Tensor, entropies: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss-forward stage: the per-token log-probs and entropies of the loss call's own policy forward, before
+        TRL's loss reads them and ``inputs["advantages"]`` (which this stage may replace). Default: unchanged."""
+        return logps, entropies
+
+    def _needs_loss_forward(self, inputs: dict[str, Any]) -> str | None:
+        """Why this loss call cannot train without :meth:`_loss_forward_stage` (the error message), or None."""
+        return None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = self._loss_inputs_stage(inputs)
+        self._pending_loss_inputs = inputs
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            missed, self._pending_loss_inputs = self._pending_loss_inputs, None
+        if missed is not None and (message := self._needs_loss_forward(missed)):
+            raise RuntimeError(message)
+        return loss
+
+    def _generate_and_score_completions(self, inputs):
+        self._generation_inputs, self._stage = inputs, None
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._generation_inputs, self._generation_rows, self._early_rewards = None, None, None
+        stage, self._stage = self._stage, None
+        context, self._reward_context = self._reward_context, None
+        batch = {**output, **context, "mode": self._mode}
+        if stage is None:
+            stage = self._advantage_stage(batch, early=False)
+        stage.advantages = self._weight_advantages(stage, batch)
+        mode = stage.mode
 
         num_local = len(context["prompts"])
         start = self.accelerator.process_index * num_local
-        flat = advantages.reshape(rewards.numel(), *advantages.shape[2:])
-        local = flat[start : start + num_local]
+        local = stage.advantages[start : start + num_local]
         if local.dim() == 2:  # per-token: match this process's completion length
             width = output["completion_ids"].size(1)
             local = torch.nn.functional.pad(local[:, :width], (0, max(0, width - local.size(1))))
         output["advantages"] = local.to(output["completion_ids"].device)
-        self._fix_logged_batch(flat, trained_rewards, output, mode)
+        self._fix_logged_batch(stage.advantages, stage.trained_rewards, output, mode)
         if mode == "train":
-            self._last_signals = self._batch_signals(rewards, flat)
+            self._last_signals = self._batch_signals(stage.rewards, stage.advantages)
             if not self._defer_learnable_policy:
                 self._apply_learnable_policy(self._last_signals)
+        if stage.keep is not None:
+            self._keep_rows(output, stage)
+        self._finish_generation_batch(output, stage)
         return output
+
+    def _keep_rows(self, output: dict[str, Any], stage: GenerationStage) -> None:
+        """Keep this process's selected rows of ``output`` (every row-aligned tensor and list).
+
+        TRL's collectives need equal local batches split into ``steps_per_generation`` equal chunks, so every process
+        is padded to the same row count with inert rows (a copy of a local row whose completion mask is zeroed: no
+        gradient, no count, no metric). ``output["kept_rows_global"]`` holds each row's global flat index (-1 for padding); completion columns that
+        only held dropped rows' padding are trimmed. ``stage.extras`` gets ``generated_tokens`` (this process's valid
+        completion tokens before selection) and ``padding_rows``.
+        """
+        if any(output.get(k) is not None for k in FORWARD_KEYS if k not in ("token_type_ids", "mm_token_type_ids")):
+            raise NotImplementedError(
+                f"{self._name} drops rollouts from the batch; multimodal batches are not supported."
+            )
+        device = output["completion_ids"].device
+        num_local = output["completion_ids"].size(0)
+        stage.extras["generated_tokens"] = output["completion_mask"].sum()  # this process's, before selection
+        chunks = self.args.steps_per_generation if stage.mode == "train" else 1
+        process = self.accelerator.process_index
+        index, real = padded_local_rows(
+            stage.keep.to(device), num_local, self.accelerator.num_processes, process, chunks
+        )
+        for key, value in output.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == num_local:
+                output[key] = value[index]
+            elif isinstance(value, list) and len(value) == num_local:
+                output[key] = [value[i] for i in index.tolist()]
+        output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
+        stage.extras["padding_rows"] = int((~real).sum())
+        output["kept_rows_global"] = torch.where(real, process * num_local + index, -1)
+        adv = output["advantages"]
+        output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
+        self._trim_completion_columns(output)
+
+    def _trim_completion_columns(self, output: dict[str, Any]) -> None:
+        """Drop trailing completion columns that only held dropped rollouts' tokens (right padding: the positions of
+        the remaining tokens, hence their log-probs, do not change)."""
+        mask = output["completion_mask"]
+        width = mask.size(1)
+        used = mask.any(0).nonzero()
+        new = int(used.max()) + 1 if used.numel() else 1
+        if self.pad_to_multiple_of:
+            new = min(width, -(-new // self.pad_to_multiple_of) * self.pad_to_multiple_of)
+        if new >= width:
+            return
+        for key, value in output.items():
+            if key.startswith("prompt") or not isinstance(value, torch.Tensor) or value.dim() < 2:
+                continue
+            if value.size(1) == width:
+                output[key] = value[:, :new]
 
     def _fix_logged_batch(self, advantages: torch.Tensor, rewards: torch.Tensor, output: dict, mode: str) -> None:
         """Make TRL's logged advantages and reward statistics describe what was trained on."""

@@ -174,8 +174,6 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
     }
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self._cw_pending: dict | None = None  # loss inputs whose advantages await the loss's log-probs
-        self._cw_deferred: torch.Tensor | None = None  # gathered "scored" rows of a batch weighted in the loss
         super().__init__(*args, **kwargs)
         self._warned_sampler_logps = False
 
@@ -234,23 +232,22 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             return False
         return batch["mode"] == "eval" or self.args.steps_per_generation == 1
 
-    # ------------------------------------------------------------------ advantage hook
-    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """GRPO advantages times the CW weights: (P, G, T) per-token advantages on the gathered batch (or (P, G)
-        GRPO advantages that the loss weights, see :meth:`compute_loss`)."""
-        advantages = super()._compute_advantages(rewards, batch)  # (P, G), TRL's GRPO maths
-        num_prompts, num_generations = rewards.shape
-        flat = torch.nan_to_num(advantages, nan=0.0).reshape(-1).float()
+    # ------------------------------------------------------------------ token-weight stage
+    def _weight_advantages(self, stage, batch: dict[str, Any]) -> torch.Tensor:
+        """GRPO advantages times the CW weights: (P * G, T) per-token advantages on the gathered batch (or the (P * G,)
+        GRPO advantages that the loss's own forward weights, see :meth:`_loss_forward_stage`)."""
+        rewards, flat = stage.rewards, stage.advantages.float()
+        num_generations = stage.num_generations
         if not flat.any():
             # Every group is degenerate (or unscorable): A * w = 0 whatever w is, so skip the log-probs. The
             # advantages are global, so every process skips alike (a forward under ZeRO-3 is collective).
             self._log_degenerate_batch()
-            return advantages
+            return stage.advantages
         # Unscorable completions (NaN reward) are trained with advantage 0; keep them out of the statistics.
         scored = ~torch.isnan(rewards).reshape(-1)
         if self._defers_to_loss(batch):
-            self._cw_deferred = scored
-            return advantages
+            stage.extras["cw_scored"] = scored
+            return stage.advantages
         logps, extra_forward = self._rollout_logps(batch)
         mask = self._loss_mask(batch)
         # Pad every process's tensors to the widest completion, then gather: rows in TRL's global order.
@@ -259,44 +256,34 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         mask = mask.bool() & scored[:, None]
         weights = self._covariance_weights(logps, flat, mask, num_generations)
         self._log_weights(logps, flat, mask, weights, num_generations, extra_forward)
-        return (flat[:, None] * weights).reshape(num_prompts, num_generations, logps.size(1))
+        return flat[:, None] * weights
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        scored, self._cw_deferred = self._cw_deferred, None
+    def _finish_generation_batch(self, output: dict[str, Any], stage) -> None:
+        scored = stage.extras.get("cw_scored")
         if scored is not None:  # weights come in the loss: tag every row with its global index (TRL shuffles)
             n = output["completion_ids"].size(0)
             rows = torch.arange(n, device=output["completion_ids"].device) + self.accelerator.process_index * n
             output["cw_row"] = rows
             output["cw_scored"] = scored.to(rows.device)[rows]
-        return output
 
     # ------------------------------------------------------------------ weights from the loss's log-probs
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def _needs_loss_forward(self, inputs: dict[str, Any]) -> str | None:
         if "cw_row" not in inputs:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self._cw_pending = inputs
-        try:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            pending, self._cw_pending = self._cw_pending, None
-        if pending is not None:
-            raise RuntimeError(
-                "CW-GRPO: TRL's loss did not compute the policy log-probs before reading the advantages, so the "
-                "covariance weights could not be applied. Set cw_reuse_loss_logps=False (one extra forward pass)."
-            )
-        return loss
+            return None
+        return (
+            "CW-GRPO: TRL's loss did not compute the policy log-probs before reading the advantages, so the "
+            "covariance weights could not be applied. Set cw_reuse_loss_logps=False (one extra forward pass)."
+        )
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
-        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        inputs, self._cw_pending = self._cw_pending, None
-        if inputs is not None:  # the loss's policy forward: weight the advantages before TRL reads them
-            inputs["advantages"] = self._weigh_in_loss(inputs, result[0].detach())
+    def _loss_forward_stage(self, inputs, logps, entropies):
+        logps, entropies = super()._loss_forward_stage(inputs, logps, entropies)
+        if "cw_row" in inputs:  # the loss's policy forward: weight the advantages before TRL reads them
+            inputs["advantages"] = self._weigh_in_loss(inputs, logps.detach())
             # ``inputs`` is TRL's buffered batch: with num_iterations > 1 the next passes get this same dict. Drop
             # the row tags so that they train on these weighted advantages as they are (weights computed once per
             # generation batch, docs/methods/cw_grpo.md §2.6/§6) instead of weighting them again.
             del inputs["cw_row"], inputs["cw_scored"]
-        return result
+        return logps, entropies
 
     @torch.no_grad()
     def _weigh_in_loss(self, inputs: dict[str, Any], logps: torch.Tensor) -> torch.Tensor:

@@ -73,8 +73,6 @@ BASE_ESTIMATORS = ("grpo", "ms_grpo")
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
 # Normalisations whose per-token weight is 1 on the kept tokens: the logged loss is then exactly the D3S loss.
 _UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
-# Row-aligned keys that are not tensors of shape (rows, ...) and are left alone when rows are selected.
-_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes")
 
 
 def default_samples_start(num_generations: int) -> int:
@@ -275,6 +273,7 @@ class D3STrainer(GRPOFamilyTrainer):
     """
 
     method_name = "d3s"
+    selects_rows = True
     _tag_names = ["trl", "grpo", "grpo_family", "d3s"]
     _name = "D3S"
     _paper = {
@@ -293,10 +292,7 @@ class D3STrainer(GRPOFamilyTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, D3SConfig):
             raise TypeError(f"D3STrainer needs a D3SConfig (its d3s_* options), got {type(self.args).__name__}.")
-        self._d3s_global_advantages: torch.Tensor | None = None
         self._d3s_warned_degenerate = False
-        self._d3s_loss_inputs: dict[str, Any] | None = None
-        self._d3s_keep_cache: dict[str, Any] | None = None
         # What the last generation batch selected (global flat indices b*G + i, schedule values); for inspection.
         self.d3s_last_selection: dict[str, Any] = {}
 
@@ -331,7 +327,6 @@ class D3STrainer(GRPOFamilyTrainer):
             advantages = super()._compute_advantages(rewards, batch)
         if advantages.dim() != 2:
             raise ValueError("D3S ranks rollouts by one advantage each; the base estimator returned per-token ones.")
-        self._d3s_global_advantages = torch.nan_to_num(advantages, nan=0.0).reshape(-1)
         return advantages
 
     # ------------------------------------------------------------------ sample level
@@ -360,23 +355,15 @@ class D3STrainer(GRPOFamilyTrainer):
             kept.append(pool[max_variance_subset(group[pool], min(n_s, pool.numel()))] + b * num_generations)
         return torch.cat(kept) if kept else advantages.new_zeros(0, dtype=torch.long)
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        advantages, self._d3s_global_advantages = self._d3s_global_advantages, None
-        if any(output.get(k) is not None for k in _MULTIMODAL_KEYS):
-            raise NotImplementedError("D3S drops rollouts from the batch; multimodal batches are not supported.")
-        mode = self._mode
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+    def _select_rows(self, advantages: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """The row-selection stage: the max-variance subset of the gathered full-group advantages (docs/methods/d3s.md
+        §2.3), identical on every process; it runs before TRL's old/reference log-prob forwards, which then cover the
+        kept rows only."""
+        mode = batch["mode"]
+        num_generations = batch["num_generations"]
         n_s, ratio, progress = self.d3s_schedule(num_generations)
-        device = output["completion_ids"].device
-        num_local = output["completion_ids"].size(0)
-        num_processes = self.accelerator.num_processes
-        advantages = advantages.to(device)
-
-        eligible = None
-        if self.mask_truncated_completions:
-            eligible = gather(output["completion_mask"].any(1).to(torch.int32)).bool().to(device)
-        kept = self._select(advantages, num_generations, n_s, eligible).to(device)
+        eligible = ~batch["masked_rows"] if self.mask_truncated_completions else None
+        kept = self._select(advantages, num_generations, n_s, eligible)
         degenerate = not bool(advantages.any())
         # docs/methods/d3s.md §6: still step (KL only), collectives stay in sync.
         if degenerate and not self._d3s_warned_degenerate:
@@ -385,45 +372,6 @@ class D3STrainer(GRPOFamilyTrainer):
                 "KL term (if any) trains on it. Counted in d3s/degenerate_batch."
             )
             self._d3s_warned_degenerate = True
-
-        # Every process knows the whole selection, hence every process's kept count: no communication needed to
-        # agree on a common row count (padded up to a multiple of the number of micro-steps).
-        flags = torch.zeros(advantages.numel(), dtype=torch.bool, device=device)
-        flags[kept] = True
-        chunks = self.args.steps_per_generation if mode == "train" else 1
-        rows = max(int(flags.view(num_processes, num_local).sum(1).max()), 1)
-        rows = -(-rows // chunks) * chunks
-        start = self.accelerator.process_index * num_local
-        local = flags[start : start + num_local].nonzero().squeeze(1)
-        num_pad = rows - local.numel()
-        filler = local[:1] if local.numel() else torch.zeros(1, dtype=torch.long, device=device)
-        index = torch.cat([local, filler.repeat(num_pad)])
-        real = torch.arange(rows, device=device) < local.numel()
-
-        valid_before = output["completion_mask"].sum()
-        for key, value in output.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == num_local:
-                output[key] = value[index]
-            elif isinstance(value, list) and len(value) == num_local:
-                output[key] = [value[i] for i in index.tolist()]
-        # Padding rows are inert: no valid completion token, so no gradient, no kept token, no count, no metric.
-        output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
-        # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
-        # micro-steps, and token ties are broken by this index (docs/methods/d3s.md §2.4), not by the shuffled row order.
-        output["d3s_rollout_index"] = torch.where(real, start + index, -1)
-        adv = output["advantages"]
-        output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
-        self._trim_completion_columns(output)
-
-        stats = torch.tensor(
-            [float(valid_before), float(output["completion_mask"].sum()), float(num_pad)],
-            dtype=torch.float64,
-            device=device,
-        )
-        generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
-        output["d3s_token_ratio"] = torch.tensor(ratio, dtype=torch.float64, device=device)
-        output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
-
         self.d3s_last_selection = {
             "advantages": advantages.detach().cpu(),
             "kept": kept.cpu(),
@@ -438,40 +386,33 @@ class D3STrainer(GRPOFamilyTrainer):
         self.log_method_metric("progress", progress)
         self.log_method_metric("kept_rollouts", kept.numel())
         self.log_method_metric("kept_rollout_frac", kept.numel() / max(advantages.numel(), 1))
-        self.log_method_metric("padding_rows", padding_rows)
         self.log_method_metric("degenerate_batch", float(degenerate))
-        return output
+        return kept
 
-    def _trim_completion_columns(self, output: dict[str, Any]) -> None:
-        """Drop trailing completion columns that only held dropped rollouts' tokens (right padding: the positions of
-        the remaining tokens, hence their log-probs, do not change)."""
-        mask = output["completion_mask"]
-        width = mask.size(1)
-        used = mask.any(0).nonzero()
-        new = int(used.max()) + 1 if used.numel() else 1
-        if self.pad_to_multiple_of:
-            new = min(width, -(-new // self.pad_to_multiple_of) * self.pad_to_multiple_of)
-        if new >= width:
-            return
-        for key, value in output.items():
-            if key.startswith("prompt") or not isinstance(value, torch.Tensor) or value.dim() < 2:
-                continue
-            if value.size(1) == width:
-                output[key] = value[:, :new]
+    def _finish_generation_batch(self, output: dict[str, Any], stage) -> None:
+        device = output["completion_ids"].device
+        # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
+        # micro-steps, and token ties are broken by this index (docs/methods/d3s.md §2.4), not by the shuffled row order.
+        output["d3s_rollout_index"] = output.pop("kept_rows_global")
+        stats = torch.tensor(
+            [
+                float(stage.extras["generated_tokens"]),
+                float(output["completion_mask"].sum()),
+                float(stage.extras["padding_rows"]),
+            ],
+            dtype=torch.float64,
+            device=device,
+        )
+        generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
+        output["d3s_token_ratio"] = torch.tensor(
+            self.d3s_last_selection["token_ratio"], dtype=torch.float64, device=device
+        )
+        output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
+        self.log_method_metric("padding_rows", padding_rows)
 
     # ------------------------------------------------------------------ loss denominators, once per generation batch
-    def _prepare_inputs(self, generation_batch):
-        previous = self._buffered_inputs
-        inputs = super()._prepare_inputs(generation_batch)
-        if self._mode == "train":
-            if self._buffered_inputs is not previous:  # a new generation batch was split into micro-steps
-                self._prepare_generation_batch(self._buffered_inputs)
-        else:
-            self._prepare_generation_batch([inputs])
-        return inputs
-
     @torch.no_grad()
-    def _prepare_generation_batch(self, chunks: list[dict[str, Any]]) -> None:
+    def _micro_batches_stage(self, chunks: list[dict[str, Any]]) -> None:
         """Per-micro-step counts of the generation batch (global over processes), for the loss denominators.
 
         Writes into every chunk ``d3s_chunk_stats``: a (chunks, 4) table of [valid tokens, kept tokens, kept rollouts,
@@ -541,26 +482,16 @@ class D3STrainer(GRPOFamilyTrainer):
         }
 
     # ------------------------------------------------------------------ token level
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def _loss_inputs_stage(self, inputs: dict[str, Any]) -> dict[str, Any]:
         # A copy: the loss call edits its advantages, and TRL reuses the buffered batch when num_iterations > 1.
-        buffered = inputs
-        inputs = dict(inputs)
-        inputs.update(self._window_denominators(inputs))
-        self._d3s_loss_inputs = inputs
-        # "batch" scope with one micro-step: the first loss call's mask is kept for the next iterations.
-        self._d3s_keep_cache = buffered if self._mode == "train" else None
-        try:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._d3s_loss_inputs = None
-            self._d3s_keep_cache = None
+        # "batch" scope with one micro-step: the first loss call's mask is kept in the buffered batch for the next
+        # iterations (``d3s_keep_cache``).
+        loss_inputs = {**inputs, **self._window_denominators(inputs)}
+        loss_inputs["d3s_keep_cache"] = inputs if self._mode == "train" else None
+        return loss_inputs
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        inputs = self._d3s_loss_inputs
-        if inputs is None or entropies is None:  # generation-side passes (old/reference log-probs)
-            return logps, entropies, aux_loss
-        self._d3s_loss_inputs = None  # one policy forward per loss call
+    def _loss_forward_stage(self, inputs, logps, entropies):
+        logps, entropies = super()._loss_forward_stage(inputs, logps, entropies)
         keep, weight = self._token_weights(inputs, entropies.detach())
         weight = weight.to(logps.dtype)
         # Values unchanged; gradient scaled by the weight, exactly 0 off the mask (the graph stays connected, so a
@@ -573,7 +504,7 @@ class D3STrainer(GRPOFamilyTrainer):
             advantages = inputs["advantages"]
             advantages = advantages[:, None] if advantages.dim() == 1 else advantages
             inputs["advantages"] = advantages * keep.to(advantages.dtype)
-        return logps, entropies, aux_loss
+        return logps, entropies
 
     @torch.no_grad()
     def _token_weights(self, inputs: dict[str, Any], entropies: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -589,8 +520,8 @@ class D3STrainer(GRPOFamilyTrainer):
             keep = inputs["d3s_keep"]
         else:
             keep = self._global_token_keep(advantages, entropies, valid, ratio, inputs["d3s_rollout_index"])
-            if a.d3s_token_scope == "batch" and self._d3s_keep_cache is not None:
-                self._d3s_keep_cache["d3s_keep"] = keep
+            if a.d3s_token_scope == "batch" and inputs.get("d3s_keep_cache") is not None:
+                inputs["d3s_keep_cache"]["d3s_keep"] = keep
         norm = a.d3s_loss_normalization
         if norm in _UNIT_WEIGHT_NORMALIZATIONS:
             return keep, keep.float()
