@@ -165,7 +165,7 @@ def assert_grads_close(actual, expected):
         ("d3s_sample_scope", "intra", r"d3s_sample_scope must be one of \('pooled', 'group'\)"),
         ("d3s_token_scope", "token", r"d3s_token_scope must be one of \('batch', 'micro', 'sequence'\)"),
         ("d3s_loss_normalization", "mean", "d3s_loss_normalization must be one of"),
-        ("d3s_base_estimator", "gpg", r"d3s_base_estimator must be one of \('grpo', 'ms_grpo'\)"),
+        ("d3s_base_estimator", "ppo", r"Unknown advantage estimator 'ppo'; registered: \('grpo', 'ms_grpo', 'gpg'"),
         ("d3s_drop_degenerate_groups", True, "needs d3s_sample_scope='group'"),
         ("loss_type", "grpo", r"loss_type must be one of \('dapo', 'cispo', 'vespo'\).*mask_only_seq"),
         ("top_entropy_quantile", 0.2, "top_entropy_quantile must be 1.0 with D3S"),
@@ -204,7 +204,7 @@ def test_an_optimizer_step_must_not_span_generation_batches(config_kwargs):
 
 def test_ms_grpo_options_are_validated_and_unscaled_rewards_warn(config_kwargs):
     with pytest.raises(ValueError, match="tau_min"):
-        D3SConfig(**config_kwargs(d3s_base_estimator="ms_grpo", d3s_ms_tau_min=5))
+        D3SConfig(**config_kwargs(d3s_base_estimator="ms_grpo", d3s_estimator_options={"tau_min": 5}))
     with pytest.warns(UserWarning, match="scale_rewards='none'"):
         D3SConfig(**config_kwargs(scale_rewards="none"))
 

@@ -33,9 +33,10 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd
 
+from ..algorithms.estimators import get_estimator
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
 from ..rewards.timeout import RewardTimeoutError, with_timeout
-from .stages import GenerationStage, local_rows, padded_local_rows
+from .stages import GenerationStage, local_rows, padded_local_rows, stage_generator
 
 logger = logging.getLogger(__name__)
 
@@ -710,6 +711,26 @@ class GRPOFamilyTrainer(GRPOTrainer):
             per_func = batch["rewards_per_func"].view(*rewards.shape, -1)
             return normalize_then_sum_advantages(per_func, self.reward_weights).view_as(rewards)
         return group_advantages(rewards, scale=self.scale_rewards)
+
+    def _estimate(self, name: str, rewards: torch.Tensor, batch: dict[str, Any], options: dict[str, Any]):
+        """Advantages of the registered estimator ``name`` (``algorithms.estimators``) with ``options``, for methods
+        that filter or reweight any estimator's advantages. ``grpo`` without options is this class's own stage (TRL's
+        maths: ``scale_rewards``, ``multi_objective_aggregation``); a sampled estimator draws from
+        :meth:`_stage_generator`."""
+        if name == "grpo" and not options:
+            return GRPOFamilyTrainer._compute_advantages(self, rewards, batch)
+        estimator = get_estimator(name)
+        generator = self._stage_generator(name) if estimator.sampled else None
+        return estimator(rewards, generator=generator, **options)
+
+    def _stage_generator(self, name: str) -> torch.Generator:
+        """The generator of a stage's sampled draws (:func:`~grpo_family.trainers.stages.stage_generator`), keyed by
+        ``(name, args.seed, global_step, slot)``: ``slot`` is 0 in evaluation and ``1 + self._step`` in training (TRL's
+        micro-step counter at generation time tells apart generation batches that share an optimizer step, and it is
+        part of every checkpoint), so every process draws alike and a resumed run draws what the uninterrupted one
+        drew, with no state of its own; an evaluation consumes nothing that training draws from."""
+        slot = 1 + self._step if self._mode == "train" else 0
+        return stage_generator(name, self.args.seed, self.state.global_step, slot)
 
     # A method that overrides _select_rows sets this: its batches are scored before TRL's no-grad forwards.
     selects_rows = False

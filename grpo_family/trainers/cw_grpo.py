@@ -40,7 +40,9 @@ import torch
 from accelerate.utils import gather, pad_across_processes
 
 from ..algorithms.cw_grpo import ADV_CENTERS, SCOPES, covariance_stats, covariance_weights
+from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import estimator_options
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +116,27 @@ class CWGRPOConfig(GRPOFamilyConfig):
         },
     )
 
+    cw_base_estimator: str = field(
+        default="grpo",
+        metadata={
+            "help": "Advantage estimator whose per-rollout advantages the covariance weights reweight, by its name in "
+            "grpo_family.algorithms.estimators: 'grpo' (default, the paper; TRL's group normalisation, scale_rewards "
+            "applies), 'ms_grpo' (multi-scale advantages) or 'gpg'. Its options go in cw_estimator_options."
+        },
+    )
+    cw_estimator_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Options of cw_base_estimator, as a mapping (a JSON object on the command line), named as the "
+            'estimator\'s method names them: e.g. {"num_scales": 4, "subgroups_per_scale": 8} for \'ms_grpo\'. '
+            "Default None: the estimator's defaults."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        self.cw_estimator_options = estimator_options(self.cw_estimator_options, "cw_estimator_options")
+        validate_estimator(self.cw_base_estimator, self.num_generations, self.cw_estimator_options)
         if self.cw_scope not in SCOPES:
             raise ValueError(f"cw_scope must be one of {SCOPES} (default 'group'), got {self.cw_scope!r}.")
         if self.cw_adv_center not in ADV_CENTERS:
@@ -231,6 +252,9 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         if batch.get("sampling_per_token_logps") is not None and self.args.cw_logps_source == "sampler":
             return False
         return batch["mode"] == "eval" or self.args.steps_per_generation == 1
+
+    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        return self._estimate(self.args.cw_base_estimator, rewards, batch, self.args.cw_estimator_options)
 
     # ------------------------------------------------------------------ token-weight stage
     def _weight_advantages(self, stage, batch: dict[str, Any]) -> torch.Tensor:

@@ -62,13 +62,14 @@ import torch
 from accelerate.utils import gather
 
 from ..algorithms.d3s import LOSS_NORMALIZATIONS, max_variance_subset, schedule, select_rollouts, token_keep_mask
+from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import estimator_options
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_SCOPES = ("pooled", "group")
 TOKEN_SCOPES = ("batch", "micro", "sequence")
-BASE_ESTIMATORS = ("grpo", "ms_grpo")
 # TRL loss types whose aggregation is "token sum / num_items_in_batch": the denominator D3S controls.
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
 # Normalisations whose per-token weight is 1 on the kept tokens: the logged loss is then exactly the D3S loss.
@@ -162,23 +163,19 @@ class D3SConfig(GRPOFamilyConfig):
     d3s_base_estimator: str = field(
         default="grpo",
         metadata={
-            "help": "Advantage estimator D3S filters: 'grpo' (default; TRL's group normalisation, scale_rewards "
-            "applies) or 'ms_grpo' (multi-scale advantages, algorithms.ms_grpo, options d3s_ms_*)."
+            "help": "Advantage estimator D3S filters, by its name in grpo_family.algorithms.estimators: 'grpo' "
+            "(default; TRL's group normalisation, scale_rewards applies), 'ms_grpo' (multi-scale advantages) or "
+            "'gpg' (group-mean baseline, f_norm 'none' unless set). Its options go in d3s_estimator_options."
         },
     )
-    d3s_ms_tau_min: int = field(default=2, metadata={"help": "ms_grpo base: smallest subgroup size. Default 2."})
-    d3s_ms_weights: str = field(
-        default="uniform",
-        metadata={"help": "ms_grpo base: scale weights 'uniform' (default), 'global', 'local' or 'flat'."},
-    )
-    d3s_ms_std: str = field(default="population", metadata={"help": "ms_grpo base: std convention of subgroups."})
-    d3s_ms_num_scales: int | None = field(
+    d3s_estimator_options: dict | str | None = field(
         default=None,
-        metadata={"help": "ms_grpo base: drawn scales per prompt (accelerated mode); None = every scale (exact)."},
-    )
-    d3s_ms_subgroups_per_scale: int | None = field(
-        default=None,
-        metadata={"help": "ms_grpo base: subgroups per scale (accelerated mode); None = every subgroup (exact)."},
+        metadata={
+            "help": "Options of d3s_base_estimator, as a mapping (a JSON object on the command line), named as the "
+            'estimator\'s method names them: e.g. {"num_scales": 4, "subgroups_per_scale": 8} for \'ms_grpo\' (its '
+            'MSGRPOConfig fields), {"f_norm": "group", "tol": 1e-6} for \'gpg\', {"scale": "batch"} for \'grpo\'. '
+            "Default None: the estimator's defaults."
+        },
     )
 
     def __post_init__(self):
@@ -199,7 +196,6 @@ class D3SConfig(GRPOFamilyConfig):
             ("d3s_sample_scope", SAMPLE_SCOPES),
             ("d3s_token_scope", TOKEN_SCOPES),
             ("d3s_loss_normalization", LOSS_NORMALIZATIONS),
-            ("d3s_base_estimator", BASE_ESTIMATORS),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -236,27 +232,19 @@ class D3SConfig(GRPOFamilyConfig):
                 f"gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set steps_per_generation to a "
                 "multiple of gradient_accumulation_steps (the default is equal)."
             )
-        if self.d3s_base_estimator == "ms_grpo":
-            from ..algorithms.ms_grpo import validate_multiscale_options
-
-            validate_multiscale_options(G, **self.ms_grpo_kwargs)
-        elif self.scale_rewards != "group":
+        self.d3s_estimator_options = estimator_options(self.d3s_estimator_options, "d3s_estimator_options")
+        validate_estimator(self.d3s_base_estimator, G, self.d3s_estimator_options)
+        options = self.d3s_estimator_options
+        knob, scale = ("scale_rewards", options.get("scale", self.scale_rewards))
+        if self.d3s_base_estimator == "gpg":
+            knob, scale = "f_norm", options.get("f_norm", "none")
+        if self.d3s_base_estimator != "ms_grpo" and scale != "group":
             warnings.warn(
-                f"D3S with scale_rewards={self.scale_rewards!r}: pooled selection assumes per-group standardised "
-                "advantages and will favour groups by their raw reward spread (docs/methods/d3s.md §2.6).",
+                f"D3S over {self.d3s_base_estimator!r} with {knob}={scale!r}: pooled selection assumes per-group "
+                "standardised advantages and will favour groups by their raw reward spread (docs/methods/d3s.md §2.6).",
                 UserWarning,
                 stacklevel=2,
             )
-
-    @property
-    def ms_grpo_kwargs(self) -> dict[str, Any]:
-        return dict(
-            tau_min=self.d3s_ms_tau_min,
-            weights=self.d3s_ms_weights,
-            std=self.d3s_ms_std,
-            num_scales=self.d3s_ms_num_scales,
-            subgroups_per_scale=self.d3s_ms_subgroups_per_scale,
-        )
 
 
 class D3STrainer(GRPOFamilyTrainer):
@@ -317,14 +305,8 @@ class D3STrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ advantages (full groups, global)
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        if self.args.d3s_base_estimator == "ms_grpo":
-            from ..algorithms.ms_grpo import multiscale_advantages
-
-            # Same seed on every process, so an accelerated (sampled) estimate is identical everywhere.
-            generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
-            advantages = multiscale_advantages(rewards, generator=generator, **self.args.ms_grpo_kwargs)
-        else:
-            advantages = super()._compute_advantages(rewards, batch)
+        a = self.args
+        advantages = self._estimate(a.d3s_base_estimator, rewards, batch, a.d3s_estimator_options)
         if advantages.dim() != 2:
             raise ValueError("D3S ranks rollouts by one advantage each; the base estimator returned per-token ones.")
         return advantages

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from typing import Any
 
 import torch
@@ -57,6 +58,21 @@ def stage_generator(*key: Any) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)  # < 2**63
 
 
+def estimator_options(value: Any, field: str) -> dict[str, Any]:
+    """A config's estimator options as a dict: None -> {}, a mapping as is, a JSON object string (the command
+    line's form, e.g. ``'{"num_scales": 4, "subgroups_per_scale": 8}'``) parsed."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{field} must be a JSON object of estimator options, got {value!r} ({error}).") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{field} must be a mapping of estimator options, got {type(value).__name__}.")
+    return dict(value)
+
+
 def local_rows(keep: torch.Tensor, num_local: int, process_index: int) -> torch.Tensor:
     """This process's kept rows (local indices, ascending) from the global ``keep`` indices."""
     start = process_index * num_local
@@ -84,4 +100,4 @@ def padded_local_rows(
     return index, real
 
 
-__all__ = ["GenerationStage", "local_rows", "padded_local_rows", "stage_generator"]
+__all__ = ["GenerationStage", "estimator_options", "local_rows", "padded_local_rows", "stage_generator"]
