@@ -408,8 +408,14 @@ class EpochAlignedSampler(torch.utils.data.Sampler):
 class GRPOFamilyTrainer(GRPOTrainer):
     """GRPO (Shao et al., 2024) through the grpo_family extension points; the base of every method.
 
-    Subclasses override :meth:`_compute_advantages` (what the policy is trained on) and, where the loss itself
-    changes, :meth:`compute_loss` (preferably by editing ``inputs`` and delegating to ``super()``).
+    A method is a set of named stages (``trainers/stages.py``), called in this order: :meth:`_compute_advantages`
+    (advantages from the gathered rewards; :meth:`_estimate` gives any registered estimator's),
+    :meth:`_select_rows` (rows to train on; a method that selects rows is scored before TRL's no-grad forwards, which
+    then cover its kept rows only), :meth:`_weight_advantages` (per-token advantages from TRL's batch),
+    :meth:`_finish_generation_batch` (per-row extras), :meth:`_micro_batches_stage` (per micro-step entries),
+    :meth:`_loss_inputs_stage` (per loss call) and :meth:`_loss_forward_stage` (the loss forward's log-probs and
+    entropies, before TRL's loss reads them). Methods override stages, never TRL's private helpers; a method whose
+    loss is not TRL's overrides :meth:`compute_loss`.
     """
 
     method_name = "grpo"

@@ -7,8 +7,10 @@ KL and loss aggregation are TRL's, unchanged.
 
 Where the pieces come from (docs/methods/cw_grpo.md §3.2):
 
-* the weights are computed once per generation batch, in the advantage hook before TRL shuffles and splits it
-  (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
+* the advantages are those of ``cw_base_estimator`` (any registered in ``algorithms.estimators``; GRPO's by
+  default, the paper's);
+* the weights are computed once per generation batch, in the token-weight stage (``_weight_advantages``) before TRL
+  shuffles and splits it (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
   processes (a prompt's G completions can straddle processes), so each group's statistics are the group's; every
   process computes the same weights and keeps its own rows;
 * the log-probs are the rollout policy's, from the training model (docs/methods/cw_grpo.md §2.4 step 1): TRL's
@@ -21,8 +23,9 @@ Where the pieces come from (docs/methods/cw_grpo.md §3.2):
   has no ``old_per_token_logps`` (it then uses the loss's own log-probs as the old ones: the policy has not moved
   since the rollout). The weights are then computed inside the loss, from the log-probs its forward just made,
   gathered across processes and put back in global row order, before TRL reads the advantages: no extra forward.
-  TRL's ``_compute_loss`` is not copied; ``_get_per_token_logps_and_entropies`` is wrapped, and a loss that did
-  not call it before reading the advantages raises instead of training unweighted. The weighted advantages are
+  TRL's ``_compute_loss`` is not copied; the base class's loss-forward stage (``_loss_forward_stage``) receives the
+  loss's log-probs, and a loss that did not make its forward before reading the advantages raises instead of
+  training unweighted. The weighted advantages are
   written into TRL's buffered batch and its row tags removed, so with ``num_iterations > 1`` the later passes over
   that batch train on the same weighted advantages (docs/methods/cw_grpo.md §6: the weights stay fixed for all passes).
 """

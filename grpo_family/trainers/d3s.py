@@ -1,18 +1,22 @@
 """D3S: dynamic dual-level down-sampling on top of GRPO (``docs/methods/d3s.md``).
 
-A filter between the advantages and the policy loss; the maths is ``algorithms.d3s``. Where each piece happens:
+A filter between the advantages and the policy loss; the maths is ``algorithms.d3s``. It uses the base class's
+stages (``trainers/stages.py``) and overrides none of TRL's helpers. Where each piece happens:
 
-* **advantages** (``_compute_advantages``): the base estimator's, on the full groups of the gathered batch
-  (``grpo``: TRL's maths; ``ms_grpo``: ``algorithms.ms_grpo.multiscale_advantages``). They are never recomputed.
-* **sample level** (``_generate_and_score_completions``): after TRL has scored the batch, the max-variance subset
-  is chosen on the *gathered* advantages (``select_rollouts``: pooled over the batch by default, per group as an
-  option), identically on every process, and each process keeps only its own selected rows. Dropped rollouts
-  never reach the policy forward/backward. Processes may keep different numbers of rows, but TRL's collectives
-  need equal local batches split into ``steps_per_generation`` equal chunks, so every process is padded to the
-  same row count (a multiple of ``steps_per_generation``) with inert rows: a copy of a local row whose
-  completion mask is zeroed, which receives no gradient and enters no count or metric. Completion columns that
-  only held padding of dropped rows are trimmed.
-* **token level** (``_get_per_token_logps_and_entropies``, the forward of TRL's loss): the keep mask is the top
+* **advantages** (``_compute_advantages``): the base estimator's (``d3s_base_estimator``: any registered in
+  ``algorithms.estimators``, e.g. ``grpo``, ``ms_grpo``, ``gpg``), on the full groups of the gathered batch. They are
+  never recomputed.
+* **sample level** (``_select_rows``): the max-variance subset is chosen on the *gathered* advantages
+  (``select_rollouts``: pooled over the batch by default, per group as an option), identically on every process.
+  Because D3S selects rows, the base class scores its batches right after generation, *before* TRL's no-grad
+  forwards: the old log-probs (vLLM importance-sampling correction, ``num_iterations > 1``, ``steps_per_generation >
+  gradient_accumulation_steps``) and the reference log-probs (``beta > 0``) are computed for the kept rollouts only;
+  dropped rollouts never reach any forward. The base class then keeps each process's own selected rows
+  (``_keep_rows``): processes may keep different numbers of rows, but TRL's collectives need equal local batches
+  split into ``steps_per_generation`` equal chunks, so every process is padded to the same row count (a multiple of
+  ``steps_per_generation``) with inert rows: a copy of a local row whose completion mask is zeroed, which receives
+  no gradient and enters no count or metric. Completion columns that only held padding of dropped rows are trimmed.
+* **token level** (``_loss_forward_stage``, the forward of TRL's loss): the keep mask is the top
   ``ceil(K n)`` valid tokens by ``|A| * H``, ties to the earlier (global rollout index, position) (the index is
   carried through TRL's row shuffle as ``d3s_rollout_index``). Scopes: ``"batch"`` (default, docs/methods/d3s.md §11 #5) = one
   ranking over the kept rollouts of the whole generation batch on all processes with the sampling policy's
@@ -27,12 +31,12 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
   GSPO-token one of docs/methods/d3s.md §2.6, but TRL's bias-corrected KL (``KL_t * s_i``, ``use_bias_correction_kl``, TRL's default) would
   carry unkept tokens' KL into the kept tokens through ``s_i``; the config therefore requires
   ``use_bias_correction_kl=False`` there when ``beta != 0`` (the KL is then per-token and masked).
-* **normalisation** (``compute_loss``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
+* **normalisation** (``_loss_inputs_stage``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
   ``num_items_in_batch``; D3S replaces it, per loss call, by the denominator of ``d3s_loss_normalization`` over the
   optimizer step the call belongs to (default: the kept tokens of all its micro-steps on all processes, docs/methods/d3s.md §2.6),
   rescaled for TRL's ``accumulation / steps_per_generation`` factor, so micro-batching, padding rows and
   ``steps_per_generation != gradient_accumulation_steps`` do not change the gradient. The counts are made once per
-  generation batch (``_prepare_generation_batch``); an optimizer step must not span two generation batches
+  generation batch (``_micro_batches_stage``); an optimizer step must not span two generation batches
   (``steps_per_generation x num_iterations`` a multiple of ``gradient_accumulation_steps``, checked in the config).
   The logged loss is the D3S loss for the normalisations whose weight is 1 on kept tokens
   (token_mean_kept, literal_eq10, mask_only_token) with token-level ratios, plus ``beta`` x the KL of unkept tokens
@@ -43,10 +47,8 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
 * **schedule**: ``algorithms.d3s.schedule`` of ``state.global_step / state.max_steps`` when the batch is generated;
   a pure function of the trainer state, so a checkpoint resume restores it with ``global_step``.
 
-Not covered: multimodal batches (image tensors are not row-indexable here) raise ``NotImplementedError``. The
-no-grad old/reference log-prob passes still run on every rollout: TRL computes them before the rewards, and
-moving the selection ahead of them would mean copying ``_generate_and_score_completions`` (they are skipped
-altogether in TRL's default on-policy setting with ``beta = 0``).
+Not covered: multimodal batches (image tensors are not row-indexable here) raise ``NotImplementedError`` (their
+old/reference log-probs are computed over every rollout before that).
 """
 
 from __future__ import annotations
