@@ -440,7 +440,6 @@ class GRPOFamilyTrainer(GRPOTrainer):
         self._stage: GenerationStage | None = None
         self._pending_loss_inputs: dict[str, Any] | None = None
         self._streaks = {"unscorable": 0, "degenerate": 0}
-        self._defer_learnable_policy = False  # GPG judges its assembled batch, not each generation round
         self._skip_nonfinite_steps = self.is_deepspeed_enabled is False
         if getattr(self.args, "hub_token", None) and not isinstance(self.args.hub_token, _UnpickledSecret):
             # transformers pickles the whole config into training_args.bin of every checkpoint and of the final
@@ -786,6 +785,7 @@ class GRPOFamilyTrainer(GRPOTrainer):
         keep = self._select_rows(flat, batch) if self.selects_rows else None
         return GenerationStage(
             rewards=rewards,
+            rewards_per_func=rewards_per_func,
             trained_rewards=batch.get("rewards", rewards),
             advantages=flat,
             num_generations=num_generations,
@@ -888,7 +888,26 @@ class GRPOFamilyTrainer(GRPOTrainer):
             raise RuntimeError(message)
         return loss
 
-    def _generate_and_score_completions(self, inputs):
+    def _next_round_inputs(self, rounds: list[tuple[dict[str, Any], GenerationStage]]) -> list | None:
+        """The generation-rounds stage: this process's inputs for one more generation round of the same batch (e.g.
+        GPG's resampling of degenerate groups), given the rounds scored so far as ``(output, stage)``; None when the
+        batch is complete (default: one round). Must decide alike on every process (from global stage results)."""
+        return None
+
+    def _merge_generation_rounds(
+        self, rounds: list[tuple[dict[str, Any], GenerationStage]]
+    ) -> tuple[dict[str, Any], GenerationStage]:
+        """The batch trained on, assembled from several generation rounds: this process's output and the global
+        stage (rewards, ``rewards_per_func``, advantages) of the assembled batch."""
+        raise NotImplementedError(f"{type(self).__name__} asked for several generation rounds but cannot merge them.")
+
+    def _degenerate_share(self, rewards: torch.Tensor) -> float:
+        """The logged ``frac_reward_zero_std`` of ``rewards`` assembled from several rounds."""
+        return zero_std_mask(rewards, scale=self.scale_rewards).float().mean().item()
+
+    def _score_round(self, inputs) -> tuple[dict[str, Any], GenerationStage]:
+        """One generation round: TRL's generation and scoring, then the advantage, row-selection (scored early for a
+        method that selects rows) and token-weight stages; this process's advantages written into the output."""
         self._generation_inputs, self._stage = inputs, None
         try:
             output = super()._generate_and_score_completions(inputs)
@@ -900,20 +919,62 @@ class GRPOFamilyTrainer(GRPOTrainer):
         if stage is None:
             stage = self._advantage_stage(batch, early=False)
         stage.advantages = self._weight_advantages(stage, batch)
-        mode = stage.mode
+        self._write_advantages(output, stage)
+        self._fix_logged_batch(stage.advantages, stage.trained_rewards, output, stage.mode)
+        if stage.mode == "train":
+            stage.extras["signals"] = self._batch_signals(stage.rewards, stage.advantages)
+        return output, stage
 
-        num_local = len(context["prompts"])
+    def _write_advantages(self, output: dict[str, Any], stage: GenerationStage) -> None:
+        """This process's slice of the stage's global advantages, as ``output["advantages"]``."""
+        num_local = output["completion_ids"].size(0)
         start = self.accelerator.process_index * num_local
         local = stage.advantages[start : start + num_local]
         if local.dim() == 2:  # per-token: match this process's completion length
             width = output["completion_ids"].size(1)
             local = torch.nn.functional.pad(local[:, :width], (0, max(0, width - local.size(1))))
         output["advantages"] = local.to(output["completion_ids"].device)
-        self._fix_logged_batch(stage.advantages, stage.trained_rewards, output, mode)
-        if mode == "train":
-            self._last_signals = self._batch_signals(stage.rewards, stage.advantages)
-            if not self._defer_learnable_policy:
-                self._apply_learnable_policy(self._last_signals)
+
+    def _log_merged_rewards(self, stage: GenerationStage, logged: dict[str, int]) -> None:
+        """Make the step's reward metrics describe the batch assembled from several rounds (written once), in place
+        of the entries TRL and :meth:`_fix_logged_batch` wrote for each round (``logged``: the entry counts after
+        the first round)."""
+        metrics = self._metrics[stage.mode]
+        keys = ["reward", "reward_std", "frac_reward_zero_std"]
+        keys += [f"rewards/{name}/{stat}" for name in self.reward_func_names for stat in ("mean", "std")]
+        for key in keys:  # drop this step's entries, the first round's included (``logged`` counts them)
+            del metrics[key][max(0, logged.get(key, 0) - 1) :]
+        flat = stage.trained_rewards.reshape(-1)
+        metrics["reward"].append(torch.nanmean(flat).item())
+        metrics["reward_std"].append(nanstd(flat).item())
+        metrics["frac_reward_zero_std"].append(self._degenerate_share(stage.trained_rewards))
+        for i, name in enumerate(self.reward_func_names):
+            metrics[f"rewards/{name}/mean"].append(torch.nanmean(stage.rewards_per_func[:, i]).item())
+            metrics[f"rewards/{name}/std"].append(nanstd(stage.rewards_per_func[:, i]).item())
+
+    def _generate_and_score_completions(self, inputs):
+        rounds = [self._score_round(inputs)]
+        logged = {k: len(v) for k, v in self._metrics[rounds[0][1].mode].items()}
+        while (more := self._next_round_inputs(rounds)) is not None:
+            rounds.append(self._score_round(more))
+        output, stage = rounds[0]
+        if len(rounds) > 1:
+            output, stage = self._merge_generation_rounds(rounds)
+            self._write_advantages(output, stage)
+            self._log_merged_rewards(stage, logged)
+        stage.extras["rounds"] = len(rounds)
+        if stage.mode == "train":  # the policy for runs that cannot learn, on the batch trained on
+            signals = [s.extras["signals"] for _, s in rounds]
+            failing = [name for name in signals[0]["failing"] if all(name in x["failing"] for x in signals)]
+            self._apply_learnable_policy(
+                {
+                    "unscorable": bool(torch.isnan(stage.rewards).all()),
+                    "failing": failing,
+                    "degenerate": not bool(stage.advantages.abs().gt(0).any()),
+                }
+                if len(rounds) > 1
+                else signals[0]
+            )
         if stage.keep is not None:
             self._keep_rows(output, stage)
         self._finish_generation_batch(output, stage)

@@ -35,12 +35,15 @@ import torch
 class GenerationStage:
     """What the advantage and row-selection stages decided for one generation batch (global, every process alike).
 
+    ``rewards`` ``(P, G)`` are the weighted sum of the gathered ``rewards_per_func`` ``(P * G, F)`` (NaN = unscorable),
+    ``trained_rewards`` what the advantages were computed from (a method may change them, e.g. SGPO's judge).
     ``advantages`` are flat: ``(P * G,)`` or ``(P * G, T)``, NaN already 0. ``keep`` holds the sorted global flat
     indices (``b * G + i``) of the rows trained on, None for every row. ``early`` says the stages ran before TRL's
     no-grad forwards (a method that selects rows), so those forwards covered the kept rows only.
     """
 
     rewards: torch.Tensor
+    rewards_per_func: torch.Tensor
     trained_rewards: torch.Tensor
     advantages: torch.Tensor
     num_generations: int
