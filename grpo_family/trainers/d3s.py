@@ -54,7 +54,6 @@ old/reference log-probs are computed over every rollout before that).
 from __future__ import annotations
 
 import logging
-import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -63,7 +62,15 @@ from typing import Any
 import torch
 from accelerate.utils import gather
 
-from ..algorithms.d3s import LOSS_NORMALIZATIONS, max_variance_subset, schedule, select_rollouts, token_keep_mask
+from ..algorithms.d3s import (
+    LOSS_NORMALIZATIONS,
+    default_samples_start,
+    planned_kept_tokens,
+    schedule,
+    select_rollouts,
+    token_keep_mask,
+    token_keep_mask_in_rollout_order,
+)
 from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import estimator_options
@@ -76,21 +83,6 @@ TOKEN_SCOPES = ("batch", "micro", "sequence")
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
 # Normalisations whose per-token weight is 1 on the kept tokens: the logged loss is then exactly the D3S loss.
 _UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
-
-
-def default_samples_start(num_generations: int) -> int:
-    """N_init when the user sets none: G/4 rounded half up, the paper's 8 of 32 (docs/methods/d3s.md §4.1)."""
-    return max(2, math.floor(num_generations / 4 + 0.5))
-
-
-def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.Tensor:
-    """Kept-token count of ``token_keep_mask`` for scopes of ``valid_counts`` tokens: ``min(n, max(1, ceil(K n)))``.
-
-    The same expression as the algorithm (docs/methods/d3s.md §2.4: ``ceil(K n - 1e-9)``, at least 1, at most n; 0 for n = 0), so
-    the loss denominator can be fixed before the entropies are known.
-    """
-    n = valid_counts.double()
-    return torch.minimum(torch.ceil(keep_ratio * n - 1e-9).clamp_min(1), n)
 
 
 @dataclass
@@ -314,31 +306,6 @@ class D3STrainer(GRPOFamilyTrainer):
         return advantages
 
     # ------------------------------------------------------------------ sample level
-    def _select(self, advantages: torch.Tensor, num_generations: int, n_s: int, eligible: torch.Tensor | None):
-        """Sorted global flat indices of the kept rollouts (docs/methods/d3s.md §2.3). ``eligible`` = False for completions TRL
-        masked (``mask_truncated_completions``): they counted in the group statistics but take no slot (docs/methods/d3s.md §6)."""
-        a = self.args
-        if eligible is None or bool(eligible.all()):
-            return select_rollouts(
-                advantages,
-                num_generations,
-                n_s,
-                scope=a.d3s_sample_scope,
-                drop_degenerate_groups=a.d3s_drop_degenerate_groups,
-            )
-        num_prompts = advantages.numel() // num_generations
-        if a.d3s_sample_scope == "pooled":
-            pool = eligible.nonzero().squeeze(1)
-            return pool[max_variance_subset(advantages[pool], min(n_s * num_prompts, pool.numel()))]
-        kept = []
-        for b in range(num_prompts):
-            group = advantages[b * num_generations : (b + 1) * num_generations]
-            if a.d3s_drop_degenerate_groups and bool(group.max() == group.min()):
-                continue
-            pool = eligible[b * num_generations : (b + 1) * num_generations].nonzero().squeeze(1)
-            kept.append(pool[max_variance_subset(group[pool], min(n_s, pool.numel()))] + b * num_generations)
-        return torch.cat(kept) if kept else advantages.new_zeros(0, dtype=torch.long)
-
     def _select_rows(self, advantages: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """The row-selection stage: the max-variance subset of the gathered full-group advantages (docs/methods/d3s.md
         §2.3), identical on every process; it runs before TRL's old/reference log-prob forwards, which then cover the
@@ -346,8 +313,16 @@ class D3STrainer(GRPOFamilyTrainer):
         mode = batch["mode"]
         num_generations = batch["num_generations"]
         n_s, ratio, progress = self.d3s_schedule(num_generations)
-        eligible = ~batch["masked_rows"] if self.mask_truncated_completions else None
-        kept = self._select(advantages, num_generations, n_s, eligible)
+        a = self.args
+        kept = select_rollouts(
+            advantages,
+            num_generations,
+            n_s,
+            scope=a.d3s_sample_scope,
+            drop_degenerate_groups=a.d3s_drop_degenerate_groups,
+            # Masked completions count in the group statistics but take no slot (docs/methods/d3s.md §6).
+            eligible=~batch["masked_rows"] if self.mask_truncated_completions else None,
+        )
         degenerate = not bool(advantages.any())
         # docs/methods/d3s.md §6: still step (KL only), collectives stay in sync.
         if degenerate and not self._d3s_warned_degenerate:
@@ -530,19 +505,10 @@ class D3STrainer(GRPOFamilyTrainer):
         adv = gather(pad(adv, dim=1, pad_index=0) if adv.dim() == 2 else adv)
         return adv, ent, mask, gather(rollout_index.contiguous())
 
-    @staticmethod
-    def _rank_in_rollout_order(advantages, entropies, mask, rollout_index, ratio) -> torch.Tensor:
-        """``token_keep_mask`` over all rows with ties broken by (global rollout index, position) (docs/methods/d3s.md §2.4): the
-        rows are ranked in rollout order (padding rows, index -1, have no valid token), then put back."""
-        order = torch.sort(rollout_index, stable=True).indices
-        keep = torch.empty_like(mask, dtype=torch.bool)
-        keep[order] = token_keep_mask(advantages[order], entropies[order], mask[order], ratio, scope="batch")
-        return keep
-
     def _global_token_keep(self, advantages, entropies, valid, ratio, rollout_index) -> torch.Tensor:
         """``token_keep_mask`` over the rows of this loss call on every process."""
         width = valid.size(1)
-        keep = self._rank_in_rollout_order(*self._gather_rows(advantages, entropies, valid, rollout_index), ratio)
+        keep = token_keep_mask_in_rollout_order(*self._gather_rows(advantages, entropies, valid, rollout_index), ratio)
         rows = valid.size(0)
         start = self.accelerator.process_index * rows
         return keep[start : start + rows, :width]
@@ -565,7 +531,7 @@ class D3STrainer(GRPOFamilyTrainer):
             ]
             return torch.cat(parts)
 
-        keep = self._rank_in_rollout_order(cat(0), cat(1), cat(2), cat(3), ratio)
+        keep = token_keep_mask_in_rollout_order(cat(0), cat(1), cat(2), cat(3), ratio)
         offset = 0
         for chunk, g in zip(chunks, gathered):
             rows, local_width = chunk["completion_ids"].shape
@@ -574,4 +540,4 @@ class D3STrainer(GRPOFamilyTrainer):
             offset += g[1].size(0)
 
 
-__all__ = ["D3SConfig", "D3STrainer"]
+__all__ = ["D3SConfig", "D3STrainer", "default_samples_start", "planned_kept_tokens"]
