@@ -744,7 +744,8 @@ class GRPOFamilyTrainer(GRPOTrainer):
         """The row-selection stage: sorted global flat indices (``b * G + i``) of the rows to train on, from the
         flat global ``advantages``; None trains on every row. ``batch`` is the advantage stage's, plus
         ``masked_rows``: gathered (P * G,) bools, True where TRL masks the whole completion out of the loss
-        (``mask_truncated_completions``)."""
+        (``mask_truncated_completions``), and ``stage_extras``, the dict that becomes the stage's ``extras`` (what the
+        later stages of this batch need from the selection)."""
         return None
 
     def _weight_advantages(self, stage: GenerationStage, batch: dict[str, Any]) -> torch.Tensor:
@@ -782,6 +783,7 @@ class GRPOFamilyTrainer(GRPOTrainer):
         batch["num_generations"] = num_generations
         advantages = torch.nan_to_num(self._compute_advantages(rewards, batch), nan=0.0)
         flat = advantages.reshape(rewards.numel(), *advantages.shape[2:])
+        extras = batch["stage_extras"] = {}
         keep = self._select_rows(flat, batch) if self.selects_rows else None
         return GenerationStage(
             rewards=rewards,
@@ -792,6 +794,7 @@ class GRPOFamilyTrainer(GRPOTrainer):
             mode=mode,
             keep=keep,
             early=early,
+            extras=extras,
         )
 
     def _generate(self, prompts):

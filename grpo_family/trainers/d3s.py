@@ -313,6 +313,7 @@ class D3STrainer(GRPOFamilyTrainer):
         mode = batch["mode"]
         num_generations = batch["num_generations"]
         n_s, ratio, progress = self.d3s_schedule(num_generations)
+        batch["stage_extras"]["token_ratio"] = ratio
         a = self.args
         kept = select_rollouts(
             advantages,
@@ -363,9 +364,7 @@ class D3STrainer(GRPOFamilyTrainer):
             device=device,
         )
         generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
-        output["d3s_token_ratio"] = torch.tensor(
-            self.d3s_last_selection["token_ratio"], dtype=torch.float64, device=device
-        )
+        output["d3s_token_ratio"] = torch.tensor(stage.extras["token_ratio"], dtype=torch.float64, device=device)
         output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
         self.log_method_metric("padding_rows", padding_rows)
 
