@@ -39,6 +39,16 @@ def check_batch_size(args: Any) -> None:
             raise PreflightError(f"--{name} must be at least 1, got {value}.")
 
 
+def check_vllm(args: Any) -> None:
+    """A vLLM setting this machine cannot run (server mode without CUDA, sleep mode on vLLM's CPU backend)."""
+    from .trainers.vllm_cpu import check_vllm_settings
+
+    try:
+        check_vllm_settings(args)
+    except ValueError as error:
+        raise PreflightError(str(error)) from None
+
+
 def check_model_path(name: str | None, what: str = "--model_name_or_path") -> None:
     """A model given as a local path must exist. Anything written as a path (absolute, ``./``, ``../``, ``~``, or
     with more than one ``/``) is one; ``org/name`` is a Hub id, left to the Hub."""

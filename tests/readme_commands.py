@@ -4,6 +4,7 @@
     python tests/readme_commands.py install   # the README's install commands, one per line
     python tests/readme_commands.py test      # the README's test command
     python tests/readme_commands.py lint      # the README's lint commands
+    python tests/readme_commands.py vllm-install   # the install commands of "vLLM on a CPU machine" (.ci/vllm)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
+VLLM_CPU_SECTION = "vLLM on a CPU machine"  # its own environment: installed and run by the vllm lane
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,12 @@ def commands(path: Path = README) -> list[Command]:
 
 
 def install_commands(path: Path = README) -> list[str]:
-    return [c.text for c in commands(path) if c.text.startswith("pip install")]
+    return [c.text for c in commands(path) if c.text.startswith("pip install") and c.block.section != VLLM_CPU_SECTION]
+
+
+def vllm_install_commands(path: Path = README) -> list[str]:
+    """The pip commands (install and uninstall) of the vLLM-on-CPU environment."""
+    return [c.text for c in commands(path) if c.text.startswith("pip ") and c.block.section == VLLM_CPU_SECTION]
 
 
 def readme_test_command(path: Path = README) -> str:
@@ -109,5 +116,7 @@ if __name__ == "__main__":
         print(readme_test_command())
     elif what == "lint":
         print("\n".join(lint_commands()))
+    elif what == "vllm-install":
+        print("\n".join(vllm_install_commands()))
     else:
         sys.exit(__doc__)

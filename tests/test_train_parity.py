@@ -141,6 +141,7 @@ def _main_fails(tiny_model_dir, tmp_path, extra, data=None):
         (["--load_in_4bit"], r"--load_in_4bit (needs the bitsandbytes|quantizes with bitsandbytes)"),
         (["--reward_model_name_or_path", "/no/such/rm"], "--reward_model_name_or_path /no/such/rm: no such"),
         (["--eval_strategy", "steps", "--dataset_test_split", "validation"], "no 'validation' split"),
+        (["--use_vllm", "--vllm_mode", "server"], r"--vllm_mode server cannot train on this machine.*colocate"),
         (
             [
                 "--method",

@@ -37,6 +37,7 @@ from ..algorithms.estimators import get_estimator
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
 from ..rewards.timeout import RewardTimeoutError, with_timeout
 from .stages import GenerationStage, local_rows, padded_local_rows, stage_generator
+from .vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 
 logger = logging.getLogger(__name__)
 
@@ -422,7 +423,10 @@ class GRPOFamilyTrainer(GRPOTrainer):
     _tag_names = ["trl", "grpo", "grpo_family"]
 
     def __init__(self, *args: Any, **kwargs: Any):
+        # GRPOTrainer(model, reward_funcs, args, ...): vLLM settings that cannot work fail before vLLM starts.
+        check_vllm_settings(kwargs["args"] if "args" in kwargs else args[2] if len(args) > 2 else None)
         super().__init__(*args, **kwargs)
+        install_cpu_weight_sync(self)
         self._check_prompts()
         self._check_reward_columns()
         timeout = self._family_arg("reward_timeout")

