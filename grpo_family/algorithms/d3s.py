@@ -18,9 +18,12 @@ import torch
 
 __all__ = [
     "LOSS_NORMALIZATIONS",
+    "UNIT_WEIGHT_NORMALIZATIONS",
     "default_samples_start",
+    "loss_denominator",
     "masked_token_loss",
     "max_variance_subset",
+    "normalization_weights",
     "planned_kept_tokens",
     "schedule",
     "select_rollouts",
@@ -284,6 +287,37 @@ def token_keep_mask_in_rollout_order(
     keep = torch.empty_like(mask, dtype=torch.bool)
     keep[order] = token_keep_mask(advantages[order], entropies[order], mask[order], ratio, scope="batch")
     return keep
+
+
+# Normalisations whose per-token weight is 1 on the kept tokens (their loss value is the D3S loss itself).
+UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
+
+
+def loss_denominator(normalization: str, valid_tokens, kept_tokens, num_rollouts):
+    """D, the denominator of one optimizer step's loss ``sum w * l / D`` (docs/methods/d3s.md §2.6): the
+    normalisation's own for the unit-weight ones, |T| (kept tokens) for the per-rollout ones (whose factors go into
+    :func:`normalization_weights`)."""
+    return {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
+        normalization, kept_tokens
+    )
+
+
+def normalization_weights(
+    keep: torch.Tensor, valid: torch.Tensor, normalization: str, *, kept_tokens, num_rollouts, rows_with_tokens
+) -> torch.Tensor:
+    """Per-token gradient weights ``w = D * omega`` of rows ``keep`` / ``valid`` (R, T) (docs/methods/d3s.md §2.6),
+    ``omega`` the normalisation's weight in ``sum omega * l`` over the optimizer step, whose counts are ``kept_tokens``
+    (|T|), ``num_rollouts`` (|S|) and ``rows_with_tokens`` (rollouts with a kept token, for ``seq_mean_kept``)."""
+    if normalization in UNIT_WEIGHT_NORMALIZATIONS:
+        return keep.float()
+    kept_per_row = keep.sum(1, keepdim=True).double()
+    if normalization == "mask_only_seq":  # (1 / |y_i|) / |S|
+        row = valid.sum(1, keepdim=True).double().clamp_min(1) * num_rollouts
+    elif normalization == "seq_mean_kept_all":  # (1 / |T_i|) / |S|
+        row = kept_per_row.clamp_min(1) * num_rollouts
+    else:  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}
+        row = kept_per_row.clamp_min(1) * rows_with_tokens
+    return (keep.double() * kept_tokens / row.clamp_min(1)).float()
 
 
 def masked_token_loss(

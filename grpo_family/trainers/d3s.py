@@ -65,6 +65,8 @@ from accelerate.utils import gather
 from ..algorithms.d3s import (
     LOSS_NORMALIZATIONS,
     default_samples_start,
+    loss_denominator,
+    normalization_weights,
     planned_kept_tokens,
     schedule,
     select_rollouts,
@@ -81,8 +83,6 @@ SAMPLE_SCOPES = ("pooled", "group")
 TOKEN_SCOPES = ("batch", "micro", "sequence")
 # TRL loss types whose aggregation is "token sum / num_items_in_batch": the denominator D3S controls.
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
-# Normalisations whose per-token weight is 1 on the kept tokens: the logged loss is then exactly the D3S loss.
-_UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
 
 
 @dataclass
@@ -428,9 +428,7 @@ class D3STrainer(GRPOFamilyTrainer):
         valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
         if bool((table[calls, 3] < 0).any()):
             rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
-        denominator = {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
-            self.args.d3s_loss_normalization, kept_tokens
-        )
+        denominator = loss_denominator(self.args.d3s_loss_normalization, valid_tokens, kept_tokens, num_rollouts)
         return {
             "num_items_in_batch": (denominator.clamp_min(1.0) * scale).float(),
             "d3s_kept_tokens": kept_tokens,
@@ -480,20 +478,20 @@ class D3STrainer(GRPOFamilyTrainer):
             keep = self._global_token_keep(advantages, entropies, valid, ratio, inputs["d3s_rollout_index"])
             if a.d3s_token_scope == "batch" and inputs.get("d3s_keep_cache") is not None:
                 inputs["d3s_keep_cache"]["d3s_keep"] = keep
-        norm = a.d3s_loss_normalization
-        if norm in _UNIT_WEIGHT_NORMALIZATIONS:
-            return keep, keep.float()
-        kept_per_row = keep.sum(1, keepdim=True).double()
-        if norm == "mask_only_seq":  # (1 / |y_i|) / |S|
-            row = valid.sum(1, keepdim=True).double().clamp_min(1) * inputs["d3s_num_rollouts"]
-        elif norm == "seq_mean_kept_all":  # (1 / |T_i|) / |S|
-            row = kept_per_row.clamp_min(1) * inputs["d3s_num_rollouts"]
-        elif inputs["d3s_rows_with_tokens"] >= 0:  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}, known in advance
-            row = kept_per_row.clamp_min(1) * inputs["d3s_rows_with_tokens"]
-        else:  # seq_mean_kept, one ranking per loss call: rollouts with a kept token per call, mean over the calls
-            rows_with_tokens = self.accelerator.reduce((kept_per_row > 0).double().sum().reshape(1), reduction="sum")
-            row = kept_per_row.clamp_min(1) * rows_with_tokens * inputs["d3s_loss_calls"]
-        return keep, (keep.double() * inputs["d3s_kept_tokens"] / row.clamp_min(1)).float()
+        rows_with_tokens = inputs["d3s_rows_with_tokens"]
+        if a.d3s_loss_normalization == "seq_mean_kept" and rows_with_tokens < 0:
+            # One ranking per loss call: rollouts with a kept token per call (all processes), mean over the calls.
+            per_call = self.accelerator.reduce((keep.sum(1) > 0).double().sum().reshape(1), reduction="sum")
+            rows_with_tokens = per_call * inputs["d3s_loss_calls"]
+        weights = normalization_weights(
+            keep,
+            valid,
+            a.d3s_loss_normalization,
+            kept_tokens=inputs["d3s_kept_tokens"],
+            num_rollouts=inputs["d3s_num_rollouts"],
+            rows_with_tokens=rows_with_tokens,
+        )
+        return keep, weights
 
     def _gather_rows(self, advantages, entropies, valid, rollout_index):
         """Rows of every process (rank-major, widths padded): advantages, entropies, valid mask, rollout index."""
