@@ -42,3 +42,18 @@ def test_estimator_options_accept_a_mapping_json_or_nothing():
         estimator_options("num_scales=4", "x")
     with pytest.raises(ValueError, match="x must be a mapping"):
         estimator_options("[1, 2]", "x")
+
+
+def test_no_method_overrides_a_private_trl_helper():
+    """Methods are stages on the base class: none of them overrides or wraps a private method of TRL's GRPOTrainer
+    (only the base class reaches into TRL, in one place per helper)."""
+    from trl import GRPOTrainer
+
+    from grpo_family import METHODS
+    from grpo_family.trainers.base import GRPOFamilyTrainer
+
+    private = {name for name in dir(GRPOTrainer) if name.startswith("_") and not name.startswith("__")}
+    for method, (_, trainer_cls) in METHODS.items():
+        for cls in trainer_cls.__mro__[: trainer_cls.__mro__.index(GRPOFamilyTrainer)]:
+            overridden = sorted(name for name in vars(cls) if name in private and callable(vars(cls)[name]))
+            assert not overridden, f"{method}: {cls.__name__} overrides TRL's {overridden}; use a stage instead"
