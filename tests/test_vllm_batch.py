@@ -404,6 +404,34 @@ def test_d3s_forwards_no_rollout_it_drops(
             torch.testing.assert_close(inputs[key][mask], expected.squeeze(-1)[mask], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"max_completion_length": 2, "mask_truncated_completions": True},  # (nearly) every rollout is dropped
+        {"pad_to_multiple_of": 16},  # the batch keeps columns past the kept rows' longest completion
+    ],
+    ids=["empty_selection", "pad_to_multiple_of"],
+)
+def test_d3s_kept_row_forwards_leave_nothing_undefined(
+    setting, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch
+):
+    """The reference forward over the kept rows only: a step whose selection is empty (no forward at all) and
+    columns the forward did not reach (padding) still give finite log-probs in every loss call, a finite loss and
+    finite weights."""
+    trainer = _build(
+        "d3s", config_kwargs, tiny_model_dir, tiny_tokenizer, arithmetic_train, beta=0.04, **setting
+    )  # fmt: skip
+    loss_inputs = record_loss_inputs(trainer, monkeypatch)
+    logs = _train_logs(trainer)
+    assert all(math.isfinite(h["loss"]) for h in logs)
+    assert all(torch.isfinite(inputs["ref_per_token_logps"]).all() for inputs in loss_inputs)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    if "max_completion_length" in setting:
+        assert any(h["d3s/kept_rollouts"] == 0 for h in logs), "no empty selection: the case was not exercised"
+    else:
+        assert any(i["completion_ids"].size(1) > int(i["completion_mask"].sum(1).max()) for i in loss_inputs)
+
+
 # ---------------------------------------------------------------------------------------------------- GPG
 @pytest.mark.parametrize("correction", [False, True])
 def test_gpg_applies_the_ratio_only_when_configured(

@@ -849,7 +849,10 @@ class GRPOFamilyTrainer(GRPOTrainer):
         ):
             # One of TRL's no-grad forwards of a generation batch whose rows were selected: forward the kept rows
             # only, trimmed to their longest completion; dropped rows get NaN (TRL's importance-sampling ratio
-            # treats a NaN log-prob as "no correction"; the rows are dropped before anything trains on them).
+            # treats a NaN log-prob as "no correction"; the rows are dropped before anything trains on them, and
+            # _keep_rows zeroes what is left of the NaN, on masked positions only).
+            if rows.numel() == 0:  # this process keeps nothing (never under ZeRO-3: equal counts there)
+                return torch.full((input_ids.size(0), logits_to_keep), math.nan, device=input_ids.device), None, None
             completion_mask = attention_mask[rows, -logits_to_keep:]
             used = completion_mask.any(0).nonzero()
             width = int(used.max()) + 1 if used.numel() else 1
@@ -1014,6 +1017,10 @@ class GRPOFamilyTrainer(GRPOTrainer):
             elif isinstance(value, list) and len(value) == num_local:
                 output[key] = [value[i] for i in index.tolist()]
         output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
+        if stage.early:  # the kept-rows forwards left NaN on inert rows and past the kept rows' longest completion
+            for key in ("old_per_token_logps", "ref_per_token_logps"):
+                if output.get(key) is not None:  # masked positions: a finite value keeps TRL's masked sums finite
+                    output[key] = torch.nan_to_num(output[key], nan=0.0)
         stage.extras["padding_rows"] = int((~real).sum())
         output["kept_rows_global"] = torch.where(real, process * num_local + index, -1)
         adv = output["advantages"]
