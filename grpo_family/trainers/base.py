@@ -810,7 +810,7 @@ class GRPOFamilyTrainer(GRPOTrainer):
         inputs = self._generation_inputs
         if inputs is None or not self.selects_rows:
             return result
-        self._generation_inputs = None  # GPG-style extra rounds call this again through a new batch
+        self._generation_inputs = None  # scored once per generation round
         _, completion_ids_list, _, completions, _, extra_fields, _, _ = result
         for i, row in enumerate(inputs):  # what TRL merges into the reward inputs after its forwards
             for key, values in (extra_fields or {}).items():
@@ -831,7 +831,7 @@ class GRPOFamilyTrainer(GRPOTrainer):
         self._early_rewards = rewards_per_func
         if self._stage.keep is not None:
             num_local, processes = len(completion_ids_list), self.accelerator.num_processes
-            if self.is_deepspeed_enabled:  # ZeRO-3 forwards are collective: equal row counts on every process
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:  # sharded forwards are collective: equal counts
                 rows, _ = padded_local_rows(
                     self._stage.keep.to(device), num_local, processes, self.accelerator.process_index, 1
                 )
