@@ -280,14 +280,8 @@ class GPGTrainer(GRPOFamilyTrainer):
         per_func = torch.cat([rounds[k][1].rewards_per_func[g * G : (g + 1) * G] for k, g in plan])
         output = self._merge_rounds([out for out, _ in rounds], plan)
         advantages = torch.nan_to_num(self._compute_advantages(assembled, {}), nan=0.0).reshape(-1)
-        stage = GenerationStage(
-            rewards=assembled,
-            rewards_per_func=per_func,
-            trained_rewards=assembled,
-            advantages=advantages,
-            num_generations=G,
-            mode=rounds[0][1].mode,
-        )
+        # (rewards, rewards_per_func, trained_rewards, advantages) of the assembled batch
+        stage = GenerationStage(assembled, per_func, assembled, advantages, num_generations=G, mode=rounds[0][1].mode)
         return output, stage
 
     def _draw_prompts(self, round_index: int) -> list[dict[str, Any]]:
