@@ -616,3 +616,18 @@ def test_cuda_matches_cpu():
     assert keep.device.type == "cuda" and keep.int().cpu().tolist() == EX4_KEEP
     loss = masked_token_loss(-EX4_ADV[:, None].expand(3, 5).cuda(), keep, EX4_MASK.cuda())
     assert loss.item() == pytest.approx(-1 / 6)
+
+
+def test_select_rollouts_leaves_ineligible_rollouts_out():
+    """Ineligible rollouts (masked out of the loss) count in no slot: the subset is the max-variance one of the
+    eligible rollouts, pooled or per group, at most as many as there are (docs/methods/d3s.md §6)."""
+    advantages = torch.tensor([3.0, -3.0, 0.5, 0.0, 2.0, -2.0, 0.1, -0.1], dtype=F64)
+    eligible = torch.tensor([False, True, True, True, True, True, False, False])
+    pooled = select_rollouts(advantages, 4, 2, eligible=eligible)
+    pool = eligible.nonzero().squeeze(1)
+    assert torch.equal(pooled, pool[max_variance_subset(advantages[pool], 4)])
+    assert not eligible[pooled].logical_not().any()
+    grouped = select_rollouts(advantages, 4, 2, scope="group", eligible=eligible)
+    assert grouped.tolist() == [1, 2, 4, 5]  # group 2 has only rows 4 and 5 eligible
+    everyone = torch.ones(8, dtype=torch.bool)
+    assert torch.equal(select_rollouts(advantages, 4, 2, eligible=everyone), select_rollouts(advantages, 4, 2))

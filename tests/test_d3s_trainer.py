@@ -41,24 +41,20 @@ class GradCapture(TrainerCallback):
 class Tap(GRPOFamilyTrainer):
     """Below D3STrainer in the MRO: sees the batch before selection, and TRL's raw log-probs of the loss forward."""
 
-    def _generate_and_score_completions(self, inputs):
-        out = super()._generate_and_score_completions(inputs)
-        self.rec["full"].append({k: v.clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
-        return out
+    def _keep_rows(self, output, stage):
+        self.rec["full"].append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
+        return super()._keep_rows(output, stage)
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        # What D3S hands to TRL's loss (its step denominators added) and the weights the loss call runs with.
+    def _loss_forward_stage(self, inputs, logps, entropies):
+        # What D3S hands to TRL's loss (its step denominators added), the weights the loss call runs with, and
+        # TRL's raw log-probs of the loss forward.
         self.rec["loss_inputs"].append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
         self.rec["state"].append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if kwargs.get("compute_entropy") and logps.requires_grad:
+        if logps.requires_grad:
             logps.retain_grad()  # d loss / d log pi(token), read after the backward
             self.rec["raw_logps"].append(logps)
             self.rec["entropies"].append(entropies.detach().clone())
-        return logps, entropies, aux
+        return super()._loss_forward_stage(inputs, logps, entropies)
 
 
 class Recorder(D3STrainer, Tap):
@@ -169,7 +165,7 @@ def assert_grads_close(actual, expected):
         ("d3s_sample_scope", "intra", r"d3s_sample_scope must be one of \('pooled', 'group'\)"),
         ("d3s_token_scope", "token", r"d3s_token_scope must be one of \('batch', 'micro', 'sequence'\)"),
         ("d3s_loss_normalization", "mean", "d3s_loss_normalization must be one of"),
-        ("d3s_base_estimator", "gpg", r"d3s_base_estimator must be one of \('grpo', 'ms_grpo'\)"),
+        ("d3s_base_estimator", "ppo", r"Unknown advantage estimator 'ppo'; registered: \('grpo', 'ms_grpo', 'gpg'"),
         ("d3s_drop_degenerate_groups", True, "needs d3s_sample_scope='group'"),
         ("loss_type", "grpo", r"loss_type must be one of \('dapo', 'cispo', 'vespo'\).*mask_only_seq"),
         ("top_entropy_quantile", 0.2, "top_entropy_quantile must be 1.0 with D3S"),
@@ -208,7 +204,7 @@ def test_an_optimizer_step_must_not_span_generation_batches(config_kwargs):
 
 def test_ms_grpo_options_are_validated_and_unscaled_rewards_warn(config_kwargs):
     with pytest.raises(ValueError, match="tau_min"):
-        D3SConfig(**config_kwargs(d3s_base_estimator="ms_grpo", d3s_ms_tau_min=5))
+        D3SConfig(**config_kwargs(d3s_base_estimator="ms_grpo", d3s_estimator_options={"tau_min": 5}))
     with pytest.warns(UserWarning, match="scale_rewards='none'"):
         D3SConfig(**config_kwargs(scale_rewards="none"))
 

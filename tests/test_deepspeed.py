@@ -172,7 +172,8 @@ def test_gpg_alpha_is_applied_once_and_globally_under_zero3(suites):
 
 def test_d3s_ranks_keep_different_rows_under_zero3(suites):
     """A reward that is zero on rank 1 only: the ranks keep different numbers of rows at every step of a schedule
-    that moves every step, and the run finishes (each rank pads to the same row count: no deadlock)."""
+    that moves every step, and the run finishes (each rank pads to the same row count: no deadlock), also in the
+    reference log-prob forwards (beta > 0), which run over the kept rows only."""
     load = suites("zero3")
     r0, r1 = assert_ranks_agree(load, "d3s_rows"), load("d3s_rows", 1)
     steps = [e for e in r0["logs"] if "loss" in e and "train_runtime" not in e]

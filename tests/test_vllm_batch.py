@@ -321,6 +321,117 @@ def test_d3s_trims_the_vllm_columns_with_the_rows_it_drops(
         assert inputs["completion_mask"][:, -1].any()  # no all-padding column left behind
 
 
+def count_scoring_rows(trainer, monkeypatch) -> list[tuple[str, int]]:
+    """(model, rows) of every no-grad scoring forward after sampling (TRL's old / reference log-probs; ``labels``
+    tells them from the forwards of ``generate``, and the fake sampler's own scoring is left out) of the policy and,
+    with ``beta > 0``, of the reference model."""
+    calls, sampling = [], []
+    generate_single_turn = trainer._generate_single_turn
+
+    def sample(*args, **kwargs):
+        sampling.append(True)
+        try:
+            return generate_single_turn(*args, **kwargs)
+        finally:
+            sampling.pop()
+
+    monkeypatch.setattr(trainer, "_generate_single_turn", sample)
+
+    def hook(name):
+        def count(module, args, kwargs):
+            if "labels" in kwargs and not torch.is_grad_enabled() and not sampling:
+                calls.append((name, kwargs["input_ids"].size(0)))
+
+        return count
+
+    trainer.model.register_forward_pre_hook(hook("policy"), with_kwargs=True)
+    if trainer.ref_model is not None:
+        trainer.ref_model.register_forward_pre_hook(hook("reference"), with_kwargs=True)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"vllm": True, "vllm_importance_sampling_mode": "token_truncate"},
+        {"beta": 0.04},
+        {"num_iterations": 2},
+        {"steps_per_generation": 2, "gradient_accumulation_steps": 1, "d3s_token_scope": "micro"},
+    ],
+    ids=["vllm_is", "beta", "num_iterations", "steps_per_generation"],
+)
+def test_d3s_forwards_no_rollout_it_drops(
+    setting, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch
+):
+    """TRL computes old log-probs (vLLM's importance-sampling correction, num_iterations > 1, steps_per_generation >
+    gradient_accumulation_steps) and reference log-probs (beta > 0) before any reward exists; D3S selects its rows
+    before those forwards, so they see the kept rollouts only (issue 20), and the values are those of a full
+    forward."""
+    setting = dict(setting)
+    vllm = setting.pop("vllm", False)
+    trainer = _build("d3s", config_kwargs, tiny_model_dir, tiny_tokenizer, arithmetic_train, **setting)
+    if vllm:
+        fake_vllm(trainer, monkeypatch)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    calls = count_scoring_rows(trainer, monkeypatch)
+    loss_inputs = record_loss_inputs(trainer, monkeypatch)
+    batches = record_batches(trainer, monkeypatch)
+    logs = _train_logs(trainer)
+
+    passes = ("old_per_token_logps" in loss_inputs[0]) + (trainer.beta != 0.0)  # old; reference log-probs
+    assert passes >= 1
+    kept = [h["d3s/kept_rollouts"] for h in logs if "d3s/kept_rollouts" in h]  # per generation batch
+    rollouts = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
+    assert all(0 < k < rollouts for k in kept), "nothing was dropped: the check would prove nothing"
+    generation_calls = len(batches)
+    assert len(calls) == passes * generation_calls
+    assert sorted(rows for _, rows in calls) == sorted(
+        int(b["completion_mask"].any(1).sum()) for b in batches for _ in range(passes)
+    )
+    models = {"policy"} if "old_per_token_logps" in loss_inputs[0] else set()
+    assert {name for name, _ in calls} == models | ({"reference"} if trainer.beta else set())
+    # The kept rows' log-probs are a full forward's: the first loss call of the run is the initial policy's.
+    inputs = loss_inputs[0]
+    mask = inputs["completion_mask"].bool()
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    width = inputs["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = initial(input_ids=ids, attention_mask=attention).logits[:, -width - 1 : -1].float()
+    expected = (logits / trainer.temperature).log_softmax(-1).gather(-1, inputs["completion_ids"].unsqueeze(-1))
+    for key in ("old_per_token_logps", "ref_per_token_logps"):
+        if key in inputs:
+            torch.testing.assert_close(inputs[key][mask], expected.squeeze(-1)[mask], atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"max_completion_length": 2, "mask_truncated_completions": True},  # (nearly) every rollout is dropped
+        {"pad_to_multiple_of": 16},  # the batch keeps columns past the kept rows' longest completion
+    ],
+    ids=["empty_selection", "pad_to_multiple_of"],
+)
+def test_d3s_kept_row_forwards_leave_nothing_undefined(
+    setting, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch
+):
+    """The reference forward over the kept rows only: a step whose selection is empty (no forward at all) and
+    columns the forward did not reach (padding) still give finite log-probs in every loss call, a finite loss and
+    finite weights."""
+    trainer = _build(
+        "d3s", config_kwargs, tiny_model_dir, tiny_tokenizer, arithmetic_train, beta=0.04, **setting
+    )  # fmt: skip
+    loss_inputs = record_loss_inputs(trainer, monkeypatch)
+    logs = _train_logs(trainer)
+    assert all(math.isfinite(h["loss"]) for h in logs)
+    assert all(torch.isfinite(inputs["ref_per_token_logps"]).all() for inputs in loss_inputs)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    if "max_completion_length" in setting:
+        assert any(h["d3s/kept_rollouts"] == 0 for h in logs), "no empty selection: the case was not exercised"
+    else:
+        assert any(i["completion_ids"].size(1) > int(i["completion_mask"].sum(1).max()) for i in loss_inputs)
+
+
 # ---------------------------------------------------------------------------------------------------- GPG
 @pytest.mark.parametrize("correction", [False, True])
 def test_gpg_applies_the_ratio_only_when_configured(

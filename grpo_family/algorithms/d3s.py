@@ -18,11 +18,17 @@ import torch
 
 __all__ = [
     "LOSS_NORMALIZATIONS",
+    "UNIT_WEIGHT_NORMALIZATIONS",
+    "default_samples_start",
+    "loss_denominator",
     "masked_token_loss",
     "max_variance_subset",
+    "normalization_weights",
+    "planned_kept_tokens",
     "schedule",
     "select_rollouts",
     "token_keep_mask",
+    "token_keep_mask_in_rollout_order",
 ]
 
 SELECTION_SCOPES = ("pooled", "group")
@@ -114,6 +120,7 @@ def select_rollouts(
     *,
     scope: str = "pooled",
     drop_degenerate_groups: bool = False,
+    eligible: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sample-level D3S selection: sorted flat indices ``b*G + i`` of the kept rollouts (docs/methods/d3s.md §2.3, §3).
 
@@ -127,6 +134,9 @@ def select_rollouts(
             ``"group"`` (D3S-I / D1S): a max-variance subset of size k inside each group.
         drop_degenerate_groups: ``"group"`` scope only (§11 #13, default off as in the paper): a group whose
             advantages are all equal keeps no rollout.
+        eligible: (N,) bool or None (all). Rollouts marked False (completions masked out of the loss, e.g. truncated
+            ones) count in the group statistics but take no slot (docs/methods/d3s.md §6): the subset is drawn from the
+            eligible ones, at most as many as there are.
     """
     if scope not in SELECTION_SCOPES:
         raise ValueError(f"scope must be one of {SELECTION_SCOPES}, got {scope!r}")
@@ -138,6 +148,8 @@ def select_rollouts(
     if advantages.dim() == 2 and advantages.shape[1] != num_generations:
         raise ValueError(f"advantages of shape {tuple(advantages.shape)} do not have G = {num_generations} columns")
     num_prompts = adv.numel() // num_generations
+    if eligible is not None and not bool(eligible.all()):
+        return _select_eligible(adv, num_generations, k, scope, drop_degenerate_groups, eligible)
     if scope == "pooled":
         if drop_degenerate_groups:
             raise ValueError("drop_degenerate_groups is only defined for scope='group' (docs/methods/d3s.md §11 #13)")
@@ -149,6 +161,36 @@ def select_rollouts(
             keep &= groups.amax(1, keepdim=True) > groups.amin(1, keepdim=True)
         keep = keep.reshape(-1)
     return keep.nonzero().squeeze(1)
+
+
+def _select_eligible(advantages, num_generations, k, scope, drop_degenerate_groups, eligible) -> torch.Tensor:
+    num_prompts = advantages.numel() // num_generations
+    if scope == "pooled":
+        pool = eligible.nonzero().squeeze(1)
+        return pool[max_variance_subset(advantages[pool], min(int(k) * num_prompts, pool.numel()))]
+    kept = []
+    for b in range(num_prompts):
+        group = advantages[b * num_generations : (b + 1) * num_generations]
+        if drop_degenerate_groups and bool(group.max() == group.min()):
+            continue
+        pool = eligible[b * num_generations : (b + 1) * num_generations].nonzero().squeeze(1)
+        kept.append(pool[max_variance_subset(group[pool], min(int(k), pool.numel()))] + b * num_generations)
+    return torch.cat(kept) if kept else advantages.new_zeros(0, dtype=torch.long)
+
+
+def default_samples_start(num_generations: int) -> int:
+    """N_init when the user sets none: G/4 rounded half up, the paper's 8 of 32 (docs/methods/d3s.md §4.1)."""
+    return max(2, math.floor(num_generations / 4 + 0.5))
+
+
+def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.Tensor:
+    """Kept-token count of ``token_keep_mask`` for scopes of ``valid_counts`` tokens: ``min(n, max(1, ceil(K n)))``.
+
+    The same expression as the algorithm (docs/methods/d3s.md §2.4: ``ceil(K n - 1e-9)``, at least 1, at most n; 0
+    for n = 0), so the loss denominator can be fixed before the entropies are known.
+    """
+    n = valid_counts.double()
+    return torch.minimum(torch.ceil(keep_ratio * n - 1e-9).clamp_min(1), n)
 
 
 def schedule(
@@ -233,6 +275,49 @@ def token_keep_mask(
     n_keep = torch.ceil(keep_ratio * n.double() - 1e-9).long()
     n_keep = torch.minimum(n_keep.clamp_min(min_keep), n)
     return ((rank < n_keep[:, None]) & valid_s).reshape(n_rows, t)
+
+
+def token_keep_mask_in_rollout_order(
+    advantages: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor, rollout_index: torch.Tensor, ratio: float
+) -> torch.Tensor:
+    """``token_keep_mask(scope="batch")`` over rows in any order, ties broken by (global rollout index, position)
+    (docs/methods/d3s.md §2.4): the rows are ranked in ``rollout_index`` order (padding rows, index -1, have no valid
+    token), then put back."""
+    order = torch.sort(rollout_index, stable=True).indices
+    keep = torch.empty_like(mask, dtype=torch.bool)
+    keep[order] = token_keep_mask(advantages[order], entropies[order], mask[order], ratio, scope="batch")
+    return keep
+
+
+# Normalisations whose per-token weight is 1 on the kept tokens (their loss value is the D3S loss itself).
+UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
+
+
+def loss_denominator(normalization: str, valid_tokens, kept_tokens, num_rollouts):
+    """D, the denominator of one optimizer step's loss ``sum w * l / D`` (docs/methods/d3s.md §2.6): the
+    normalisation's own for the unit-weight ones, |T| (kept tokens) for the per-rollout ones (whose factors go into
+    :func:`normalization_weights`)."""
+    return {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
+        normalization, kept_tokens
+    )
+
+
+def normalization_weights(
+    keep: torch.Tensor, valid: torch.Tensor, normalization: str, *, kept_tokens, num_rollouts, rows_with_tokens
+) -> torch.Tensor:
+    """Per-token gradient weights ``w = D * omega`` of rows ``keep`` / ``valid`` (R, T) (docs/methods/d3s.md §2.6),
+    ``omega`` the normalisation's weight in ``sum omega * l`` over the optimizer step, whose counts are ``kept_tokens``
+    (|T|), ``num_rollouts`` (|S|) and ``rows_with_tokens`` (rollouts with a kept token, for ``seq_mean_kept``)."""
+    if normalization in UNIT_WEIGHT_NORMALIZATIONS:
+        return keep.float()
+    kept_per_row = keep.sum(1, keepdim=True).double()
+    if normalization == "mask_only_seq":  # (1 / |y_i|) / |S|
+        row = valid.sum(1, keepdim=True).double().clamp_min(1) * num_rollouts
+    elif normalization == "seq_mean_kept_all":  # (1 / |T_i|) / |S|
+        row = kept_per_row.clamp_min(1) * num_rollouts
+    else:  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}
+        row = kept_per_row.clamp_min(1) * rows_with_tokens
+    return (keep.double() * kept_tokens / row.clamp_min(1)).float()
 
 
 def masked_token_loss(

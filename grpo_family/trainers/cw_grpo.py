@@ -7,8 +7,10 @@ KL and loss aggregation are TRL's, unchanged.
 
 Where the pieces come from (docs/methods/cw_grpo.md §3.2):
 
-* the weights are computed once per generation batch, in the advantage hook before TRL shuffles and splits it
-  (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
+* the advantages are those of ``cw_base_estimator`` (any registered in ``algorithms.estimators``; GRPO's by
+  default, the paper's);
+* the weights are computed once per generation batch, in the token-weight stage (``_weight_advantages``) before TRL
+  shuffles and splits it (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
   processes (a prompt's G completions can straddle processes), so each group's statistics are the group's; every
   process computes the same weights and keeps its own rows;
 * the log-probs are the rollout policy's, from the training model (docs/methods/cw_grpo.md §2.4 step 1): TRL's
@@ -21,8 +23,9 @@ Where the pieces come from (docs/methods/cw_grpo.md §3.2):
   has no ``old_per_token_logps`` (it then uses the loss's own log-probs as the old ones: the policy has not moved
   since the rollout). The weights are then computed inside the loss, from the log-probs its forward just made,
   gathered across processes and put back in global row order, before TRL reads the advantages: no extra forward.
-  TRL's ``_compute_loss`` is not copied; ``_get_per_token_logps_and_entropies`` is wrapped, and a loss that did
-  not call it before reading the advantages raises instead of training unweighted. The weighted advantages are
+  TRL's ``_compute_loss`` is not copied; the base class's loss-forward stage (``_loss_forward_stage``) receives the
+  loss's log-probs, and a loss that did not make its forward before reading the advantages raises instead of
+  training unweighted. The weighted advantages are
   written into TRL's buffered batch and its row tags removed, so with ``num_iterations > 1`` the later passes over
   that batch train on the same weighted advantages (docs/methods/cw_grpo.md §6: the weights stay fixed for all passes).
 """
@@ -40,7 +43,9 @@ import torch
 from accelerate.utils import gather, pad_across_processes
 
 from ..algorithms.cw_grpo import ADV_CENTERS, SCOPES, covariance_stats, covariance_weights
+from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import estimator_options
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +119,27 @@ class CWGRPOConfig(GRPOFamilyConfig):
         },
     )
 
+    cw_base_estimator: str = field(
+        default="grpo",
+        metadata={
+            "help": "Advantage estimator whose per-rollout advantages the covariance weights reweight, by its name in "
+            "grpo_family.algorithms.estimators: 'grpo' (default, the paper; TRL's group normalisation, scale_rewards "
+            "applies), 'ms_grpo' (multi-scale advantages) or 'gpg'. Its options go in cw_estimator_options."
+        },
+    )
+    cw_estimator_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Options of cw_base_estimator, as a mapping (a JSON object on the command line), named as the "
+            'estimator\'s method names them: e.g. {"num_scales": 4, "subgroups_per_scale": 8} for \'ms_grpo\'. '
+            "Default None: the estimator's defaults."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        self.cw_estimator_options = estimator_options(self.cw_estimator_options, "cw_estimator_options")
+        validate_estimator(self.cw_base_estimator, self.num_generations, self.cw_estimator_options)
         if self.cw_scope not in SCOPES:
             raise ValueError(f"cw_scope must be one of {SCOPES} (default 'group'), got {self.cw_scope!r}.")
         if self.cw_adv_center not in ADV_CENTERS:
@@ -174,8 +198,6 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
     }
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self._cw_pending: dict | None = None  # loss inputs whose advantages await the loss's log-probs
-        self._cw_deferred: torch.Tensor | None = None  # gathered "scored" rows of a batch weighted in the loss
         super().__init__(*args, **kwargs)
         self._warned_sampler_logps = False
 
@@ -234,23 +256,25 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             return False
         return batch["mode"] == "eval" or self.args.steps_per_generation == 1
 
-    # ------------------------------------------------------------------ advantage hook
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        """GRPO advantages times the CW weights: (P, G, T) per-token advantages on the gathered batch (or (P, G)
-        GRPO advantages that the loss weights, see :meth:`compute_loss`)."""
-        advantages = super()._compute_advantages(rewards, batch)  # (P, G), TRL's GRPO maths
-        num_prompts, num_generations = rewards.shape
-        flat = torch.nan_to_num(advantages, nan=0.0).reshape(-1).float()
+        return self._estimate(self.args.cw_base_estimator, rewards, batch, self.args.cw_estimator_options)
+
+    # ------------------------------------------------------------------ token-weight stage
+    def _weight_advantages(self, stage, batch: dict[str, Any]) -> torch.Tensor:
+        """GRPO advantages times the CW weights: (P * G, T) per-token advantages on the gathered batch (or the (P * G,)
+        GRPO advantages that the loss's own forward weights, see :meth:`_loss_forward_stage`)."""
+        rewards, flat = stage.rewards, stage.advantages.float()
+        num_generations = stage.num_generations
         if not flat.any():
             # Every group is degenerate (or unscorable): A * w = 0 whatever w is, so skip the log-probs. The
             # advantages are global, so every process skips alike (a forward under ZeRO-3 is collective).
             self._log_degenerate_batch()
-            return advantages
+            return stage.advantages
         # Unscorable completions (NaN reward) are trained with advantage 0; keep them out of the statistics.
         scored = ~torch.isnan(rewards).reshape(-1)
         if self._defers_to_loss(batch):
-            self._cw_deferred = scored
-            return advantages
+            stage.extras["cw_scored"] = scored
+            return stage.advantages
         logps, extra_forward = self._rollout_logps(batch)
         mask = self._loss_mask(batch)
         # Pad every process's tensors to the widest completion, then gather: rows in TRL's global order.
@@ -259,44 +283,34 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         mask = mask.bool() & scored[:, None]
         weights = self._covariance_weights(logps, flat, mask, num_generations)
         self._log_weights(logps, flat, mask, weights, num_generations, extra_forward)
-        return (flat[:, None] * weights).reshape(num_prompts, num_generations, logps.size(1))
+        return flat[:, None] * weights
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        scored, self._cw_deferred = self._cw_deferred, None
+    def _finish_generation_batch(self, output: dict[str, Any], stage) -> None:
+        scored = stage.extras.get("cw_scored")
         if scored is not None:  # weights come in the loss: tag every row with its global index (TRL shuffles)
             n = output["completion_ids"].size(0)
             rows = torch.arange(n, device=output["completion_ids"].device) + self.accelerator.process_index * n
             output["cw_row"] = rows
             output["cw_scored"] = scored.to(rows.device)[rows]
-        return output
 
     # ------------------------------------------------------------------ weights from the loss's log-probs
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def _needs_loss_forward(self, inputs: dict[str, Any]) -> str | None:
         if "cw_row" not in inputs:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self._cw_pending = inputs
-        try:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            pending, self._cw_pending = self._cw_pending, None
-        if pending is not None:
-            raise RuntimeError(
-                "CW-GRPO: TRL's loss did not compute the policy log-probs before reading the advantages, so the "
-                "covariance weights could not be applied. Set cw_reuse_loss_logps=False (one extra forward pass)."
-            )
-        return loss
+            return None
+        return (
+            "CW-GRPO: TRL's loss did not compute the policy log-probs before reading the advantages, so the "
+            "covariance weights could not be applied. Set cw_reuse_loss_logps=False (one extra forward pass)."
+        )
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
-        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        inputs, self._cw_pending = self._cw_pending, None
-        if inputs is not None:  # the loss's policy forward: weight the advantages before TRL reads them
-            inputs["advantages"] = self._weigh_in_loss(inputs, result[0].detach())
+    def _loss_forward_stage(self, inputs, logps, entropies):
+        logps, entropies = super()._loss_forward_stage(inputs, logps, entropies)
+        if "cw_row" in inputs:  # the loss's policy forward: weight the advantages before TRL reads them
+            inputs["advantages"] = self._weigh_in_loss(inputs, logps.detach())
             # ``inputs`` is TRL's buffered batch: with num_iterations > 1 the next passes get this same dict. Drop
             # the row tags so that they train on these weighted advantages as they are (weights computed once per
             # generation batch, docs/methods/cw_grpo.md §2.6/§6) instead of weighting them again.
             del inputs["cw_row"], inputs["cw_scored"]
-        return result
+        return logps, entropies
 
     @torch.no_grad()
     def _weigh_in_loss(self, inputs: dict[str, Any], logps: torch.Tensor) -> torch.Tensor:

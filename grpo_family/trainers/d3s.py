@@ -1,18 +1,22 @@
 """D3S: dynamic dual-level down-sampling on top of GRPO (``docs/methods/d3s.md``).
 
-A filter between the advantages and the policy loss; the maths is ``algorithms.d3s``. Where each piece happens:
+A filter between the advantages and the policy loss; the maths is ``algorithms.d3s``. It uses the base class's
+stages (``trainers/stages.py``) and overrides none of TRL's helpers. Where each piece happens:
 
-* **advantages** (``_compute_advantages``): the base estimator's, on the full groups of the gathered batch
-  (``grpo``: TRL's maths; ``ms_grpo``: ``algorithms.ms_grpo.multiscale_advantages``). They are never recomputed.
-* **sample level** (``_generate_and_score_completions``): after TRL has scored the batch, the max-variance subset
-  is chosen on the *gathered* advantages (``select_rollouts``: pooled over the batch by default, per group as an
-  option), identically on every process, and each process keeps only its own selected rows. Dropped rollouts
-  never reach the policy forward/backward. Processes may keep different numbers of rows, but TRL's collectives
-  need equal local batches split into ``steps_per_generation`` equal chunks, so every process is padded to the
-  same row count (a multiple of ``steps_per_generation``) with inert rows: a copy of a local row whose
-  completion mask is zeroed, which receives no gradient and enters no count or metric. Completion columns that
-  only held padding of dropped rows are trimmed.
-* **token level** (``_get_per_token_logps_and_entropies``, the forward of TRL's loss): the keep mask is the top
+* **advantages** (``_compute_advantages``): the base estimator's (``d3s_base_estimator``: any registered in
+  ``algorithms.estimators``, e.g. ``grpo``, ``ms_grpo``, ``gpg``), on the full groups of the gathered batch. They are
+  never recomputed.
+* **sample level** (``_select_rows``): the max-variance subset is chosen on the *gathered* advantages
+  (``select_rollouts``: pooled over the batch by default, per group as an option), identically on every process.
+  Because D3S selects rows, the base class scores its batches right after generation, *before* TRL's no-grad
+  forwards: the old log-probs (vLLM importance-sampling correction, ``num_iterations > 1``, ``steps_per_generation >
+  gradient_accumulation_steps``) and the reference log-probs (``beta > 0``) are computed for the kept rollouts only;
+  dropped rollouts never reach any forward. The base class then keeps each process's own selected rows
+  (``_keep_rows``): processes may keep different numbers of rows, but TRL's collectives need equal local batches
+  split into ``steps_per_generation`` equal chunks, so every process is padded to the same row count (a multiple of
+  ``steps_per_generation``) with inert rows: a copy of a local row whose completion mask is zeroed, which receives
+  no gradient and enters no count or metric. Completion columns that only held padding of dropped rows are trimmed.
+* **token level** (``_loss_forward_stage``, the forward of TRL's loss): the keep mask is the top
   ``ceil(K n)`` valid tokens by ``|A| * H``, ties to the earlier (global rollout index, position) (the index is
   carried through TRL's row shuffle as ``d3s_rollout_index``). Scopes: ``"batch"`` (default, docs/methods/d3s.md §11 #5) = one
   ranking over the kept rollouts of the whole generation batch on all processes with the sampling policy's
@@ -27,12 +31,12 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
   GSPO-token one of docs/methods/d3s.md §2.6, but TRL's bias-corrected KL (``KL_t * s_i``, ``use_bias_correction_kl``, TRL's default) would
   carry unkept tokens' KL into the kept tokens through ``s_i``; the config therefore requires
   ``use_bias_correction_kl=False`` there when ``beta != 0`` (the KL is then per-token and masked).
-* **normalisation** (``compute_loss``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
+* **normalisation** (``_loss_inputs_stage``): TRL's token-sum losses (``loss_type`` dapo/cispo/vespo) divide by
   ``num_items_in_batch``; D3S replaces it, per loss call, by the denominator of ``d3s_loss_normalization`` over the
   optimizer step the call belongs to (default: the kept tokens of all its micro-steps on all processes, docs/methods/d3s.md §2.6),
   rescaled for TRL's ``accumulation / steps_per_generation`` factor, so micro-batching, padding rows and
   ``steps_per_generation != gradient_accumulation_steps`` do not change the gradient. The counts are made once per
-  generation batch (``_prepare_generation_batch``); an optimizer step must not span two generation batches
+  generation batch (``_micro_batches_stage``); an optimizer step must not span two generation batches
   (``steps_per_generation x num_iterations`` a multiple of ``gradient_accumulation_steps``, checked in the config).
   The logged loss is the D3S loss for the normalisations whose weight is 1 on kept tokens
   (token_mean_kept, literal_eq10, mask_only_token) with token-level ratios, plus ``beta`` x the KL of unkept tokens
@@ -43,16 +47,13 @@ A filter between the advantages and the policy loss; the maths is ``algorithms.d
 * **schedule**: ``algorithms.d3s.schedule`` of ``state.global_step / state.max_steps`` when the batch is generated;
   a pure function of the trainer state, so a checkpoint resume restores it with ``global_step``.
 
-Not covered: multimodal batches (image tensors are not row-indexable here) raise ``NotImplementedError``. The
-no-grad old/reference log-prob passes still run on every rollout: TRL computes them before the rewards, and
-moving the selection ahead of them would mean copying ``_generate_and_score_completions`` (they are skipped
-altogether in TRL's default on-policy setting with ``beta = 0``).
+Not covered: multimodal batches (image tensors are not row-indexable here) raise ``NotImplementedError`` (their
+old/reference log-probs are computed over every rollout before that).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -61,35 +62,27 @@ from typing import Any
 import torch
 from accelerate.utils import gather
 
-from ..algorithms.d3s import LOSS_NORMALIZATIONS, max_variance_subset, schedule, select_rollouts, token_keep_mask
+from ..algorithms.d3s import (
+    LOSS_NORMALIZATIONS,
+    default_samples_start,
+    loss_denominator,
+    normalization_weights,
+    planned_kept_tokens,
+    schedule,
+    select_rollouts,
+    token_keep_mask,
+    token_keep_mask_in_rollout_order,
+)
+from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import estimator_options
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_SCOPES = ("pooled", "group")
 TOKEN_SCOPES = ("batch", "micro", "sequence")
-BASE_ESTIMATORS = ("grpo", "ms_grpo")
 # TRL loss types whose aggregation is "token sum / num_items_in_batch": the denominator D3S controls.
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
-# Normalisations whose per-token weight is 1 on the kept tokens: the logged loss is then exactly the D3S loss.
-_UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
-# Row-aligned keys that are not tensors of shape (rows, ...) and are left alone when rows are selected.
-_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes")
-
-
-def default_samples_start(num_generations: int) -> int:
-    """N_init when the user sets none: G/4 rounded half up, the paper's 8 of 32 (docs/methods/d3s.md §4.1)."""
-    return max(2, math.floor(num_generations / 4 + 0.5))
-
-
-def planned_kept_tokens(valid_counts: torch.Tensor, keep_ratio: float) -> torch.Tensor:
-    """Kept-token count of ``token_keep_mask`` for scopes of ``valid_counts`` tokens: ``min(n, max(1, ceil(K n)))``.
-
-    The same expression as the algorithm (docs/methods/d3s.md §2.4: ``ceil(K n - 1e-9)``, at least 1, at most n; 0 for n = 0), so
-    the loss denominator can be fixed before the entropies are known.
-    """
-    n = valid_counts.double()
-    return torch.minimum(torch.ceil(keep_ratio * n - 1e-9).clamp_min(1), n)
 
 
 @dataclass
@@ -164,23 +157,19 @@ class D3SConfig(GRPOFamilyConfig):
     d3s_base_estimator: str = field(
         default="grpo",
         metadata={
-            "help": "Advantage estimator D3S filters: 'grpo' (default; TRL's group normalisation, scale_rewards "
-            "applies) or 'ms_grpo' (multi-scale advantages, algorithms.ms_grpo, options d3s_ms_*)."
+            "help": "Advantage estimator D3S filters, by its name in grpo_family.algorithms.estimators: 'grpo' "
+            "(default; TRL's group normalisation, scale_rewards applies), 'ms_grpo' (multi-scale advantages) or "
+            "'gpg' (group-mean baseline, f_norm 'none' unless set). Its options go in d3s_estimator_options."
         },
     )
-    d3s_ms_tau_min: int = field(default=2, metadata={"help": "ms_grpo base: smallest subgroup size. Default 2."})
-    d3s_ms_weights: str = field(
-        default="uniform",
-        metadata={"help": "ms_grpo base: scale weights 'uniform' (default), 'global', 'local' or 'flat'."},
-    )
-    d3s_ms_std: str = field(default="population", metadata={"help": "ms_grpo base: std convention of subgroups."})
-    d3s_ms_num_scales: int | None = field(
+    d3s_estimator_options: dict | str | None = field(
         default=None,
-        metadata={"help": "ms_grpo base: drawn scales per prompt (accelerated mode); None = every scale (exact)."},
-    )
-    d3s_ms_subgroups_per_scale: int | None = field(
-        default=None,
-        metadata={"help": "ms_grpo base: subgroups per scale (accelerated mode); None = every subgroup (exact)."},
+        metadata={
+            "help": "Options of d3s_base_estimator, as a mapping (a JSON object on the command line), named as the "
+            'estimator\'s method names them: e.g. {"num_scales": 4, "subgroups_per_scale": 8} for \'ms_grpo\' (its '
+            'MSGRPOConfig fields), {"f_norm": "group", "tol": 1e-6} for \'gpg\', {"scale": "batch"} for \'grpo\'. '
+            "Default None: the estimator's defaults."
+        },
     )
 
     def __post_init__(self):
@@ -201,7 +190,6 @@ class D3SConfig(GRPOFamilyConfig):
             ("d3s_sample_scope", SAMPLE_SCOPES),
             ("d3s_token_scope", TOKEN_SCOPES),
             ("d3s_loss_normalization", LOSS_NORMALIZATIONS),
-            ("d3s_base_estimator", BASE_ESTIMATORS),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
@@ -238,27 +226,19 @@ class D3SConfig(GRPOFamilyConfig):
                 f"gradient_accumulation_steps ({self.gradient_accumulation_steps}). Set steps_per_generation to a "
                 "multiple of gradient_accumulation_steps (the default is equal)."
             )
-        if self.d3s_base_estimator == "ms_grpo":
-            from ..algorithms.ms_grpo import validate_multiscale_options
-
-            validate_multiscale_options(G, **self.ms_grpo_kwargs)
-        elif self.scale_rewards != "group":
+        self.d3s_estimator_options = estimator_options(self.d3s_estimator_options, "d3s_estimator_options")
+        validate_estimator(self.d3s_base_estimator, G, self.d3s_estimator_options)
+        options = self.d3s_estimator_options
+        knob, scale = ("scale_rewards", options.get("scale", self.scale_rewards))
+        if self.d3s_base_estimator == "gpg":
+            knob, scale = "f_norm", options.get("f_norm", "none")
+        if self.d3s_base_estimator != "ms_grpo" and scale != "group":
             warnings.warn(
-                f"D3S with scale_rewards={self.scale_rewards!r}: pooled selection assumes per-group standardised "
-                "advantages and will favour groups by their raw reward spread (docs/methods/d3s.md §2.6).",
+                f"D3S over {self.d3s_base_estimator!r} with {knob}={scale!r}: pooled selection assumes per-group "
+                "standardised advantages and will favour groups by their raw reward spread (docs/methods/d3s.md §2.6).",
                 UserWarning,
                 stacklevel=2,
             )
-
-    @property
-    def ms_grpo_kwargs(self) -> dict[str, Any]:
-        return dict(
-            tau_min=self.d3s_ms_tau_min,
-            weights=self.d3s_ms_weights,
-            std=self.d3s_ms_std,
-            num_scales=self.d3s_ms_num_scales,
-            subgroups_per_scale=self.d3s_ms_subgroups_per_scale,
-        )
 
 
 class D3STrainer(GRPOFamilyTrainer):
@@ -275,6 +255,7 @@ class D3STrainer(GRPOFamilyTrainer):
     """
 
     method_name = "d3s"
+    selects_rows = True
     _tag_names = ["trl", "grpo", "grpo_family", "d3s"]
     _name = "D3S"
     _paper = {
@@ -293,10 +274,7 @@ class D3STrainer(GRPOFamilyTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, D3SConfig):
             raise TypeError(f"D3STrainer needs a D3SConfig (its d3s_* options), got {type(self.args).__name__}.")
-        self._d3s_global_advantages: torch.Tensor | None = None
         self._d3s_warned_degenerate = False
-        self._d3s_loss_inputs: dict[str, Any] | None = None
-        self._d3s_keep_cache: dict[str, Any] | None = None
         # What the last generation batch selected (global flat indices b*G + i, schedule values); for inspection.
         self.d3s_last_selection: dict[str, Any] = {}
 
@@ -321,62 +299,31 @@ class D3STrainer(GRPOFamilyTrainer):
 
     # ------------------------------------------------------------------ advantages (full groups, global)
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        if self.args.d3s_base_estimator == "ms_grpo":
-            from ..algorithms.ms_grpo import multiscale_advantages
-
-            # Same seed on every process, so an accelerated (sampled) estimate is identical everywhere.
-            generator = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self.state.global_step)
-            advantages = multiscale_advantages(rewards, generator=generator, **self.args.ms_grpo_kwargs)
-        else:
-            advantages = super()._compute_advantages(rewards, batch)
+        a = self.args
+        advantages = self._estimate(a.d3s_base_estimator, rewards, batch, a.d3s_estimator_options)
         if advantages.dim() != 2:
             raise ValueError("D3S ranks rollouts by one advantage each; the base estimator returned per-token ones.")
-        self._d3s_global_advantages = torch.nan_to_num(advantages, nan=0.0).reshape(-1)
         return advantages
 
     # ------------------------------------------------------------------ sample level
-    def _select(self, advantages: torch.Tensor, num_generations: int, n_s: int, eligible: torch.Tensor | None):
-        """Sorted global flat indices of the kept rollouts (docs/methods/d3s.md §2.3). ``eligible`` = False for completions TRL
-        masked (``mask_truncated_completions``): they counted in the group statistics but take no slot (docs/methods/d3s.md §6)."""
-        a = self.args
-        if eligible is None or bool(eligible.all()):
-            return select_rollouts(
-                advantages,
-                num_generations,
-                n_s,
-                scope=a.d3s_sample_scope,
-                drop_degenerate_groups=a.d3s_drop_degenerate_groups,
-            )
-        num_prompts = advantages.numel() // num_generations
-        if a.d3s_sample_scope == "pooled":
-            pool = eligible.nonzero().squeeze(1)
-            return pool[max_variance_subset(advantages[pool], min(n_s * num_prompts, pool.numel()))]
-        kept = []
-        for b in range(num_prompts):
-            group = advantages[b * num_generations : (b + 1) * num_generations]
-            if a.d3s_drop_degenerate_groups and bool(group.max() == group.min()):
-                continue
-            pool = eligible[b * num_generations : (b + 1) * num_generations].nonzero().squeeze(1)
-            kept.append(pool[max_variance_subset(group[pool], min(n_s, pool.numel()))] + b * num_generations)
-        return torch.cat(kept) if kept else advantages.new_zeros(0, dtype=torch.long)
-
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        advantages, self._d3s_global_advantages = self._d3s_global_advantages, None
-        if any(output.get(k) is not None for k in _MULTIMODAL_KEYS):
-            raise NotImplementedError("D3S drops rollouts from the batch; multimodal batches are not supported.")
-        mode = self._mode
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+    def _select_rows(self, advantages: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """The row-selection stage: the max-variance subset of the gathered full-group advantages (docs/methods/d3s.md
+        §2.3), identical on every process; it runs before TRL's old/reference log-prob forwards, which then cover the
+        kept rows only."""
+        mode = batch["mode"]
+        num_generations = batch["num_generations"]
         n_s, ratio, progress = self.d3s_schedule(num_generations)
-        device = output["completion_ids"].device
-        num_local = output["completion_ids"].size(0)
-        num_processes = self.accelerator.num_processes
-        advantages = advantages.to(device)
-
-        eligible = None
-        if self.mask_truncated_completions:
-            eligible = gather(output["completion_mask"].any(1).to(torch.int32)).bool().to(device)
-        kept = self._select(advantages, num_generations, n_s, eligible).to(device)
+        batch["stage_extras"]["token_ratio"] = ratio
+        a = self.args
+        kept = select_rollouts(
+            advantages,
+            num_generations,
+            n_s,
+            scope=a.d3s_sample_scope,
+            drop_degenerate_groups=a.d3s_drop_degenerate_groups,
+            # Masked completions count in the group statistics but take no slot (docs/methods/d3s.md §6).
+            eligible=~batch["masked_rows"] if self.mask_truncated_completions else None,
+        )
         degenerate = not bool(advantages.any())
         # docs/methods/d3s.md §6: still step (KL only), collectives stay in sync.
         if degenerate and not self._d3s_warned_degenerate:
@@ -385,45 +332,6 @@ class D3STrainer(GRPOFamilyTrainer):
                 "KL term (if any) trains on it. Counted in d3s/degenerate_batch."
             )
             self._d3s_warned_degenerate = True
-
-        # Every process knows the whole selection, hence every process's kept count: no communication needed to
-        # agree on a common row count (padded up to a multiple of the number of micro-steps).
-        flags = torch.zeros(advantages.numel(), dtype=torch.bool, device=device)
-        flags[kept] = True
-        chunks = self.args.steps_per_generation if mode == "train" else 1
-        rows = max(int(flags.view(num_processes, num_local).sum(1).max()), 1)
-        rows = -(-rows // chunks) * chunks
-        start = self.accelerator.process_index * num_local
-        local = flags[start : start + num_local].nonzero().squeeze(1)
-        num_pad = rows - local.numel()
-        filler = local[:1] if local.numel() else torch.zeros(1, dtype=torch.long, device=device)
-        index = torch.cat([local, filler.repeat(num_pad)])
-        real = torch.arange(rows, device=device) < local.numel()
-
-        valid_before = output["completion_mask"].sum()
-        for key, value in output.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == num_local:
-                output[key] = value[index]
-            elif isinstance(value, list) and len(value) == num_local:
-                output[key] = [value[i] for i in index.tolist()]
-        # Padding rows are inert: no valid completion token, so no gradient, no kept token, no count, no metric.
-        output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
-        # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
-        # micro-steps, and token ties are broken by this index (docs/methods/d3s.md §2.4), not by the shuffled row order.
-        output["d3s_rollout_index"] = torch.where(real, start + index, -1)
-        adv = output["advantages"]
-        output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
-        self._trim_completion_columns(output)
-
-        stats = torch.tensor(
-            [float(valid_before), float(output["completion_mask"].sum()), float(num_pad)],
-            dtype=torch.float64,
-            device=device,
-        )
-        generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
-        output["d3s_token_ratio"] = torch.tensor(ratio, dtype=torch.float64, device=device)
-        output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
-
         self.d3s_last_selection = {
             "advantages": advantages.detach().cpu(),
             "kept": kept.cpu(),
@@ -438,40 +346,31 @@ class D3STrainer(GRPOFamilyTrainer):
         self.log_method_metric("progress", progress)
         self.log_method_metric("kept_rollouts", kept.numel())
         self.log_method_metric("kept_rollout_frac", kept.numel() / max(advantages.numel(), 1))
-        self.log_method_metric("padding_rows", padding_rows)
         self.log_method_metric("degenerate_batch", float(degenerate))
-        return output
+        return kept
 
-    def _trim_completion_columns(self, output: dict[str, Any]) -> None:
-        """Drop trailing completion columns that only held dropped rollouts' tokens (right padding: the positions of
-        the remaining tokens, hence their log-probs, do not change)."""
-        mask = output["completion_mask"]
-        width = mask.size(1)
-        used = mask.any(0).nonzero()
-        new = int(used.max()) + 1 if used.numel() else 1
-        if self.pad_to_multiple_of:
-            new = min(width, -(-new // self.pad_to_multiple_of) * self.pad_to_multiple_of)
-        if new >= width:
-            return
-        for key, value in output.items():
-            if key.startswith("prompt") or not isinstance(value, torch.Tensor) or value.dim() < 2:
-                continue
-            if value.size(1) == width:
-                output[key] = value[:, :new]
+    def _finish_generation_batch(self, output: dict[str, Any], stage) -> None:
+        device = output["completion_ids"].device
+        # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
+        # micro-steps, and token ties are broken by this index (docs/methods/d3s.md §2.4), not by the shuffled row order.
+        output["d3s_rollout_index"] = output.pop("kept_rows_global")
+        stats = torch.tensor(
+            [
+                float(stage.extras["generated_tokens"]),
+                float(output["completion_mask"].sum()),
+                float(stage.extras["padding_rows"]),
+            ],
+            dtype=torch.float64,
+            device=device,
+        )
+        generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
+        output["d3s_token_ratio"] = torch.tensor(stage.extras["token_ratio"], dtype=torch.float64, device=device)
+        output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
+        self.log_method_metric("padding_rows", padding_rows)
 
     # ------------------------------------------------------------------ loss denominators, once per generation batch
-    def _prepare_inputs(self, generation_batch):
-        previous = self._buffered_inputs
-        inputs = super()._prepare_inputs(generation_batch)
-        if self._mode == "train":
-            if self._buffered_inputs is not previous:  # a new generation batch was split into micro-steps
-                self._prepare_generation_batch(self._buffered_inputs)
-        else:
-            self._prepare_generation_batch([inputs])
-        return inputs
-
     @torch.no_grad()
-    def _prepare_generation_batch(self, chunks: list[dict[str, Any]]) -> None:
+    def _micro_batches_stage(self, chunks: list[dict[str, Any]]) -> None:
         """Per-micro-step counts of the generation batch (global over processes), for the loss denominators.
 
         Writes into every chunk ``d3s_chunk_stats``: a (chunks, 4) table of [valid tokens, kept tokens, kept rollouts,
@@ -529,9 +428,7 @@ class D3STrainer(GRPOFamilyTrainer):
         valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
         if bool((table[calls, 3] < 0).any()):
             rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
-        denominator = {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
-            self.args.d3s_loss_normalization, kept_tokens
-        )
+        denominator = loss_denominator(self.args.d3s_loss_normalization, valid_tokens, kept_tokens, num_rollouts)
         return {
             "num_items_in_batch": (denominator.clamp_min(1.0) * scale).float(),
             "d3s_kept_tokens": kept_tokens,
@@ -541,26 +438,16 @@ class D3STrainer(GRPOFamilyTrainer):
         }
 
     # ------------------------------------------------------------------ token level
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def _loss_inputs_stage(self, inputs: dict[str, Any]) -> dict[str, Any]:
         # A copy: the loss call edits its advantages, and TRL reuses the buffered batch when num_iterations > 1.
-        buffered = inputs
-        inputs = dict(inputs)
-        inputs.update(self._window_denominators(inputs))
-        self._d3s_loss_inputs = inputs
-        # "batch" scope with one micro-step: the first loss call's mask is kept for the next iterations.
-        self._d3s_keep_cache = buffered if self._mode == "train" else None
-        try:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._d3s_loss_inputs = None
-            self._d3s_keep_cache = None
+        # "batch" scope with one micro-step: the first loss call's mask is kept in the buffered batch for the next
+        # iterations (``d3s_keep_cache``).
+        loss_inputs = {**inputs, **self._window_denominators(inputs)}
+        loss_inputs["d3s_keep_cache"] = inputs if self._mode == "train" else None
+        return loss_inputs
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        inputs = self._d3s_loss_inputs
-        if inputs is None or entropies is None:  # generation-side passes (old/reference log-probs)
-            return logps, entropies, aux_loss
-        self._d3s_loss_inputs = None  # one policy forward per loss call
+    def _loss_forward_stage(self, inputs, logps, entropies):
+        logps, entropies = super()._loss_forward_stage(inputs, logps, entropies)
         keep, weight = self._token_weights(inputs, entropies.detach())
         weight = weight.to(logps.dtype)
         # Values unchanged; gradient scaled by the weight, exactly 0 off the mask (the graph stays connected, so a
@@ -573,7 +460,7 @@ class D3STrainer(GRPOFamilyTrainer):
             advantages = inputs["advantages"]
             advantages = advantages[:, None] if advantages.dim() == 1 else advantages
             inputs["advantages"] = advantages * keep.to(advantages.dtype)
-        return logps, entropies, aux_loss
+        return logps, entropies
 
     @torch.no_grad()
     def _token_weights(self, inputs: dict[str, Any], entropies: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -589,22 +476,22 @@ class D3STrainer(GRPOFamilyTrainer):
             keep = inputs["d3s_keep"]
         else:
             keep = self._global_token_keep(advantages, entropies, valid, ratio, inputs["d3s_rollout_index"])
-            if a.d3s_token_scope == "batch" and self._d3s_keep_cache is not None:
-                self._d3s_keep_cache["d3s_keep"] = keep
-        norm = a.d3s_loss_normalization
-        if norm in _UNIT_WEIGHT_NORMALIZATIONS:
-            return keep, keep.float()
-        kept_per_row = keep.sum(1, keepdim=True).double()
-        if norm == "mask_only_seq":  # (1 / |y_i|) / |S|
-            row = valid.sum(1, keepdim=True).double().clamp_min(1) * inputs["d3s_num_rollouts"]
-        elif norm == "seq_mean_kept_all":  # (1 / |T_i|) / |S|
-            row = kept_per_row.clamp_min(1) * inputs["d3s_num_rollouts"]
-        elif inputs["d3s_rows_with_tokens"] >= 0:  # seq_mean_kept: (1 / |T_i|) / #{i: T_i not empty}, known in advance
-            row = kept_per_row.clamp_min(1) * inputs["d3s_rows_with_tokens"]
-        else:  # seq_mean_kept, one ranking per loss call: rollouts with a kept token per call, mean over the calls
-            rows_with_tokens = self.accelerator.reduce((kept_per_row > 0).double().sum().reshape(1), reduction="sum")
-            row = kept_per_row.clamp_min(1) * rows_with_tokens * inputs["d3s_loss_calls"]
-        return keep, (keep.double() * inputs["d3s_kept_tokens"] / row.clamp_min(1)).float()
+            if a.d3s_token_scope == "batch" and inputs.get("d3s_keep_cache") is not None:
+                inputs["d3s_keep_cache"]["d3s_keep"] = keep
+        rows_with_tokens = inputs["d3s_rows_with_tokens"]
+        if a.d3s_loss_normalization == "seq_mean_kept" and rows_with_tokens < 0:
+            # One ranking per loss call: rollouts with a kept token per call (all processes), mean over the calls.
+            per_call = self.accelerator.reduce((keep.sum(1) > 0).double().sum().reshape(1), reduction="sum")
+            rows_with_tokens = per_call * inputs["d3s_loss_calls"]
+        weights = normalization_weights(
+            keep,
+            valid,
+            a.d3s_loss_normalization,
+            kept_tokens=inputs["d3s_kept_tokens"],
+            num_rollouts=inputs["d3s_num_rollouts"],
+            rows_with_tokens=rows_with_tokens,
+        )
+        return keep, weights
 
     def _gather_rows(self, advantages, entropies, valid, rollout_index):
         """Rows of every process (rank-major, widths padded): advantages, entropies, valid mask, rollout index."""
@@ -615,19 +502,10 @@ class D3STrainer(GRPOFamilyTrainer):
         adv = gather(pad(adv, dim=1, pad_index=0) if adv.dim() == 2 else adv)
         return adv, ent, mask, gather(rollout_index.contiguous())
 
-    @staticmethod
-    def _rank_in_rollout_order(advantages, entropies, mask, rollout_index, ratio) -> torch.Tensor:
-        """``token_keep_mask`` over all rows with ties broken by (global rollout index, position) (docs/methods/d3s.md §2.4): the
-        rows are ranked in rollout order (padding rows, index -1, have no valid token), then put back."""
-        order = torch.sort(rollout_index, stable=True).indices
-        keep = torch.empty_like(mask, dtype=torch.bool)
-        keep[order] = token_keep_mask(advantages[order], entropies[order], mask[order], ratio, scope="batch")
-        return keep
-
     def _global_token_keep(self, advantages, entropies, valid, ratio, rollout_index) -> torch.Tensor:
         """``token_keep_mask`` over the rows of this loss call on every process."""
         width = valid.size(1)
-        keep = self._rank_in_rollout_order(*self._gather_rows(advantages, entropies, valid, rollout_index), ratio)
+        keep = token_keep_mask_in_rollout_order(*self._gather_rows(advantages, entropies, valid, rollout_index), ratio)
         rows = valid.size(0)
         start = self.accelerator.process_index * rows
         return keep[start : start + rows, :width]
@@ -650,7 +528,7 @@ class D3STrainer(GRPOFamilyTrainer):
             ]
             return torch.cat(parts)
 
-        keep = self._rank_in_rollout_order(cat(0), cat(1), cat(2), cat(3), ratio)
+        keep = token_keep_mask_in_rollout_order(cat(0), cat(1), cat(2), cat(3), ratio)
         offset = 0
         for chunk, g in zip(chunks, gathered):
             rows, local_width = chunk["completion_ids"].shape
@@ -659,4 +537,4 @@ class D3STrainer(GRPOFamilyTrainer):
             offset += g[1].size(0)
 
 
-__all__ = ["D3SConfig", "D3STrainer"]
+__all__ = ["D3SConfig", "D3STrainer", "default_samples_start", "planned_kept_tokens"]

@@ -15,7 +15,9 @@ What this trainer adds to the base class (maths in :mod:`grpo_family.algorithms.
 * ``beta_th``: while the informative share ``rho = (B - M) / B = 1 / alpha`` of the batch that would be assembled
   is below the threshold, more prompts are drawn (deterministically, the same on every process) and generated, and
   their informative groups replace degenerate ones, keeping the generation batch size fixed; degenerate groups of
-  the last round fill the slots left over (docs/methods/gpg.md §2.6).
+  the last round fill the slots left over (docs/methods/gpg.md §2.6). This is the base class's generation-rounds
+  stage (``_next_round_inputs``, ``_merge_generation_rounds``); the base class writes the step's reward metrics
+  once, for the assembled batch, and judges it for runs that cannot learn.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import datasets
 import torch
 import torch.nn.functional as F
 from accelerate.utils import gather, pad_across_processes
-from trl.trainer.utils import nanstd
 
 from ..algorithms.gpg import (
     assemble_rewards,
@@ -42,6 +43,7 @@ from ..algorithms.gpg import (
     scale_grad,
 )
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import GenerationStage
 
 logger = logging.getLogger(__name__)
 
@@ -232,70 +234,55 @@ class GPGTrainer(GRPOFamilyTrainer):
                 "beta_th resampling merges generation rounds row by row, which is not implemented for image inputs. "
                 "Set beta_th=None for vision-language models."
             )
-        self._gpg_round: dict[str, torch.Tensor] | None = None
-        self._defer_learnable_policy = True  # judged on the assembled batch, not on each round
         self._gpg_step_rewards: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ advantages (one generation round)
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        # `rewards` are the whole round's rewards gathered from every process; keep them for alpha / resampling.
-        self._gpg_round = {"rewards": rewards, "rewards_per_func": batch["rewards_per_func"]}
         return gpg_advantages(rewards, f_norm=self.args.scale_rewards, tol=self.args.degenerate_tol)
 
-    # ------------------------------------------------------------------ generation: rounds, assembly, alpha, weights
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        mode = self._mode
-        rounds, outputs = [self._gpg_round], [output]
-        signals = [getattr(self, "_last_signals", None)] if mode == "train" else []
-        rewards = rounds[0]["rewards"]
+    def _degenerate_share(self, rewards: torch.Tensor) -> float:
+        return degenerate_groups(rewards, tol=self.args.degenerate_tol).float().mean().item()
+
+    # ------------------------------------------------------------------ generation rounds (beta_th)
+    def _next_round_inputs(self, rounds) -> list | None:
+        """More prompts while the informative share ``rho = (B - M) / B`` of the batch that would be assembled is
+        below ``beta_th`` (docs/methods/gpg.md §2.6). Every process sees the same gathered rewards, hence decides alike
+        and runs the same number of rounds, so the generation and reward gathers stay matched across processes. M is
+        counted as alpha counts it (unscorable rows included), so that alpha <= 1 / beta_th whenever rho is met."""
+        mode = rounds[0][1].mode
         beta_th = self.args.beta_th if mode == "train" else None
-        if beta_th is not None:
-            tol, num_processes = self.args.degenerate_tol, self.accelerator.num_processes
-            logged = {k: len(v) for k, v in self._metrics[mode].items()}
-            # Every process sees the same gathered rewards, hence takes the same decision here and runs the same
-            # number of rounds: the generation and reward gathers inside super() stay matched across processes.
-            # The stop test is rho = (B - M) / B >= beta_th on the batch that would be assembled, with M counted as
-            # alpha counts it (unscorable rows included), so that alpha <= 1 / beta_th whenever it is met (P13).
-            while True:
-                plan, assembled = assemble_rewards([r["rewards"] for r in rounds], num_processes, tol=tol)
-                share = informative_fraction(assembled, tol=tol)
-                if (
-                    share >= beta_th
-                    or len(rounds) >= self.args.max_generation_rounds
-                    or not degenerate_groups(assembled, tol=tol).any()  # only unscorable rows hold rho down:
-                ):  # more rounds could not change the assembled batch
-                    break
-                outputs.append(super()._generate_and_score_completions(self._draw_prompts(len(rounds))))
-                rounds.append(self._gpg_round)
-                signals.append(self._last_signals)
-            self.log_method_metric("informative_share", share)
-            self.log_method_metric("threshold_met", float(share >= beta_th))
-            if share < beta_th:
-                logger.warning(
-                    "GPG: informative share %.3f still below beta_th=%.3f after %d generation rounds; training on "
-                    "what was collected.", share, beta_th, len(rounds),
-                )  # fmt: skip
-            if len(rounds) > 1:
-                rewards = assembled
-                output = self._merge_rounds(outputs, plan)
-                G = rewards.size(1)
-                per_func = torch.cat([rounds[k]["rewards_per_func"][g * G : (g + 1) * G] for k, g in plan])
-                self._log_assembled_rewards(rewards, per_func, logged, mode)
-        self.log_method_metric("rounds", len(rounds))
-        self._gpg_round = None
-        self._finish_batch(output, rewards, mode)
-        if mode == "train":  # the policy for runs that cannot learn, on the batch trained on
-            advantages = gpg_advantages(rewards, f_norm=self.args.scale_rewards, tol=self.args.degenerate_tol)
-            failing = [name for name in signals[0]["failing"] if all(name in s["failing"] for s in signals)]
-            self._apply_learnable_policy(
-                {
-                    "unscorable": bool(torch.isnan(rewards).all()),
-                    "failing": failing,
-                    "degenerate": not bool(torch.nan_to_num(advantages).abs().gt(0).any()),
-                }
-            )
-        return output
+        if beta_th is None:
+            return None
+        tol = self.args.degenerate_tol
+        _, assembled = assemble_rewards([s.rewards for _, s in rounds], self.accelerator.num_processes, tol=tol)
+        share = informative_fraction(assembled, tol=tol)
+        if (
+            share < beta_th
+            and len(rounds) < self.args.max_generation_rounds
+            and degenerate_groups(assembled, tol=tol).any()  # only unscorable rows hold rho down: more rounds
+        ):  # could not change the assembled batch
+            return self._draw_prompts(len(rounds))
+        self.log_method_metric("informative_share", share)
+        self.log_method_metric("threshold_met", float(share >= beta_th))
+        if share < beta_th:
+            logger.warning(
+                "GPG: informative share %.3f still below beta_th=%.3f after %d generation rounds; training on "
+                "what was collected.", share, beta_th, len(rounds),
+            )  # fmt: skip
+        return None
+
+    def _merge_generation_rounds(self, rounds):
+        """The assembled batch: informative groups of every round replace degenerate ones, in the plan of
+        ``algorithms.gpg.assemble_rewards``; its advantages are GPG's on the assembled rewards."""
+        tol = self.args.degenerate_tol
+        plan, assembled = assemble_rewards([s.rewards for _, s in rounds], self.accelerator.num_processes, tol=tol)
+        G = assembled.size(1)
+        per_func = torch.cat([rounds[k][1].rewards_per_func[g * G : (g + 1) * G] for k, g in plan])
+        output = self._merge_rounds([out for out, _ in rounds], plan)
+        advantages = torch.nan_to_num(self._compute_advantages(assembled, {}), nan=0.0).reshape(-1)
+        # (rewards, rewards_per_func, trained_rewards, advantages) of the assembled batch
+        stage = GenerationStage(assembled, per_func, assembled, advantages, num_generations=G, mode=rounds[0][1].mode)
+        return output, stage
 
     def _draw_prompts(self, round_index: int) -> list[dict[str, Any]]:
         """This process's inputs for an extra generation round, in TRL's ``RepeatSampler`` layout.
@@ -366,30 +353,14 @@ class GPGTrainer(GRPOFamilyTrainer):
         merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         return merged
 
-    def _log_assembled_rewards(self, rewards: torch.Tensor, per_func: torch.Tensor, logged: dict, mode: str) -> None:
-        """Make the per-step reward metrics describe the assembled batch rather than every round generated."""
-        metrics = self._metrics[mode]
-        keys = ["reward", "reward_std", "frac_reward_zero_std"]
-        keys += [f"rewards/{name}/{stat}" for name in self.reward_func_names for stat in ("mean", "std")]
-        for key in keys:  # drop this step's entries, round 0's included (``logged`` counts them)
-            del metrics[key][max(0, logged.get(key, 0) - 1) :]
-        flat = rewards.reshape(-1)
-        metrics["reward"].append(torch.nanmean(flat).item())
-        metrics["reward_std"].append(nanstd(flat).item())
-        degenerate = degenerate_groups(rewards, tol=self.args.degenerate_tol)
-        metrics["frac_reward_zero_std"].append(degenerate.float().mean().item())
-        for i, name in enumerate(self.reward_func_names):
-            metrics[f"rewards/{name}/mean"].append(torch.nanmean(per_func[:, i]).item())
-            metrics[f"rewards/{name}/std"].append(nanstd(per_func[:, i]).item())
-
-    def _finish_batch(self, output: dict[str, Any], rewards: torch.Tensor, mode: str) -> None:
-        """Advantages, alpha and per-row loss weights of the batch actually trained on (all from global tensors)."""
+    def _finish_generation_batch(self, output: dict[str, Any], stage: GenerationStage) -> None:
+        """Alpha and per-row loss weights of the batch actually trained on (all from global tensors)."""
+        self.log_method_metric("rounds", stage.extras["rounds"])
+        rewards = stage.rewards
         G = rewards.size(1)
         n_local = output["completion_ids"].size(0)
         start = self.accelerator.process_index * n_local
         device = output["completion_ids"].device
-        advantages = gpg_advantages(rewards, f_norm=self.args.scale_rewards, tol=self.args.degenerate_tol)
-        output["advantages"] = advantages.reshape(-1)[start : start + n_local].to(device)
         # One alpha per optimizer step from the rewards of every process (one generation batch == one step).
         alpha = gpg_alpha(rewards, tol=self.args.degenerate_tol, max_alpha=self.args.max_alpha)
         if not self.args.use_alpha:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +11,7 @@ import torch
 from ..algorithms.grpo import group_advantages
 from ..algorithms.ms_grpo import multiscale_advantages, num_subgroups, validate_multiscale_options
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import stage_generator
 
 
 @dataclass
@@ -149,18 +149,11 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
     }
 
     def _scale_generator(self) -> torch.Generator:
-        """A CPU generator for this call's scale and subgroup draws, seeded from ``(args.seed, global_step, slot)``
-        (docs/methods/ms_grpo.md §3.4, §11.5). ``slot`` is 0 in evaluation and ``1 + self._step`` in training: TRL's micro-step
-        counter at generation time tells apart generation batches that share an optimizer step
-        (``steps_per_generation * num_iterations < gradient_accumulation_steps``), and it is part of every
-        checkpoint (``GRPOFamilyTrainer._resume_state``), so a resumed run draws what the uninterrupted one drew.
-        Seeding per call means an evaluation consumes nothing that training draws from. (D3S seeds with
-        ``seed * 1_000_003 + global_step``; a hash is used here because of the third component: a linear mix of
-        three integers can collide or overflow the 64-bit seed for large user seeds.)"""
+        """A CPU generator for this call's scale and subgroup draws, seeded from ``("ms_grpo", args.seed,
+        global_step, slot)`` by the one seeding helper (docs/methods/ms_grpo.md §3.4, §11.5; see
+        ``GRPOFamilyTrainer._stage_generator``): ``slot`` is 0 in evaluation and ``1 + self._step`` in training."""
         slot = 1 + self._step if self._mode == "train" else 0
-        key = f"ms_grpo:{self.args.seed}:{self.state.global_step}:{slot}".encode()
-        seed = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1  # < 2**63
-        return torch.Generator().manual_seed(seed)
+        return stage_generator("ms_grpo", self.args.seed, self.state.global_step, slot)
 
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         args = self.args

@@ -94,8 +94,11 @@ def gpg_alpha_trainer(out_dir, use_alpha):
 
 
 def d3s_rows_trainer(out_dir):
-    """D3S whose schedule moves every step while the ranks keep different numbers of rows (rank 1 keeps none)."""
+    """D3S whose schedule moves every step while the ranks keep different numbers of rows (rank 1 keeps none), with
+    a KL term: the reference forwards, which cover the kept rows only, are padded to equal row counts on both ranks
+    (ZeRO-3 forwards are collective)."""
     options, _ = SETUPS["d3s"]
+    options = {**options, "beta": 0.04}
     config_cls, trainer_cls = METHODS["d3s"]
 
     class Counting(trainer_cls):
