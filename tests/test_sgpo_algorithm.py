@@ -480,3 +480,22 @@ def test_rewards_on_gpu_follow_the_input_device():
     r = sgpo_rewards(correct, [E2_K_ERR], [E2_K])
     assert r.device.type == "cuda"
     assert_close(r.cpu(), [E2_R])
+
+
+def test_verdict_grid_places_each_verdict_at_its_global_index():
+    from grpo_family.algorithms.sgpo import verdict_grid
+
+    verdicts = {1: (2, 3, "", True), 4: (math.nan, 5, "timeout", False), 5: (None, 0, "", False)}
+    first_error, num_steps, answered, scored = verdict_grid(verdicts, 2, 3)
+    assert first_error[0] == [None, 2, None] and first_error[1][0] is None and math.isnan(first_error[1][1])
+    assert first_error[1][2] is None
+    assert num_steps == [[0, 3, 0], [0, 5, 0]] and answered == [[False, True, False], [False, False, False]]
+    assert scored.tolist() == [[False, True, False], [False, True, True]]
+
+
+def test_weighted_reward_sum_leaves_unscored_functions_out_and_nan_where_none_scored():
+    from grpo_family.algorithms.grpo import weighted_reward_sum
+
+    per_func = torch.tensor([[1.0, 0.5], [math.nan, 0.5], [math.nan, math.nan]])
+    rewards = weighted_reward_sum(per_func, torch.tensor([2.0, 1.0]))
+    assert rewards[:2].tolist() == [2.5, 0.5] and math.isnan(rewards[2])

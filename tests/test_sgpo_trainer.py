@@ -30,7 +30,7 @@ from grpo_family.rewards.judges import (
 )
 from grpo_family.rewards.steps import split_steps
 from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, check_steps, split_into_steps
-from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, make_judge
+from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, check_judge_columns, make_judge
 
 PROBLEM = "Compute 2+3*4."
 ANSWER = "14"
@@ -550,13 +550,13 @@ def test_judge_answer_column_is_checked_against_the_training_set(caplog):
     prompt = [{"role": "user", "content": PROBLEM}]
     trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"], "solution": [SOLUTION]})
     with pytest.raises(ValueError, match="judge_answer_column 'answer' is not a training-set column"):
-        trainer._check_judge_columns(None)
+        check_judge_columns(trainer.args, trainer.train_dataset, None)
     trainer.args.judge_answer_column = "final_answer"
-    trainer._check_judge_columns(None)  # the right column: fine
+    check_judge_columns(trainer.args, trainer.train_dataset, None)  # the right column: fine
     # No reference column: the warning names the gold-answer column the judge sees instead, which exists.
     trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"]})
     with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
-        trainer._check_judge_columns(None)
+        check_judge_columns(trainer.args, trainer.train_dataset, None)
     assert "gold answer (column 'final_answer')" in caplog.text
     # ... and the judge is sent that column's value.
     judge = RecordingJudge()

@@ -18,7 +18,22 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["group_advantages", "is_constant", "nanstd", "normalize_then_sum_advantages", "zero_std_mask"]
+__all__ = [
+    "group_advantages",
+    "is_constant",
+    "nanstd",
+    "normalize_then_sum_advantages",
+    "weighted_reward_sum",
+    "zero_std_mask",
+]
+
+
+def weighted_reward_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each completion's reward from its ``(N, F)`` per-function rewards, as TRL sums them: the weighted sum over the
+    scored functions (NaN = unscored, left out), NaN where no function scored it."""
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
 
 
 def _nan_extreme(x: torch.Tensor, dim: int | None, largest: bool) -> torch.Tensor:

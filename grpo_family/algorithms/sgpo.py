@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -39,6 +39,7 @@ __all__ = [
     "partial_credit",
     "sgpo_rewards",
     "trajectory_score",
+    "verdict_grid",
     "vote_first_error",
 ]
 
@@ -221,3 +222,23 @@ def sgpo_rewards(
     credit = partial_credit(rts.to(dtype), beta=beta, gamma=gamma, mode=mode)
     mask = torch.tensor(to_score, dtype=torch.bool).reshape(num_prompts, group_size)
     return torch.where(mask, credit, correct.cpu().to(dtype)).to(correct.device)
+
+
+def verdict_grid(
+    verdicts: Mapping[int, tuple], num_prompts: int, group_size: int
+) -> tuple[list[list[Verdict]], list[list[int]], list[list[bool]], torch.Tensor]:
+    """:func:`sgpo_rewards`' nested-list inputs from verdicts keyed by global flat index ``b * G + i``.
+
+    ``verdicts[index]`` is ``(first_error, num_steps, reason, has_final_answer)``. Returns ``first_error`` (None
+    where unjudged), ``num_steps`` (0), ``has_final_answer`` (False), each ``(num_prompts, G)`` nested lists, and the
+    bool ``(num_prompts, G)`` tensor of the judged places.
+    """
+    first_error = [[None] * group_size for _ in range(num_prompts)]
+    num_steps = [[0] * group_size for _ in range(num_prompts)]
+    answered = [[False] * group_size for _ in range(num_prompts)]
+    scored = torch.zeros(num_prompts * group_size, dtype=torch.bool)
+    for index, (value, steps, _, has_answer) in verdicts.items():
+        b, i = divmod(index, group_size)
+        first_error[b][i], num_steps[b][i], answered[b][i] = value, steps, has_answer
+        scored[index] = True
+    return first_error, num_steps, answered, scored.view(num_prompts, group_size)

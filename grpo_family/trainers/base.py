@@ -35,7 +35,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.estimators import get_estimator
-from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, zero_std_mask
+from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum, zero_std_mask
 from ..rewards.timeout import with_timeout
 from .model_card import ModelCardMixin
 from .nonfinite_guard import NonFiniteStepGuardMixin
@@ -278,7 +278,10 @@ class GRPOFamilyTrainer(
         gathered ``rewards_per_func``, ``num_generations`` and ``mode`` and, except for a method that selects rows
         (scored before TRL's forwards), this process's slice of the generation batch (``completion_mask``,
         ``old_per_token_logps``, ...). A method that changes the rewards themselves stores the new ``(num_prompts,
-        num_generations)`` tensor in ``batch["rewards"]`` so the logged reward metrics describe what was trained on.
+        num_generations)`` tensor in ``batch["rewards"]`` so the logged reward metrics describe what was trained on,
+        and names a scorer of its own that failed on every completion it was asked to score in
+        ``batch["stage_extras"]["failing"]`` (the policy for runs that cannot learn counts it like a failing reward
+        function).
         Return ``(num_prompts, num_generations)`` or, for per-token advantages, ``(num_prompts, num_generations,
         T)`` zero-padded on the right.
         """
@@ -347,13 +350,11 @@ class GRPOFamilyTrainer(
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards_per_func = batch["rewards_per_func"]
         weights = self.reward_weights.to(rewards_per_func.device)
-        rewards = (rewards_per_func * weights).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        rewards = rewards.view(-1, num_generations)
+        rewards = weighted_reward_sum(rewards_per_func, weights).view(-1, num_generations)
         batch["num_generations"] = num_generations
+        extras = batch["stage_extras"] = {}
         advantages = torch.nan_to_num(self._compute_advantages(rewards, batch), nan=0.0)
         flat = advantages.reshape(rewards.numel(), *advantages.shape[2:])
-        extras = batch["stage_extras"] = {}
         keep = self._select_rows(flat, batch) if self.selects_rows else None
         return GenerationStage(
             rewards=rewards,
@@ -498,7 +499,9 @@ class GRPOFamilyTrainer(
         self._write_advantages(output, stage)
         self._fix_logged_batch(stage.advantages, stage.trained_rewards, output, stage.mode)
         if stage.mode == "train":
-            stage.extras["signals"] = self._batch_signals(stage.rewards, stage.advantages)
+            signals = self._batch_signals(stage.rewards, stage.advantages)
+            signals["failing"] = [*signals["failing"], *stage.extras.get("failing", [])]
+            stage.extras["signals"] = signals
         return output, stage
 
     def _write_advantages(self, output: dict[str, Any], stage: GenerationStage) -> None:

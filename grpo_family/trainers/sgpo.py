@@ -41,7 +41,16 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
-from ..algorithms.sgpo import MODES, NO_ERROR_POLICIES, SCOPES, groups_to_judge, sgpo_rewards, trajectory_score
+from ..algorithms.grpo import is_constant, weighted_reward_sum
+from ..algorithms.sgpo import (
+    MODES,
+    NO_ERROR_POLICIES,
+    SCOPES,
+    groups_to_judge,
+    sgpo_rewards,
+    trajectory_score,
+    verdict_grid,
+)
 from ..rewards.extract import completion_message, completion_text
 from ..rewards.judges import (
     HeuristicReferenceJudge,
@@ -376,6 +385,113 @@ def _read_verdict(verdict: Any, num_steps: int) -> tuple[Any, int, str]:
     return math.nan, calls, f"invalid verdict {value!r} for {num_steps} steps"
 
 
+def check_judge_columns(args: SGPOConfig, dataset, judge) -> None:
+    """Set-up check: the judge's dataset columns exist in ``dataset`` (and, for the programmatic judge given no
+    judge object, the first problem is one it can check); raises ``ValueError`` naming the column otherwise."""
+    columns = getattr(dataset, "column_names", None)
+    if not columns:
+        return
+    if args.judge_problem_column is not None and args.judge_problem_column not in columns:
+        raise ValueError(
+            f"judge_problem_column {args.judge_problem_column!r} is not a training-set column ({columns})."
+        )
+    if args.judge_answer_column not in columns:
+        raise ValueError(
+            f"judge_answer_column {args.judge_answer_column!r} is not a training-set column ({columns}): the "
+            "judge would never see the gold answer. Set judge_answer_column to the gold final answer's column."
+        )
+    if args.judge_reference_column not in columns:
+        if args.require_reference:
+            raise ValueError(
+                f"require_reference=True but the training set has no {args.judge_reference_column!r} column "
+                f"({columns}): SGPO would never judge. Set judge_reference_column, or require_reference=False."
+            )
+        logger.warning(
+            "SGPO: no %r column in the training set; the judge will see the gold answer (column %r) as the reference.",
+            args.judge_reference_column,
+            args.judge_answer_column,
+        )
+    if judge is None and args.judge_type == "programmatic" and len(dataset) > 0:
+        row = dataset[0]
+        probe = JudgeRequest(
+            _problem_text(row, args.judge_problem_column),
+            row.get(args.judge_reference_column),
+            row.get(args.judge_answer_column),
+            (),
+        )
+        if not ProgrammaticJudge().supports(probe):
+            raise ValueError(
+                "judge_type='programmatic' checks the bundled arithmetic task only, and the first training "
+                f"problem is not one ({probe.problem[:80]!r}). Use judge_type='openai' (e.g. a `vllm serve` "
+                "judge) or 'transformers', or pass your own judge: SGPOTrainer(..., judge=...)."
+            )
+
+
+def judge_item(index: int, row: dict, completion: Any, args: SGPOConfig) -> dict:
+    """What the main process needs to judge one completion (global flat ``index``) of a dataset ``row``."""
+    gold = row.get(args.judge_answer_column)
+    reference = row.get(args.judge_reference_column)
+    return {
+        "index": index,
+        "text": _judge_text(completion),
+        "problem": _problem_text(row, args.judge_problem_column),
+        "gold": None if gold is None else str(gold),
+        "reference": str(reference) if reference else None,
+    }
+
+
+def call_judge(judge, requests: list[JudgeRequest], batch_timeout: float) -> tuple[list | None, str]:
+    """Run ``judge`` under ``batch_timeout``: ``(verdicts, "")`` or ``(None, reason)``; never raises."""
+    box: dict[str, Any] = {}
+
+    def run():
+        try:
+            box["verdicts"] = list(judge.judge(requests))
+        except BaseException as error:  # noqa: BLE001 - the judge must never stop training
+            box["error"] = f"{type(error).__name__}: {error}"
+
+    worker = threading.Thread(target=run, name="sgpo-judge-batch", daemon=True)
+    worker.start()
+    worker.join(batch_timeout + _GRACE_S)
+    if worker.is_alive():  # left to finish in the background; its answer is ignored
+        return None, f"no answer within judge_batch_timeout={batch_timeout:g}s"
+    if "error" in box:
+        return None, box["error"]
+    if len(box["verdicts"]) != len(requests):
+        return None, f"{len(box['verdicts'])} verdicts for {len(requests)} requests"
+    return box["verdicts"], ""
+
+
+def judge_items(judge, items: list[dict], args: SGPOConfig) -> dict:
+    """Main process: steps, one batched judge call, verdicts per global completion index, and the call's stats."""
+    results, requests, owners, answered, skipped = {}, [], [], [], 0
+    for item in items:
+        if args.require_reference and not item["reference"]:
+            skipped += 1
+            continue
+        steps = split_steps(item["text"], splitter=args.step_splitter, max_steps=args.judge_max_steps)
+        if not steps:  # empty completion: RTS = 0 without asking (docs/methods/sgpo.md §2.4)
+            results[item["index"]] = (None, 0, "", False)
+            continue
+        requests.append(JudgeRequest(item["problem"], item["reference"], item["gold"], tuple(steps)))
+        owners.append(item["index"])
+        # Only "last_step" reads it (a NONE verdict on a response with a wrong final answer -> k = K).
+        answered.append(args.sgpo_no_error_policy == "last_step" and has_final_answer(item["text"]))
+    stats = {"requests": len(requests), "calls": 0, "latency": None, "skipped": skipped}
+    if requests:
+        start = time.perf_counter()
+        verdicts, reason = call_judge(judge, requests, args.judge_batch_timeout)
+        stats["latency"] = time.perf_counter() - start
+        for n, (index, request) in enumerate(zip(owners, requests)):
+            if verdicts is None:
+                results[index] = (math.nan, request.num_steps, reason, answered[n])
+                continue
+            value, calls, why = _clean_verdict(verdicts[n], request.num_steps)
+            stats["calls"] += calls
+            results[index] = (value, request.num_steps, why, answered[n])
+    return {"results": results, "stats": stats}
+
+
 class SGPOTrainer(GRPOFamilyTrainer):
     """SGPO (Chen et al., "Stepwise Guided Policy Optimization: Coloring Your Incorrect Reasoning in GRPO", TMLR,
     arXiv 2505.11595): judge-based partial credit in all-negative groups, GRPO everywhere else.
@@ -420,7 +536,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
         if wanted is not None and wanted not in names:
             raise ValueError(f"correctness_reward {wanted!r} is not one of the reward functions {names}.")
         self._correct_index = 0 if wanted is None else names.index(wanted)
-        self._check_judge_columns(judge)
+        check_judge_columns(args, self.train_dataset, judge)
         # Only the main process calls the judge; a local model judge is loaded there only.
         if judge is None and self.accelerator.is_main_process:
             judge = make_judge(args)
@@ -429,48 +545,6 @@ class SGPOTrainer(GRPOFamilyTrainer):
         elif judge is None and args.judge_type == "openai":
             make_judge(args)  # same validation on every process
         self.judge = judge
-
-    # ------------------------------------------------------------------ set-up checks
-    def _check_judge_columns(self, judge) -> None:
-        args = self.args
-        columns = getattr(self.train_dataset, "column_names", None)
-        if not columns:
-            return
-        if args.judge_problem_column is not None and args.judge_problem_column not in columns:
-            raise ValueError(
-                f"judge_problem_column {args.judge_problem_column!r} is not a training-set column ({columns})."
-            )
-        if args.judge_answer_column not in columns:
-            raise ValueError(
-                f"judge_answer_column {args.judge_answer_column!r} is not a training-set column ({columns}): the "
-                "judge would never see the gold answer. Set judge_answer_column to the gold final answer's column."
-            )
-        if args.judge_reference_column not in columns:
-            if args.require_reference:
-                raise ValueError(
-                    f"require_reference=True but the training set has no {args.judge_reference_column!r} column "
-                    f"({columns}): SGPO would never judge. Set judge_reference_column, or require_reference=False."
-                )
-            logger.warning(
-                "SGPO: no %r column in the training set; the judge will see the gold answer (column %r) as the "
-                "reference.",
-                args.judge_reference_column,
-                args.judge_answer_column,
-            )
-        if judge is None and args.judge_type == "programmatic" and len(self.train_dataset) > 0:
-            row = self.train_dataset[0]
-            probe = JudgeRequest(
-                _problem_text(row, args.judge_problem_column),
-                row.get(args.judge_reference_column),
-                row.get(args.judge_answer_column),
-                (),
-            )
-            if not ProgrammaticJudge().supports(probe):
-                raise ValueError(
-                    "judge_type='programmatic' checks the bundled arithmetic task only, and the first training "
-                    f"problem is not one ({probe.problem[:80]!r}). Use judge_type='openai' (e.g. a `vllm serve` "
-                    "judge) or 'transformers', or pass your own judge: SGPOTrainer(..., judge=...)."
-                )
 
     # ------------------------------------------------------------------ window
     def sgpo_active(self) -> bool:
@@ -481,61 +555,8 @@ class SGPOTrainer(GRPOFamilyTrainer):
             return False
         return args.sgpo_max_steps is None or self.state.global_step < args.sgpo_max_steps
 
-    # ------------------------------------------------------------------ judging (main process)
-    def _call_judge(self, requests: list[JudgeRequest]) -> tuple[list | None, str]:
-        """Run the judge under ``judge_batch_timeout``: ``(verdicts, "")`` or ``(None, reason)``; never raises."""
-        box: dict[str, Any] = {}
-
-        def run():
-            try:
-                box["verdicts"] = list(self.judge.judge(requests))
-            except BaseException as error:  # noqa: BLE001 - the judge must never stop training
-                box["error"] = f"{type(error).__name__}: {error}"
-
-        worker = threading.Thread(target=run, name="sgpo-judge-batch", daemon=True)
-        worker.start()
-        worker.join(self.args.judge_batch_timeout + _GRACE_S)
-        if worker.is_alive():  # left to finish in the background; its answer is ignored
-            return None, f"no answer within judge_batch_timeout={self.args.judge_batch_timeout:g}s"
-        if "error" in box:
-            return None, box["error"]
-        if len(box["verdicts"]) != len(requests):
-            return None, f"{len(box['verdicts'])} verdicts for {len(requests)} requests"
-        return box["verdicts"], ""
-
-    def _judge_items(self, items: list[dict]) -> dict:
-        """Main process: steps, one batched judge call, verdicts per global completion index."""
-        args = self.args
-        results, requests, owners, answered, skipped = {}, [], [], [], 0
-        for item in items:
-            if args.require_reference and not item["reference"]:
-                skipped += 1
-                continue
-            steps = split_steps(item["text"], splitter=args.step_splitter, max_steps=args.judge_max_steps)
-            if not steps:  # empty completion: RTS = 0 without asking (docs/methods/sgpo.md §2.4)
-                results[item["index"]] = (None, 0, "", False)
-                continue
-            requests.append(JudgeRequest(item["problem"], item["reference"], item["gold"], tuple(steps)))
-            owners.append(item["index"])
-            # Only "last_step" reads it (a NONE verdict on a response with a wrong final answer -> k = K).
-            answered.append(args.sgpo_no_error_policy == "last_step" and has_final_answer(item["text"]))
-        stats = {"requests": len(requests), "calls": 0, "latency": None, "skipped": skipped}
-        if requests:
-            start = time.perf_counter()
-            verdicts, reason = self._call_judge(requests)
-            stats["latency"] = time.perf_counter() - start
-            for n, (index, request) in enumerate(zip(owners, requests)):
-                if verdicts is None:
-                    results[index] = (math.nan, request.num_steps, reason, answered[n])
-                    continue
-                value, calls, why = _clean_verdict(verdicts[n], request.num_steps)
-                stats["calls"] += calls
-                results[index] = (value, request.num_steps, why, answered[n])
-        return {"results": results, "stats": stats}
-
-    # ------------------------------------------------------------------ advantage hook
+    # ------------------------------------------------------------------ advantage stage
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        self._judge_failed_all = False
         if batch["mode"] != "train":  # evaluation reports plain correctness; the judge is a training signal
             return super()._compute_advantages(rewards, batch)
         if not self.sgpo_active():
@@ -548,42 +569,9 @@ class SGPOTrainer(GRPOFamilyTrainer):
         correct = column >= args.correctness_threshold  # NaN -> False: unscorable counts as incorrect
         judged_groups = groups_to_judge(correct, scope=args.judge_scope)
         candidates = (judged_groups[:, None] & ~correct & ~torch.isnan(column)).reshape(-1)
-
-        verdicts: dict[int, tuple] = {}
-        stats = {"requests": 0, "calls": 0, "latency": None, "skipped": 0}
-        if bool(candidates.any()):  # a global decision: every process takes part in the collectives below
-            rows = batch["inputs"]
-            start = self.accelerator.process_index * len(rows)
-            mine = candidates[start : start + len(rows)].tolist()  # one device-to-host copy
-            local = []
-            for i, row in enumerate(rows):
-                if mine[i]:
-                    gold = row.get(args.judge_answer_column)
-                    reference = row.get(args.judge_reference_column)
-                    local.append(
-                        {
-                            "index": start + i,
-                            "text": _judge_text(batch["completions"][i]),
-                            "problem": _problem_text(row, args.judge_problem_column),
-                            "gold": None if gold is None else str(gold),
-                            "reference": str(reference) if reference else None,
-                        }
-                    )
-            items = gather_object(local)
-            payload = [self._judge_items(items) if self.accelerator.is_main_process else None]
-            payload = broadcast_object_list(payload)[0]
-            verdicts, stats = payload["results"], payload["stats"]
-
-        num_prompts = column.size(0)
-        first_error = [[None] * num_generations for _ in range(num_prompts)]
-        num_steps = [[0] * num_generations for _ in range(num_prompts)]
-        answered = [[False] * num_generations for _ in range(num_prompts)]
-        scored = torch.zeros(num_prompts * num_generations, dtype=torch.bool)
-        for index, (value, steps, _, has_answer) in verdicts.items():
-            b, i = divmod(index, num_generations)
-            first_error[b][i], num_steps[b][i], answered[b][i] = value, steps, has_answer
-            scored[index] = True
-        scored = scored.view(num_prompts, num_generations).to(column.device)
+        verdicts, stats = self._judge_candidates(candidates, batch)
+        first_error, num_steps, answered, scored = verdict_grid(verdicts, column.size(0), num_generations)
+        scored = scored.to(column.device)
         credit = sgpo_rewards(
             correct,
             first_error,
@@ -595,14 +583,11 @@ class SGPOTrainer(GRPOFamilyTrainer):
             no_error_policy=args.sgpo_no_error_policy,
             has_final_answer=answered,
         ).to(column.device, column.dtype)
-        new_column = torch.where(scored, credit, column)
 
         # Same operations as the base class, so unjudged completions keep bit-identical rewards.
         new_per_func = per_func.clone()
-        new_per_func[:, self._correct_index] = new_column.reshape(-1)
-        weights = self.reward_weights.to(per_func.device)
-        new_rewards = (new_per_func * weights).nansum(dim=1)
-        new_rewards[torch.isnan(new_per_func).all(dim=1)] = torch.nan
+        new_per_func[:, self._correct_index] = torch.where(scored, credit, column).reshape(-1)
+        new_rewards = weighted_reward_sum(new_per_func, self.reward_weights.to(per_func.device))
         failed = (scored & torch.isnan(credit)).reshape(-1)
         new_rewards[failed] = torch.nan  # a failed verdict leaves the completion unscorable (advantage 0)
         new_rewards = new_rewards.view_as(rewards)
@@ -610,16 +595,28 @@ class SGPOTrainer(GRPOFamilyTrainer):
         batch["rewards"] = new_rewards
 
         self._log_sgpo(correct, scored, failed.view_as(scored), new_rewards, verdicts, stats)
-        # Every judged completion failed (the judge refuses or garbles every request): counted by the base class's
-        # policy for runs that cannot learn like a reward function failing on every completion.
-        self._judge_failed_all = bool(scored.any()) and int(failed.sum()) == int(scored.sum())
+        if bool(scored.any()) and int(failed.sum()) == int(scored.sum()):
+            # Every judged completion failed (the judge refuses or garbles every request): decided on gathered
+            # verdicts, so alike on every process; the base class counts it like a reward function failing on every
+            # completion (the policy for runs that cannot learn).
+            batch.setdefault("stage_extras", {}).setdefault("failing", []).append("SGPO judge")
         return super()._compute_advantages(new_rewards, batch)
 
-    def _batch_signals(self, rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
-        signals = super()._batch_signals(rewards, advantages)
-        if getattr(self, "_judge_failed_all", False):  # decided on gathered verdicts: the same on every process
-            signals["failing"] = [*signals["failing"], "SGPO judge"]
-        return signals
+    def _judge_candidates(self, candidates: torch.Tensor, batch: dict[str, Any]) -> tuple[dict, dict]:
+        """Verdicts per global flat index of the gathered ``candidates`` (P * G bools) and the judge's stats: each
+        process sends its own candidates to the main process, which judges them in one call and broadcasts."""
+        if not bool(candidates.any()):  # a global decision: every process takes part in the collectives below, or none
+            return {}, {"requests": 0, "calls": 0, "latency": None, "skipped": 0}
+        rows = batch["inputs"]
+        start = self.accelerator.process_index * len(rows)
+        mine = candidates[start : start + len(rows)].tolist()  # one device-to-host copy
+        local = [
+            judge_item(start + i, row, batch["completions"][i], self.args) for i, row in enumerate(rows) if mine[i]
+        ]
+        items = gather_object(local)
+        payload = [judge_items(self.judge, items, self.args) if self.accelerator.is_main_process else None]
+        payload = broadcast_object_list(payload)[0]
+        return payload["results"], payload["stats"]
 
     # ------------------------------------------------------------------ metrics
     def _log_sgpo(self, correct, scored, failed, rewards, verdicts: dict, stats: dict) -> None:
@@ -645,12 +642,8 @@ class SGPOTrainer(GRPOFamilyTrainer):
             log("rts_mean", sum(rts) / len(rts))
             log("rts_min", min(rts))
             log("rts_max", max(rts))
-        if bool(judged.any()):
-            groups = rewards[judged]
-            spread = torch.nan_to_num(groups, nan=math.inf).amin(1) == torch.nan_to_num(groups, nan=-math.inf).amax(1)
-            valid = (~torch.isnan(groups)).sum(1)
-            degenerate = spread | (valid < 2)
-            log("frac_degenerate_judged", float(degenerate.float().mean()))
+        if bool(judged.any()):  # judged groups whose rewards are all equal (fewer than two scored: equal too)
+            log("frac_degenerate_judged", float(is_constant(rewards[judged], dim=1).float().mean()))
         if num_failed and self.accelerator.is_main_process:
             reasons = sorted({why for _, _, why, _ in verdicts.values() if why})
             logger.warning(
