@@ -631,3 +631,50 @@ def test_select_rollouts_leaves_ineligible_rollouts_out():
     assert grouped.tolist() == [1, 2, 4, 5]  # group 2 has only rows 4 and 5 eligible
     everyone = torch.ones(8, dtype=torch.bool)
     assert torch.equal(select_rollouts(advantages, 4, 2, eligible=everyone), select_rollouts(advantages, 4, 2))
+
+
+def test_token_keep_mask_over_parts_ranks_the_stacked_parts_as_one_batch():
+    from grpo_family.algorithms.d3s import token_keep_mask_in_rollout_order, token_keep_mask_over_parts
+
+    generator = torch.Generator().manual_seed(0)
+    wide = (
+        torch.randn(3, generator=generator),
+        torch.rand(3, 5, generator=generator),
+        torch.ones(3, 5, dtype=torch.int32),
+    )
+    narrow = (
+        torch.randn(2, generator=generator),
+        torch.rand(2, 3, generator=generator),
+        torch.ones(2, 3, dtype=torch.int32),
+    )
+    parts = [(*wide, torch.tensor([4, 0, 2])), (*narrow, torch.tensor([1, -1]))]
+    keep = token_keep_mask_over_parts(parts, 0.3)
+    pad = torch.nn.functional.pad
+    expected = token_keep_mask_in_rollout_order(
+        torch.cat([wide[0], narrow[0]]),
+        torch.cat([wide[1], pad(narrow[1], (0, 2))]),
+        torch.cat([wide[2], pad(narrow[2], (0, 2))]),
+        torch.tensor([4, 0, 2, 1, -1]),
+        0.3,
+    )
+    assert keep.shape == (5, 5) and torch.equal(keep, expected)
+    assert not keep[3:, 3:].any()  # the narrow part's padding columns are never kept
+    assert int(keep.sum()) == math.ceil(0.3 * 21)
+
+
+def test_chunk_count_table_and_step_counts():
+    from grpo_family.algorithms.d3s import chunk_count_table, loss_denominator, step_counts
+
+    valid = [torch.tensor([3.0, 2.0], dtype=torch.float64), torch.tensor([4.0, 0.0], dtype=torch.float64)]
+    kept = [torch.tensor([1.0, 0.0], dtype=torch.float64), None]
+    table = chunk_count_table(valid, kept, [torch.tensor([0, 5]), torch.tensor([3, -1])])
+    assert table.dtype == torch.float64
+    assert table.tolist() == [[5.0, 1.0, 2.0, 1.0], [4.0, 0.0, 1.0, 0.0]]
+    denominator, kept_tokens, rollouts, rows = step_counts(table, [0, 1], "literal_eq10")
+    assert (kept_tokens, rollouts, rows) == (1.0, 3.0, 1.0)
+    assert denominator == loss_denominator("literal_eq10", 9.0, 1.0, 3.0) == 3.0
+    table[1, 3] = -1.0  # known only in the loss call: unknown for the whole step
+    assert (
+        step_counts(table, [0, 1], "token_mean_kept")[3] == -1.0
+        and step_counts(table, [0], "token_mean_kept")[3] == 1.0
+    )

@@ -19,6 +19,7 @@ import torch
 __all__ = [
     "LOSS_NORMALIZATIONS",
     "UNIT_WEIGHT_NORMALIZATIONS",
+    "chunk_count_table",
     "default_samples_start",
     "loss_denominator",
     "masked_token_loss",
@@ -28,7 +29,9 @@ __all__ = [
     "schedule",
     "select_rollouts",
     "token_keep_mask",
+    "step_counts",
     "token_keep_mask_in_rollout_order",
+    "token_keep_mask_over_parts",
 ]
 
 SELECTION_SCOPES = ("pooled", "group")
@@ -289,6 +292,19 @@ def token_keep_mask_in_rollout_order(
     return keep
 
 
+def token_keep_mask_over_parts(parts: list[tuple[torch.Tensor, ...]], ratio: float) -> torch.Tensor:
+    """:func:`token_keep_mask_in_rollout_order` over the rows of several parts (each ``(advantages, entropies, mask,
+    rollout_index)``, widths may differ), ranked together: the parts' rows stacked in order, each right-padded with
+    zeros (no valid token) to the widest part."""
+    width = max(part[1].size(1) for part in parts)
+
+    def stacked(i):
+        pieces = [p[i] if p[i].dim() == 1 else torch.nn.functional.pad(p[i], (0, width - p[i].size(1))) for p in parts]
+        return torch.cat(pieces)
+
+    return token_keep_mask_in_rollout_order(stacked(0), stacked(1), stacked(2), stacked(3), ratio)
+
+
 # Normalisations whose per-token weight is 1 on the kept tokens (their loss value is the D3S loss itself).
 UNIT_WEIGHT_NORMALIZATIONS = ("token_mean_kept", "literal_eq10", "mask_only_token")
 
@@ -300,6 +316,31 @@ def loss_denominator(normalization: str, valid_tokens, kept_tokens, num_rollouts
     return {"literal_eq10": kept_tokens * num_rollouts, "mask_only_token": valid_tokens}.get(
         normalization, kept_tokens
     )
+
+
+def chunk_count_table(
+    valid: list[torch.Tensor], kept: list[torch.Tensor | None], rollout_index: list[torch.Tensor]
+) -> torch.Tensor:
+    """The ``(chunks, 4)`` float64 count table of one process's micro-steps: valid tokens, kept tokens, rollouts (rows
+    whose ``rollout_index`` is not -1) and rollouts with a kept token, from each chunk's per-row valid and kept
+    token counts (``kept`` None: not known before the loss call, counted as 0)."""
+    rows = []
+    for valid_counts, kept_counts, index in zip(valid, kept, rollout_index):
+        kept_counts = torch.zeros_like(valid_counts) if kept_counts is None else kept_counts
+        rollouts = (index >= 0).sum().double()
+        rows.append(torch.stack([valid_counts.sum(), kept_counts.sum(), rollouts, (kept_counts > 0).sum().double()]))
+    return torch.stack(rows)
+
+
+def step_counts(table: torch.Tensor, calls: list[int], normalization: str) -> tuple[torch.Tensor, ...]:
+    """``(D, kept tokens, rollouts, rollouts with a kept token)`` of one optimizer step made of the micro-steps
+    ``calls`` (rows of the ``(chunks, 4)`` count table: valid tokens, kept tokens, rollouts, rollouts with a kept token
+    or -1 where only the loss call knows it; -1 then for the step too). D is :func:`loss_denominator`'s."""
+    valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
+    if bool((table[calls, 3] < 0).any()):
+        rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
+    denominator = loss_denominator(normalization, valid_tokens, kept_tokens, num_rollouts)
+    return denominator, kept_tokens, num_rollouts, rows_with_tokens
 
 
 def normalization_weights(

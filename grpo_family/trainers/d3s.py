@@ -60,22 +60,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from accelerate.utils import gather
 
 from ..algorithms.d3s import (
     LOSS_NORMALIZATIONS,
+    chunk_count_table,
     default_samples_start,
-    loss_denominator,
     normalization_weights,
     planned_kept_tokens,
     schedule,
     select_rollouts,
+    step_counts,
     token_keep_mask,
     token_keep_mask_in_rollout_order,
+    token_keep_mask_over_parts,
 )
 from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
-from .stages import estimator_options
+from .stages import estimator_options, gather_padded
 
 logger = logging.getLogger(__name__)
 
@@ -241,6 +242,24 @@ class D3SConfig(GRPOFamilyConfig):
             )
 
 
+def d3s_schedule(args: D3SConfig, step: int, total: int, num_generations: int) -> tuple[int, float, float]:
+    """``(N_s, K, p)`` at optimizer step ``step`` of ``total`` (docs/methods/d3s.md §2.5): a pure function of the
+    trainer state, so a checkpoint resume restores it with ``global_step``."""
+    start = args.d3s_samples_start if args.d3s_samples_start is not None else default_samples_start(num_generations)
+    end = args.d3s_samples_end if args.d3s_samples_end is not None else num_generations
+    n_s, ratio = schedule(
+        step,
+        total,
+        num_generations=num_generations,
+        samples_start=start,
+        samples_end=end,
+        token_ratio_start=args.d3s_token_ratio_start,
+        token_ratio_end=args.d3s_token_ratio_end,
+    )
+    progress = 1.0 if total <= 0 else min(max(step / total, 0.0), 1.0)
+    return n_s, ratio, progress
+
+
 class D3STrainer(GRPOFamilyTrainer):
     """D3S: "Learning More with Less: A Dynamic Dual-Level Down-Sampling Framework for Efficient Policy
     Optimization" (Chao Wang, Tao Yang, Hongtao Tian, Yunsheng Shi, Qiyao Ma, Xiaotao Liu, Ting Yao, Wenbo Ding).
@@ -250,8 +269,8 @@ class D3STrainer(GRPOFamilyTrainer):
     5 % -> 20 % of tokens in the paper). Metrics (``d3s/``): ``samples_per_prompt`` and ``token_ratio`` (the
     schedule), ``progress``, ``kept_rollouts`` and ``kept_rollout_frac`` (real rollouts trained on),
     ``padding_rows`` (inert rows added to balance processes), ``degenerate_batch`` (1 when every advantage is 0),
-    ``kept_tokens``, ``kept_token_frac`` (of the kept
-    rollouts' valid tokens) and ``trained_token_frac`` (of every generated valid token).
+    ``kept_tokens``, ``kept_token_frac`` (of the kept rollouts' valid tokens) and ``trained_token_frac`` (of every
+    generated valid token).
     """
 
     method_name = "d3s"
@@ -278,25 +297,6 @@ class D3STrainer(GRPOFamilyTrainer):
         # What the last generation batch selected (global flat indices b*G + i, schedule values); for inspection.
         self.d3s_last_selection: dict[str, Any] = {}
 
-    # ------------------------------------------------------------------ schedule
-    def d3s_schedule(self, num_generations: int) -> tuple[int, float, float]:
-        """``(N_s, K, p)`` at the current optimizer step (docs/methods/d3s.md §2.5): a pure function of global_step and max_steps."""
-        a = self.args
-        start = a.d3s_samples_start if a.d3s_samples_start is not None else default_samples_start(num_generations)
-        end = a.d3s_samples_end if a.d3s_samples_end is not None else num_generations
-        step, total = self.state.global_step, self.state.max_steps
-        n_s, ratio = schedule(
-            step,
-            total,
-            num_generations=num_generations,
-            samples_start=start,
-            samples_end=end,
-            token_ratio_start=a.d3s_token_ratio_start,
-            token_ratio_end=a.d3s_token_ratio_end,
-        )
-        progress = 1.0 if total <= 0 else min(max(step / total, 0.0), 1.0)
-        return n_s, ratio, progress
-
     # ------------------------------------------------------------------ advantages (full groups, global)
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         a = self.args
@@ -310,9 +310,8 @@ class D3STrainer(GRPOFamilyTrainer):
         """The row-selection stage: the max-variance subset of the gathered full-group advantages (docs/methods/d3s.md
         §2.3), identical on every process; it runs before TRL's old/reference log-prob forwards, which then cover the
         kept rows only."""
-        mode = batch["mode"]
         num_generations = batch["num_generations"]
-        n_s, ratio, progress = self.d3s_schedule(num_generations)
+        n_s, ratio, progress = d3s_schedule(self.args, self.state.global_step, self.state.max_steps, num_generations)
         batch["stage_extras"]["token_ratio"] = ratio
         a = self.args
         kept = select_rollouts(
@@ -325,25 +324,23 @@ class D3STrainer(GRPOFamilyTrainer):
             eligible=~batch["masked_rows"] if self.mask_truncated_completions else None,
         )
         degenerate = not bool(advantages.any())
-        # docs/methods/d3s.md §6: still step (KL only), collectives stay in sync.
-        if degenerate and not self._d3s_warned_degenerate:
+        if degenerate and not self._d3s_warned_degenerate:  # docs/methods/d3s.md §6: still step (KL only), in sync
+            self._d3s_warned_degenerate = True
             logger.warning(
                 "D3S: every advantage of a generation batch is 0; its selection is arbitrary and only the "
                 "KL term (if any) trains on it. Counted in d3s/degenerate_batch."
             )
-            self._d3s_warned_degenerate = True
-        self.d3s_last_selection = {
+        selection = self.d3s_last_selection = {
             "advantages": advantages.detach().cpu(),
             "kept": kept.cpu(),
             "samples_per_prompt": n_s,
             "token_ratio": ratio,
             "progress": progress,
             "global_step": self.state.global_step,
-            "mode": mode,
+            "mode": batch["mode"],
         }
-        self.log_method_metric("samples_per_prompt", n_s)
-        self.log_method_metric("token_ratio", ratio)
-        self.log_method_metric("progress", progress)
+        for name in ("samples_per_prompt", "token_ratio", "progress"):
+            self.log_method_metric(name, selection[name])
         self.log_method_metric("kept_rollouts", kept.numel())
         self.log_method_metric("kept_rollout_frac", kept.numel() / max(advantages.numel(), 1))
         self.log_method_metric("degenerate_batch", float(degenerate))
@@ -354,15 +351,8 @@ class D3STrainer(GRPOFamilyTrainer):
         # Global flat index b*G + i of each row (-1 for padding): TRL shuffles the rows before splitting them into
         # micro-steps, and token ties are broken by this index (docs/methods/d3s.md §2.4), not by the shuffled row order.
         output["d3s_rollout_index"] = output.pop("kept_rows_global")
-        stats = torch.tensor(
-            [
-                float(stage.extras["generated_tokens"]),
-                float(output["completion_mask"].sum()),
-                float(stage.extras["padding_rows"]),
-            ],
-            dtype=torch.float64,
-            device=device,
-        )
+        counts = [stage.extras["generated_tokens"], output["completion_mask"].sum(), stage.extras["padding_rows"]]
+        stats = torch.tensor([float(count) for count in counts], dtype=torch.float64, device=device)
         generated_tokens, _, padding_rows = self.accelerator.reduce(stats, reduction="sum").tolist()
         output["d3s_token_ratio"] = torch.tensor(stage.extras["token_ratio"], dtype=torch.float64, device=device)
         output["d3s_generated_tokens"] = torch.tensor(generated_tokens, dtype=torch.float64, device=device)
@@ -383,19 +373,16 @@ class D3STrainer(GRPOFamilyTrainer):
         ratio = float(chunks[0]["d3s_token_ratio"])
         if a.d3s_token_scope == "batch" and len(chunks) > 1:
             self._batch_token_keep(chunks, ratio)
-        local = []
-        for chunk in chunks:
-            valid = self._loss_mask(chunk).sum(1).double()
-            if "d3s_keep" in chunk:
-                kept = chunk["d3s_keep"].sum(1).double()
-            elif a.d3s_token_scope == "sequence":
-                kept = planned_kept_tokens(valid, ratio)
-            else:
-                kept = torch.zeros_like(valid)
-            rollouts = (chunk["d3s_rollout_index"] >= 0).sum().double()
-            local.append(torch.stack([valid.sum(), kept.sum(), rollouts, (kept > 0).sum().double()]))
-        table = self.accelerator.reduce(torch.stack(local), reduction="sum")
-        if "d3s_keep" not in chunks[0] and a.d3s_token_scope != "sequence":  # one ranking per chunk: count known
+        valid = [self._loss_mask(chunk).sum(1).double() for chunk in chunks]
+        if "d3s_keep" in chunks[0]:  # the batch scope's masks, made above
+            kept = [chunk["d3s_keep"].sum(1).double() for chunk in chunks]
+        elif a.d3s_token_scope == "sequence":
+            kept = [planned_kept_tokens(counts, ratio) for counts in valid]
+        else:
+            kept = [None] * len(chunks)
+        local = chunk_count_table(valid, kept, [chunk["d3s_rollout_index"] for chunk in chunks])
+        table = self.accelerator.reduce(local, reduction="sum")
+        if kept[0] is None:  # one ranking per loss call: the kept count is known, the rows with a kept token are not
             table[:, 1] = planned_kept_tokens(table[:, 0], ratio)
             table[:, 3] = -1.0
         for chunk in chunks:
@@ -425,10 +412,9 @@ class D3STrainer(GRPOFamilyTrainer):
             scale = spg / self.current_gradient_accumulation_steps
         else:
             calls, scale = list(range(table.size(0))), 1.0
-        valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
-        if bool((table[calls, 3] < 0).any()):
-            rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
-        denominator = loss_denominator(self.args.d3s_loss_normalization, valid_tokens, kept_tokens, num_rollouts)
+        denominator, kept_tokens, num_rollouts, rows_with_tokens = step_counts(
+            table, calls, self.args.d3s_loss_normalization
+        )
         return {
             "num_items_in_batch": (denominator.clamp_min(1.0) * scale).float(),
             "d3s_kept_tokens": kept_tokens,
@@ -483,7 +469,7 @@ class D3STrainer(GRPOFamilyTrainer):
             # One ranking per loss call: rollouts with a kept token per call (all processes), mean over the calls.
             per_call = self.accelerator.reduce((keep.sum(1) > 0).double().sum().reshape(1), reduction="sum")
             rows_with_tokens = per_call * inputs["d3s_loss_calls"]
-        weights = normalization_weights(
+        return keep, normalization_weights(
             keep,
             valid,
             a.d3s_loss_normalization,
@@ -491,22 +477,16 @@ class D3STrainer(GRPOFamilyTrainer):
             num_rollouts=inputs["d3s_num_rollouts"],
             rows_with_tokens=rows_with_tokens,
         )
-        return keep, weights
 
     def _gather_rows(self, advantages, entropies, valid, rollout_index):
         """Rows of every process (rank-major, widths padded): advantages, entropies, valid mask, rollout index."""
-        pad = self.accelerator.pad_across_processes
-        ent = gather(pad(entropies.float().contiguous(), dim=1, pad_index=0))
-        mask = gather(pad(valid.to(torch.int32).contiguous(), dim=1, pad_index=0))
-        adv = advantages.float().contiguous()
-        adv = gather(pad(adv, dim=1, pad_index=0) if adv.dim() == 2 else adv)
-        return adv, ent, mask, gather(rollout_index.contiguous())
+        rows = (advantages.float(), entropies.float(), valid.to(torch.int32), rollout_index)
+        return tuple(gather_padded(tensor) for tensor in rows)
 
     def _global_token_keep(self, advantages, entropies, valid, ratio, rollout_index) -> torch.Tensor:
         """``token_keep_mask`` over the rows of this loss call on every process."""
-        width = valid.size(1)
         keep = token_keep_mask_in_rollout_order(*self._gather_rows(advantages, entropies, valid, rollout_index), ratio)
-        rows = valid.size(0)
+        rows, width = valid.shape
         start = self.accelerator.process_index * rows
         return keep[start : start + rows, :width]
 
@@ -520,15 +500,7 @@ class D3STrainer(GRPOFamilyTrainer):
             )
             valid = self._loss_mask(chunk).bool()
             gathered.append(self._gather_rows(chunk["advantages"], entropies, valid, chunk["d3s_rollout_index"]))
-        width = max(g[1].size(1) for g in gathered)
-
-        def cat(i):
-            parts = [
-                g[i] if g[i].dim() == 1 else torch.nn.functional.pad(g[i], (0, width - g[i].size(1))) for g in gathered
-            ]
-            return torch.cat(parts)
-
-        keep = token_keep_mask_in_rollout_order(cat(0), cat(1), cat(2), cat(3), ratio)
+        keep = token_keep_mask_over_parts(gathered, ratio)
         offset = 0
         for chunk, g in zip(chunks, gathered):
             rows, local_width = chunk["completion_ids"].shape
@@ -537,4 +509,4 @@ class D3STrainer(GRPOFamilyTrainer):
             offset += g[1].size(0)
 
 
-__all__ = ["D3SConfig", "D3STrainer", "default_samples_start", "planned_kept_tokens"]
+__all__ = ["D3SConfig", "D3STrainer", "d3s_schedule", "default_samples_start", "planned_kept_tokens"]

@@ -29,6 +29,7 @@ import json
 from typing import Any
 
 import torch
+from accelerate.utils import gather, pad_across_processes
 
 
 @dataclasses.dataclass
@@ -76,6 +77,13 @@ def estimator_options(value: Any, field: str) -> dict[str, Any]:
     return dict(value)
 
 
+def gather_padded(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s rows from every process, rank-major; a 2-D tensor's columns are zero-padded on the right to the
+    widest process's first (processes' completion widths differ)."""
+    tensor = tensor.contiguous()
+    return gather(pad_across_processes(tensor, dim=1, pad_index=0) if tensor.dim() == 2 else tensor)
+
+
 def local_rows(keep: torch.Tensor, num_local: int, process_index: int) -> torch.Tensor:
     """This process's kept rows (local indices, ascending) from the global ``keep`` indices."""
     start = process_index * num_local
@@ -103,4 +111,11 @@ def padded_local_rows(
     return index, real
 
 
-__all__ = ["GenerationStage", "estimator_options", "local_rows", "padded_local_rows", "stage_generator"]
+__all__ = [
+    "GenerationStage",
+    "estimator_options",
+    "gather_padded",
+    "local_rows",
+    "padded_local_rows",
+    "stage_generator",
+]
