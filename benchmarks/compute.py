@@ -65,7 +65,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
-from transformers import PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
+from transformers import PreTrainedTokenizerFast, PrinterCallback, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from grpo_family import METHODS  # noqa: E402
@@ -123,16 +123,17 @@ def _call_site() -> str:
 class SyncCounter(TorchDispatchMode):
     """Counts the places where a GPU run would make the host wait for the device, in a CPU run.
 
-    Counted: (1) ``aten._local_scalar_dense``, which ``.item()``, ``float()``, ``int()`` and ``bool()`` of a tensor
-    reach; (2) ``.tolist()``, ``.cpu()`` and ``.numpy()`` of a tensor: on a CPU tensor these do not reach the
-    dispatcher at all (checked: ``tolist`` and ``cpu`` dispatch no op, ``numpy`` only ``detach``), so the tensor
-    methods are wrapped; (3) ops whose output size depends on values (``nonzero``, ``masked_select``, ``unique``,
-    ``repeat_interleave`` with tensor repeats, indexing or index-assignment with a boolean mask), which on CUDA copy
-    a count to the host. A tensor that came from ``.cpu()`` / ``.numpy()`` (or any op on one) is host data: reading
-    it again is not counted. Limits of a CPU run: a tensor the code creates on the CPU on purpose (``torch.tensor``
-    without a device) is counted when read although on a GPU run it would be host data; ``.to("cpu")`` is not seen
-    (on CPU the accelerator's device is the CPU too). Hence an upper bound of the syncs of the same code on a GPU,
-    up to ``.to("cpu")``; every count keeps its call site.
+        Counted: (1) ``aten._local_scalar_dense``, which ``.item()``, ``float()``, ``int()`` and ``bool()`` of a tensor
+        reach; (2) ``.tolist()``, ``.cpu()`` and ``.numpy()`` of a tensor: on a CPU tensor these do not reach the
+        dispatcher at all (checked: ``tolist`` and ``cpu`` dispatch no op, ``numpy`` only ``detach``), so the tensor
+        methods are wrapped, and so is ``.to``: ``.to("cpu")`` (a string) counts as a move to the host, ``.to(device)`` (a
+    ``torch.device`` or a tensor's device, in this CPU run the CPU) as a move to the training device; (3) ops whose output size depends on values (``nonzero``, ``masked_select``, ``unique``,
+        ``repeat_interleave`` with tensor repeats, indexing or index-assignment with a boolean mask), which on CUDA copy
+        a count to the host. A tensor that came from ``.cpu()`` / ``.numpy()`` (or any op on one) is host data: reading
+        it again is not counted. Limits of a CPU run: a tensor the code creates on the CPU on purpose (``torch.tensor``
+        without a device) is counted when read although on a GPU run it would be host data, and ``.to(torch.device("cpu"))``
+        is taken for a move to the training device. Hence close to an upper bound of the syncs of the same code on a GPU;
+        every count keeps its call site.
     """
 
     def __init__(self):
@@ -173,8 +174,38 @@ class SyncCounter(TorchDispatchMode):
                 self._record()
         return out
 
+    @staticmethod
+    def _target_device(args: tuple, kwargs: dict) -> Any:
+        """The device argument of a ``Tensor.to`` call (a str, a ``torch.device``, a tensor's device), or None."""
+        target = kwargs.get("device", args[0] if args else None)
+        if isinstance(target, torch.Tensor):
+            return target.device
+        return target if isinstance(target, (str, torch.device)) else None
+
+    def _to(self, original):
+        counter = self
+
+        def to(tensor, *args, **kwargs):
+            out = original(tensor, *args, **kwargs)
+            target = counter._target_device(args, kwargs)
+            if target is None or not isinstance(out, torch.Tensor):
+                return out
+            # A string "cpu" is a move to the host; a torch.device (the accelerator's, the CPU in this run) stands for
+            # the training device: what was host data is device data again (e.g. ``x.cpu()...to(y.device)``).
+            to_host = isinstance(target, str) and target.startswith("cpu")
+            if to_host and not counter._is_host(tensor):
+                counter._record()
+            if to_host != counter._is_host(out) or out is tensor:
+                out = out.view_as(out)
+                out._compute_host = to_host
+            return out
+
+        return to
+
     def __enter__(self):
         counter = self
+        self._originals["to"] = torch.Tensor.to
+        torch.Tensor.to = self._to(torch.Tensor.to)
         for name in ("tolist", "cpu", "numpy"):
             original = getattr(torch.Tensor, name)
             self._originals[name] = original
@@ -488,6 +519,7 @@ def measure(
         train_dataset=dataset,
         processing_class=tokenizer,
     )
+    trainer.remove_callback(PrinterCallback)  # the per-step log lines
     if vllm:
         simulate_vllm(trainer)
     syncs = SyncCounter()
@@ -591,6 +623,7 @@ def scale_check(methods: list[str], workdir: Path, dimensions: dict | None = Non
     """Every method at two sizes of each dimension: measured counts, the formula's, and mismatches."""
     dimensions = SCALE_DIMENSIONS if dimensions is None else dimensions
     out: dict[str, Any] = {}
+    stock_runs: dict[str, dict[str, Any]] = {}  # stock TRL under the same structure, for the sync excess
     for method in methods:
         out[method] = {}
         for dimension, (knob, values) in dimensions.items():
@@ -604,6 +637,14 @@ def scale_check(methods: list[str], workdir: Path, dimensions: dict | None = Non
                     options[knob] = value
                 measured = measure(method, options, vllm=True, is_correction=True, workdir=workdir, **run_kwargs)
                 mismatches = check_against_formula(method, options, measured, vllm=True, is_correction=True)
+                structure = {k: v for k, v in options.items() if k in STRUCTURE_KEYS}
+                key = json.dumps([structure, run_kwargs], sort_keys=True)
+                if key not in stock_runs:
+                    stock_runs[key] = measure(
+                        "grpo", structure, vllm=True, is_correction=True, workdir=workdir, stock=True, **run_kwargs
+                    )
+                measured["stock_host_syncs"] = stock_runs[key]["host_syncs"]
+                measured["host_syncs_above_stock"] = measured["host_syncs"] - measured["stock_host_syncs"]
                 runs.append({"value": value, "options": options, "counts": measured, "mismatches": mismatches})
             out[method][dimension] = runs
     return out
@@ -647,7 +688,22 @@ def compute_report(runs: list[dict[str, Any]], command: str) -> str:
         "loss call. Host syncs: outside generation, an upper bound for the same code on a GPU (see `SyncCounter`); "
         "'stock' is `trl.GRPOTrainer` itself in the same setting. Settings: the recipe's structure as written "
         "(G, batch, accumulation, beta, iterations, loss, method options, vLLM with its IS correction as written) "
-        "and, for recipes that use vLLM, with the IS correction on (TRL's default).",
+        "and, for recipes that use vLLM, with the IS correction on (TRL's default). D3S is measured at the start of "
+        "its schedule (its end values set to the start values; the options column shows the recipe's), and every "
+        "recipe's completion length, model and data are replaced by the small ones above.",
+        "",
+        "| setting | G | per-device batch x accumulation | beta | vLLM / IS correction | method options |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        o = run["options"]
+        own = ", ".join(f"{k}={v}" for k, v in o.items() if k not in STRUCTURE_KEYS) or "-"
+        vllm = ("yes / " + ("on" if run["is_correction"] else "off")) if run["vllm"] else "no"
+        lines.append(
+            f"| {run['setting']} | {o['num_generations']} | {o['per_device_train_batch_size']} x "
+            f"{o.get('gradient_accumulation_steps', 1)} | {o.get('beta', 0.0)} | {vllm} | {own} |"
+        )
+    lines += [
         "",
         "| setting | method | " + " | ".join(title for _, title in SHOWN) + " | dropped fwd rows | stock syncs |",
         "|---|---|" + "---|" * len(SHOWN) + "---|---|",
@@ -679,6 +735,29 @@ def compute_report(runs: list[dict[str, Any]], command: str) -> str:
             lines.append(
                 f"| {run['setting']} | {label} | {counts['host_syncs'] - run['stock']['host_syncs']:+g} | {where} |"
             )
+    lines += [
+        "",
+        "## D3S: forward rows over the rollouts it drops",
+        "",
+        "Rows of policy (no-grad) and reference forwards over rollouts that D3S generated and then dropped, per "
+        "optimizer step, at the start of its schedule (where it drops the most). The issue's acceptance point is the "
+        "last row: vLLM IS correction on and beta 0.04; its target is 0 such rows and fwd+bwd tokens <= 0.55x grpo's.",
+        "",
+        "| setting | generated rollouts | dropped | dropped fwd rows (policy / reference) | fwd+bwd tokens vs grpo "
+        "| target met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        if run["method"] != "d3s":
+            continue
+        c = run["counts"]
+        ratio = c["forward_backward_tokens"] / run["grpo"]["forward_backward_tokens"]
+        met = c["dropped_forward_rows"] == 0 and ratio <= 0.55
+        lines.append(
+            f"| {run['setting']} | {c['generated_rollouts']:g} | {c['dropped_rollouts']:g} | "
+            f"{c['dropped_forward_rows']:g} ({c['dropped_forward_rows_policy']:g} / {c['dropped_forward_rows_ref']:g}) "
+            f"| {ratio:.3f}x | {'yes' if met else 'no'} |"
+        )
     mismatched = [r for r in runs if r["mismatches"]]
     lines += [
         "",
@@ -721,10 +800,10 @@ FORMULAS = {
 }
 
 
-def scale_report(scale: dict[str, Any], command: str) -> str:
+def scale_report(scale: dict[str, Any], command: str, processes: dict[str, Any] | None = None) -> str:
     growth_keys = (
         "policy_grad_tokens", "policy_nograd_tokens", "ref_tokens", "backward_tokens", "generated_tokens",
-        "dropped_forward_rows", "host_syncs", "generation_host_syncs",
+        "dropped_forward_rows", "host_syncs", "host_syncs_above_stock", "generation_host_syncs",
     )  # fmt: skip
     lines = [
         "# How each count grows: formulas per method, checked at two sizes of each dimension",
@@ -751,9 +830,38 @@ def scale_report(scale: dict[str, Any], command: str) -> str:
         "scores and trains its own B*S rows, so the per-process counts do not change with the number of "
         "processes P and the totals grow as P. Exceptions: D3S pools the selection over all processes (each "
         "process trains ceil(max share / S) * S rows, padded to the largest share, so an uneven split adds padding "
-        "rows), and GPG's rounds are decided on the gathered rewards (same r everywhere). Host syncs per process "
-        "do not grow with P; the gathers and reduces that the counted reads follow are collectives (one per "
-        "counted site, not per process).",
+        "rows), and GPG's rounds are decided on the gathered rewards (same r everywhere). Host syncs are counted "
+        "per process too; with several processes TRL and accelerate take a few extra code paths (the processes "
+        "table at the end, when run with `--processes`, gives both numbers), and each gather is a collective that "
+        "waits for the slowest process.",
+    ]
+    lines += [
+        "",
+        "## Host syncs above stock TRL",
+        "",
+        "From the runs above: excess = method's syncs - `trl.GRPOTrainer`'s in the same structure; with A = "
+        "gradient accumulation, excess = c + d*A (c, d from the two accumulation runs). Stock TRL itself: "
+        "its own per-micro-step syncs (loss metrics) and per-generation-batch ones (reward and length metrics), and "
+        "transformers' generate syncs about once per generated token (reported apart: absent with vLLM).",
+        "",
+        "| method | c (per generation batch) | d (per micro-step) | excess the same at both sizes of batch, G, "
+        "completion length, model size |",
+        "|---|---|---|---|",
+    ]
+    for method, dimensions in scale.items():
+        (a1, e1), (a2, e2) = (
+            (run["options"]["gradient_accumulation_steps"], run["counts"]["host_syncs_above_stock"])
+            for run in dimensions["gradient accumulation"]
+        )
+        d = (e2 - e1) / (a2 - a1)
+        flat = [
+            name
+            for name, (small, large) in dimensions.items()
+            if name != "gradient accumulation"
+            and small["counts"]["host_syncs_above_stock"] != large["counts"]["host_syncs_above_stock"]
+        ]
+        lines.append(f"| {method} | {e1 - d * a1:g} | {d:g} | {'yes' if not flat else 'no: ' + ', '.join(flat)} |")
+    lines += [
         "",
         "## Measured at two sizes",
         "",
@@ -769,11 +877,75 @@ def scale_report(scale: dict[str, Any], command: str) -> str:
                 else "NO: " + "; ".join(small["mismatches"] + large["mismatches"])
             )
             lines.append(f"| {method} | {dimension} ({small['value']} -> {large['value']}) | {cells} | {holds} |")
+    if processes is None:
+        lines += ["", "Processes: not run here (`--processes` runs grpo and D3S on 2 CPU processes).", ""]
+        return "\n".join(lines) + "\n"
+    lines += [
+        "",
+        "## Processes: 1 -> 2 (gloo, `accelerate_configs/cpu_2proc.yaml`)",
+        "",
+        "Per-process counts of each rank against the one-process run and the formula with P = 2.",
+        "",
+        "| method | counts | 1 process | rank 0 | rank 1 | formula holds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, check in processes.items():
+        for key in growth_keys[:6] + ("host_syncs",):
+            values = " | ".join(f"{run[key]:g}" for run in [check["single"], *check["ranks"]])
+            holds = "yes" if not check["mismatches"] else "NO: " + "; ".join(check["mismatches"])
+            lines.append(f"| {method} | {key} | {values} | {holds} |")
     return "\n".join(lines) + "\n"
 
 
-def _strip(counts: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in counts.items()}
+PROCESS_CHECK_METHODS = ("grpo", "d3s")
+
+
+def process_worker(out_dir: Path) -> None:
+    """One rank of the processes check (started by accelerate): its own counts at the scale base."""
+    rank = int(os.environ.get("RANK", "0"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"grpo-family-compute-rank{rank}-"))
+    counts = {
+        method: measure(method, {**SCALE_BASE, **SCALE_OPTIONS.get(method, {})}, vllm=True, is_correction=True,
+                        completion_length=SCALE_LENGTH, workdir=workdir)
+        for method in PROCESS_CHECK_METHODS
+    }  # fmt: skip
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(counts))
+
+
+def processes_check(workdir: Path, num_processes: int = 2) -> dict[str, Any]:
+    """grpo and D3S on ``num_processes`` CPU processes (gloo, accelerate_configs/cpu_2proc.yaml): each process's
+    counts against the formula with ``num_processes`` and against the one-process run."""
+    import subprocess
+
+    out_dir = workdir / "ranks"
+    out_dir.mkdir(exist_ok=True)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+        str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"), "--num_processes", str(num_processes),
+        str(Path(__file__).resolve()), "--process-worker", str(out_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+    result = {}
+    for method in PROCESS_CHECK_METHODS:
+        options = {**SCALE_BASE, **SCALE_OPTIONS.get(method, {})}
+        single = measure(method, options, vllm=True, is_correction=True, completion_length=SCALE_LENGTH,
+                         workdir=workdir)  # fmt: skip
+        ranks = [json.loads((out_dir / f"rank{r}.json").read_text())[method] for r in range(num_processes)]
+        expected = expected_counts(method, options, vllm=True, is_correction=True,
+                                   prompt_length=single["prompt_length"], completion_length=SCALE_LENGTH,
+                                   num_processes=num_processes)  # fmt: skip
+        result[method] = {
+            "single": single,
+            "ranks": ranks,
+            "mismatches": [
+                f"rank {r} {k}: measured {counts[k]:g}, formula {v:g}"
+                for r, counts in enumerate(ranks)
+                for k, v in expected.items()
+                if counts[k] != v
+            ],
+        }
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -782,7 +954,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--completion-length", type=int, default=8)
     parser.add_argument("--no-scale", action="store_true", help="skip the scale checks")
     parser.add_argument("--output-dir", default=str(RESULTS))
+    parser.add_argument("--processes", action="store_true", help="also the 2-process check (slow: ~1 min)")
+    parser.add_argument("--process-worker", default=None, help=argparse.SUPPRESS)  # internal: one rank
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md files from the stored .json")
     args = parser.parse_args(argv)
+    if args.report_only:  # the same run's numbers, formatted again (e.g. after a change to the report's layout)
+        output_dir = Path(args.output_dir)
+        stored = json.loads((output_dir / "compute.json").read_text())
+        (output_dir / "compute.md").write_text(compute_report(stored["runs"], stored["command"]))
+        if (output_dir / "scale.json").exists():
+            scale = json.loads((output_dir / "scale.json").read_text())
+            (output_dir / "scale.md").write_text(scale_report(scale["scale"], scale["command"], scale["processes"]))
+        return stored
+    if args.process_worker:
+        torch.set_num_threads(1)
+        process_worker(Path(args.process_worker))
+        return {}
     torch.set_num_threads(1)
     command = "python benchmarks/compute.py " + " ".join(argv if argv is not None else sys.argv[1:])
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-compute-"))
@@ -815,9 +1002,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"runs": runs}
     if not args.no_scale:
         scale = scale_check(list(METHODS), workdir)
-        (output_dir / "scale.json").write_text(json.dumps({"command": command, "scale": scale}, indent=1) + "\n")
-        (output_dir / "scale.md").write_text(scale_report(scale, command))
-        result["scale"] = scale
+        processes = processes_check(workdir) if args.processes else None
+        (output_dir / "scale.json").write_text(
+            json.dumps({"command": command, "scale": scale, "processes": processes}, indent=1) + "\n"
+        )
+        (output_dir / "scale.md").write_text(scale_report(scale, command, processes))
+        result["scale"], result["processes"] = scale, processes
     return result
 
 
