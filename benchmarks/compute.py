@@ -74,6 +74,9 @@ from grpo_family.trainers.d3s import D3SConfig, default_samples_start  # noqa: E
 
 RESULTS = ROOT / "benchmarks" / "results"
 D3S_DEFAULTS = {f.name: f.default for f in dataclasses.fields(D3SConfig)}
+# Config values of every measured run that do not change the work counted (bf16 off: on CPU it means autocast).
+RUN_ARGS = dict(learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, seed=0, save_strategy="no",
+                disable_tqdm=True, bf16=False)  # fmt: skip
 RECIPES = ROOT / "examples" / "recipes"
 MODEL_SIZES = {  # two tiny Qwen2 configurations (the model-size check)
     "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2),
@@ -496,16 +499,9 @@ def measure(
         output_dir=str(workdir / "out"),
         max_steps=2 * steps,  # the first cycle warms caches (e.g. MS-GRPO's subgroup tables); the second is counted
         max_completion_length=completion_length,
-        generation_kwargs={"min_new_tokens": completion_length},
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
-        bf16=False,
+        generation_kwargs={"min_new_tokens": completion_length},  # every completion exactly this long
         vllm_importance_sampling_correction=is_correction,
+        **RUN_ARGS,
         **options,
     )
     rewards = [spread_reward_for(G)]
