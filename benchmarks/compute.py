@@ -1,8 +1,10 @@
 """Work per optimizer step of every method, counted (not timed), as a ratio to ``grpo`` under the same settings.
 
-    python benchmarks/compute.py                 # every recipe setting + the scale checks; writes the results
+    python benchmarks/compute.py --processes     # what benchmarks/results/ holds (~10 min on a loaded 2-core CPU)
+    python benchmarks/compute.py                 # the same without the 2-process check
     python benchmarks/compute.py --only d3s      # the settings of one method's recipes
     python benchmarks/compute.py --no-scale      # skip the scale checks (benchmarks/results/scale.md)
+    python benchmarks/compute.py --report-only   # rewrite the .md files from the stored .json
 
 Step times of a 0.2M-parameter model on a shared CPU are noise (benchmarks/results/speed.md); what decides a
 method's GPU cost is the work it asks for, and that can be counted exactly on any machine. For every method under
@@ -30,15 +32,22 @@ log-probs simulated: TRL's vLLM code path runs, with ``generate`` standing in fo
 ``tests/test_vllm_batch.py``). A recipe that uses vLLM is measured as written (every paper recipe turns the IS
 correction off) and with the correction on (TRL's default). What is made small: the model, the completion length
 (``--completion-length``, every completion exactly that long: ``min_new_tokens`` = max, so counts are closed-form),
-the prompts (arithmetic problems of one token length), one process. SGPO's judge is the programmatic one (an LLM
+the prompts (arithmetic problems of one token length), one process. Not counted: gradient checkpointing (on in
+every recipe) recomputes each forward with grad during the backward, the same for every method (add the policy's
+with-grad tokens once more). SGPO's judge is the programmatic one (an LLM
 judge's work happens on another server and is not the policy's). Rewards: a reward that is different for every
 rollout of a group, so no group is degenerate and GPG never resamples (its resampling rounds multiply the generation
 and generation-side forwards: see scale.md).
 
 :func:`expected_counts` gives every count in closed form (today's code), :func:`scale_check` measures each method at
-two sizes of batch, G, completion length, model size (and, with ``--processes``, number of processes) and compares
-with the formulas; ``tests/test_compute_benchmark.py`` runs both. Writes ``benchmarks/results/compute.md`` (+
-``.json``) and ``benchmarks/results/scale.md`` (+ ``.json``).
+two sizes of batch, G, gradient accumulation, completion length and model size (and :func:`processes_check` grpo and
+D3S on 2 processes) and compares with the formulas. ``tests/test_compute_benchmark.py`` measures every method at two
+accumulation sizes against the formulas and pins the host syncs, and checks the committed results against the
+formulas. Writes ``benchmarks/results/compute.md`` (+ ``.json``) and ``benchmarks/results/scale.md`` (+ ``.json``).
+
+When a method's work changes on purpose (e.g. D3S making old and reference log-probs for its kept rollouts only):
+change its branch of :func:`expected_counts` and its line in ``FORMULAS``, re-run this script, and update the
+pinned host syncs in ``tests/test_compute_benchmark.py`` (the call-site table of compute.md says which moved).
 """
 
 from __future__ import annotations
@@ -681,7 +690,11 @@ def compute_report(runs: list[dict[str, Any]], command: str) -> str:
         "Tokens are rows x T summed over forwards; 'fwd+bwd total' adds policy with and without grad, reference and "
         "backward tokens (a backward costs about twice a forward in FLOPs; the counts are not weighted). "
         "'dropped fwd rows': forward rows (policy or reference) over rollouts that were generated but are in no "
-        "loss call. Host syncs: outside generation, an upper bound for the same code on a GPU (see `SyncCounter`); "
+        "loss call. Host syncs: outside generation; `aten._local_scalar_dense` (`.item()`, `float()`, `bool()` of a "
+        'tensor) counted by a `TorchDispatchMode`, plus `.tolist()` / `.cpu()` / `.numpy()` / `.to("cpu")` of '
+        "device data (on a CPU tensor these reach no aten op at all, so the tensor methods are wrapped) and ops "
+        "with a data-dependent output size (`nonzero`, boolean-mask indexing, `unique`, ...): close to an upper "
+        "bound for the same code on a GPU (see `SyncCounter`); "
         "'stock' is `trl.GRPOTrainer` itself in the same setting. Settings: the recipe's structure as written "
         "(G, batch, accumulation, beta, iterations, loss, method options, vLLM with its IS correction as written) "
         "and, for recipes that use vLLM, with the IS correction on (TRL's default). D3S is measured at the start of "
