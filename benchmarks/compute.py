@@ -924,17 +924,23 @@ def process_worker(out_dir: Path) -> None:
 def processes_check(workdir: Path, num_processes: int = 2) -> dict[str, Any]:
     """grpo and D3S on ``num_processes`` CPU processes (gloo, accelerate_configs/cpu_2proc.yaml): each process's
     counts against the formula with ``num_processes`` and against the one-process run."""
+    import socket
     import subprocess
 
     out_dir = workdir / "ranks"
     out_dir.mkdir(exist_ok=True)
+    with socket.socket() as probe:  # a free port: the config's fixed one may be taken by another run
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file",
         str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"), "--num_processes", str(num_processes),
-        str(Path(__file__).resolve()), "--process-worker", str(out_dir),
+        "--main_process_port", str(port), str(Path(__file__).resolve()), "--process-worker", str(out_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+    launched = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
+    if launched.returncode != 0:
+        raise RuntimeError(f"the {num_processes}-process run failed:\n{launched.stderr[-3000:]}")
     result = {}
     for method in PROCESS_CHECK_METHODS:
         options = {**SCALE_BASE, **SCALE_OPTIONS.get(method, {})}
