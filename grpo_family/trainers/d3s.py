@@ -400,6 +400,7 @@ class D3STrainer(GRPOFamilyTrainer):
             table[:, 3] = -1.0
         for chunk in chunks:
             chunk["d3s_chunk_stats"] = table.clone()
+            chunk["d3s_token_ratio"] = ratio  # a Python float from here on: every loss call reads it without a sync
         kept_tokens, valid_tokens = float(table[:, 1].sum()), float(table[:, 0].sum())
         generated = float(chunks[0]["d3s_generated_tokens"])
         self.log_method_metric("kept_tokens", kept_tokens)
@@ -426,8 +427,8 @@ class D3STrainer(GRPOFamilyTrainer):
         else:
             calls, scale = list(range(table.size(0))), 1.0
         valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
-        if bool((table[calls, 3] < 0).any()):
-            rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
+        # -1 when known only in the loss call; torch.where, not an if: no host-device sync in every loss call.
+        rows_with_tokens = torch.where((table[calls, 3] < 0).any(), -1.0, rows_with_tokens)
         denominator = loss_denominator(self.args.d3s_loss_normalization, valid_tokens, kept_tokens, num_rollouts)
         return {
             "num_items_in_batch": (denominator.clamp_min(1.0) * scale).float(),
