@@ -575,9 +575,11 @@ def expected_counts(method: str, options: dict[str, Any], *, vllm: bool, is_corr
         rows = max(-(-kept // num_processes), 1)  # per process (even split; uneven splits pad to the largest)
         trained = -(-rows // S) * S
         dropped = R - (kept // num_processes)
+        # The selection runs before TRL's old / reference forwards, which then see the kept rows only.
+        nograd = kept // num_processes if old else 0
         batch_scope = options.get("d3s_token_scope", "batch") == "batch" and S > 1
         nograd += trained if batch_scope else 0  # entropies for the batch-wide token ranking
-    ref = R if beta != 0 else 0
+    ref = (R - dropped) if beta != 0 else 0
     grad = trained * I  # every iteration trains the whole (kept) batch again
     counts = {
         "policy_grad_rows": grad * batches,
@@ -587,7 +589,7 @@ def expected_counts(method: str, options: dict[str, Any], *, vllm: bool, is_corr
         "generated_rollouts": R * batches,
         "generated_tokens": R * L * batches,
         "dropped_rollouts": dropped * batches,
-        "dropped_forward_rows": dropped * ((1 if old else 0) + (1 if beta != 0 else 0)) * batches,
+        "dropped_forward_rows": 0,  # D3S selects its rows before TRL's no-grad forwards; no other method drops
     }
     for kind in ("policy_grad", "policy_nograd", "ref", "backward"):
         counts[f"{kind}_tokens"] = counts[f"{kind}_rows"] * T
@@ -802,9 +804,9 @@ FORMULAS = {
     "d3s": (
         "kept rollouts K = n_s * R/G (n_s = rollouts per prompt on the schedule, d3s_samples_start at step 0, "
         "default round(G/4)); rows trained K' = ceil(K/S)*S (padded to whole micro-steps; over P processes each "
-        "pads to the largest share); grad = backward = K'*A/S; no-grad = ([old]*R + [batch token scope, S>1]*K')"
-        "*A/(S*I); ref = [ref]*R*A/(S*I); dropped forward rows = (R-K)*([old]+[ref])*A/(S*I) (today's code: TRL "
-        "makes the old and reference log-probs of every rollout before the rewards exist)"
+        "pads to the largest share); grad = backward = K'*A/S; no-grad = ([old]*K + [batch token scope, S>1]*K')"
+        "*A/(S*I); ref = [ref]*K*A/(S*I); dropped forward rows = 0 (the rows are selected before TRL's old and "
+        "reference forwards, which run over the K kept rows only)"
     ),
 }
 
