@@ -268,6 +268,33 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
             lambda: d3s.masked_token_loss(x.per_token_loss, x.keep, x.mask),
         ),
         (
+            "d3s.token_keep_mask_in_rollout_order",
+            "batch scope, K=0.2, rows reversed",
+            True,
+            lambda: d3s.token_keep_mask_in_rollout_order(
+                x.advantages, x.entropies, x.mask, torch.arange(flat).flip(0), 0.2
+            ),
+        ),
+        (
+            "d3s.planned_kept_tokens",
+            "per-row valid counts, K=0.2",
+            False,
+            lambda: d3s.planned_kept_tokens(x.mask.sum(1), 0.2),
+        ),
+        (
+            "d3s.normalization_weights",
+            "seq_mean_kept",
+            True,
+            lambda: d3s.normalization_weights(
+                x.keep,
+                x.mask,
+                "seq_mean_kept",
+                kept_tokens=int(x.keep.sum()),
+                num_rollouts=flat,
+                rows_with_tokens=flat,
+            ),
+        ),
+        (
             "sgpo.is_failure",
             "one call per completion",
             False,
@@ -330,6 +357,12 @@ def helper_cases(G: int) -> list[tuple[str, str, Callable[[], object]]]:
             lambda: ms_grpo.num_subgroups(G, num_scales=4, subgroups_per_scale=8),
         ),
         ("d3s.schedule", f"G={G}, step 100 of 300", lambda: d3s.schedule(100, 300, num_generations=G)),
+        ("d3s.default_samples_start", f"G={G}", lambda: d3s.default_samples_start(G)),
+        (
+            "d3s.loss_denominator",
+            "literal_eq10",
+            lambda: d3s.loss_denominator("literal_eq10", valid_tokens=1000, kept_tokens=200, num_rollouts=8),
+        ),
         ("gpg.scale_grad", "scalar loss, forward only", lambda: gpg.scale_grad(loss, 2.0)),
     ]
 

@@ -42,15 +42,9 @@ QWEN2_5_0_5B = dict(  # Qwen/Qwen2.5-0.5B-Instruct's config.json (architecture o
 
 
 def vllm_env() -> dict:
-    cache = Path.home() / ".cache" / "grpo_family" / "vllm-compile"
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(cache / "vllm")),
-        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
-    }
+    from grpo_family.trainers.vllm_cpu import engine_env
+
+    return engine_env(kv_cache_gib="2")
 
 
 def build_model(kind: str, path: Path) -> None:

@@ -471,6 +471,14 @@ FACTS: tuple[Fact, ...] = (
         ("_calculate_rewards",),
     ),
     Fact(
+        "GRPOTrainer._generate signature",
+        "base: _generate override scores and selects rows (D3S) between generation and TRL's old/reference forwards "
+        "(its 8-value return layout and the call order are pinned in tests/test_stages.py)",
+        lambda t: signature(GRPOTrainer, "_generate"),
+        ("self", "prompts"),
+        ("_generate",),
+    ),
+    Fact(
         "GRPOTrainer._generate_and_score_completions signature",
         "base (advantage hook), CW-GRPO (row tags), D3S (selection), GPG (several calls per step)",
         lambda t: signature(GRPOTrainer, GEN),

@@ -37,15 +37,12 @@ except ImportError:
         raise
     pytest.skip("vLLM is not installed: see README, 'vLLM on a CPU machine'", allow_module_level=True)
 
+from test_vllm_batch import METHOD_METRIC  # noqa: E402
+
+from grpo_family.trainers import vllm_cpu  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"]
-METHOD_METRIC = {
-    "ms_grpo": "ms_grpo/abs_diff_to_grpo",
-    "cw_grpo": "cw_grpo/weight_std",
-    "d3s": "d3s/kept_rollouts",
-    "sgpo": "sgpo/judge_requests",
-    "gpg": "gpg/alpha",
-}
 # max |log p_vLLM - log p_trainer| over the probe's tokens right after a sync. vLLM serves the float32 checkpoint
 # in bfloat16 (its "auto" dtype downcasts float32 models; TRL does not pass a dtype): measured here 0.0025-0.005 on
 # the random-init model during training and 0.016 after the embedding is scaled by 3 (sharper distributions).
@@ -55,16 +52,7 @@ STALE_MIN = 4 * SYNC_BOUND
 
 
 def vllm_env() -> dict:
-    cache = Path(os.environ.get("GRPO_FAMILY_CACHE", Path.home() / ".cache" / "grpo_family")) / "vllm-compile"
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-        # vLLM's compile caches survive between runs (engine start: ~60-100 s cold, ~15-35 s warm).
-        "VLLM_CACHE_ROOT": os.environ.get("VLLM_CACHE_ROOT", str(cache / "vllm")),
-        "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor")),
-    }
+    return vllm_cpu.engine_env()
 
 
 @pytest.fixture(scope="module")

@@ -337,8 +337,8 @@ def step_counts(table: torch.Tensor, calls: list[int], normalization: str) -> tu
     ``calls`` (rows of the ``(chunks, 4)`` count table: valid tokens, kept tokens, rollouts, rollouts with a kept token
     or -1 where only the loss call knows it; -1 then for the step too). D is :func:`loss_denominator`'s."""
     valid_tokens, kept_tokens, num_rollouts, rows_with_tokens = table[calls].sum(0)
-    if bool((table[calls, 3] < 0).any()):
-        rows_with_tokens = torch.full_like(rows_with_tokens, -1.0)
+    # torch.where, not an if: no host-device sync in every loss call.
+    rows_with_tokens = torch.where((table[calls, 3] < 0).any(), -1.0, rows_with_tokens)
     denominator = loss_denominator(normalization, valid_tokens, kept_tokens, num_rollouts)
     return denominator, kept_tokens, num_rollouts, rows_with_tokens
 

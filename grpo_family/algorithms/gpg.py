@@ -245,6 +245,9 @@ def plan_assembly(degenerate: list[torch.Tensor], num_processes: int) -> list[tu
     plan from the same gathered masks. With a single round the plan is the identity.
     """
     num_groups = degenerate[0].numel()
+    # Python booleans, read from the device once per round (indexing the tensors per group would make every
+    # group's test a host-device synchronisation: 2 per group and round on a GPU).
+    degenerate = [d.tolist() if isinstance(d, torch.Tensor) else list(d) for d in degenerate]
     per_process = num_groups // num_processes
     last = len(degenerate) - 1
     plan = []

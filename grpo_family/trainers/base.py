@@ -2,8 +2,9 @@
 
 TRL 1.16 computes advantages inline in ``_generate_and_score_completions``. Rather than copy that method, the
 base class lets it run, keeps the globally gathered rewards it computed (``_calculate_rewards`` is the one place
-they pass through), and then replaces the advantages in the returned batch with ``_compute_advantages``. The
-default hook is TRL's own maths (``algorithms.grpo``), so ``grpo`` here trains bit-for-bit like stock TRL.
+they pass through), and runs the named stages of :class:`GRPOFamilyTrainer` on them (the advantages, the rows kept,
+per-token weights, the loss inputs). The default stages are TRL's own maths (``algorithms.grpo``), so ``grpo``
+here trains bit-for-bit like stock TRL.
 
 The base class also contains trouble instead of letting it corrupt a run; each part lives in its own module:
 

@@ -294,8 +294,7 @@ class D3STrainer(GRPOFamilyTrainer):
         if not isinstance(self.args, D3SConfig):
             raise TypeError(f"D3STrainer needs a D3SConfig (its d3s_* options), got {type(self.args).__name__}.")
         self._d3s_warned_degenerate = False
-        # What the last generation batch selected (global flat indices b*G + i, schedule values); for inspection.
-        self.d3s_last_selection: dict[str, Any] = {}
+        self.d3s_last_selection: dict[str, Any] = {}  # the last batch's selection and schedule, for inspection
 
     # ------------------------------------------------------------------ advantages (full groups, global)
     def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
@@ -387,6 +386,7 @@ class D3STrainer(GRPOFamilyTrainer):
             table[:, 3] = -1.0
         for chunk in chunks:
             chunk["d3s_chunk_stats"] = table.clone()
+            chunk["d3s_token_ratio"] = ratio  # a Python float from here on: every loss call reads it without a sync
         kept_tokens, valid_tokens = float(table[:, 1].sum()), float(table[:, 0].sum())
         generated = float(chunks[0]["d3s_generated_tokens"])
         self.log_method_metric("kept_tokens", kept_tokens)
