@@ -254,7 +254,7 @@ class WorkCounter(TrainerCallback):
         if getattr(trainer, "ref_model", None) is not None:
             self.handles.append(trainer.ref_model.register_forward_hook(self._hook("ref"), with_kwargs=True))
         self._wrap(trainer, "_generate_single_turn", self._generation)
-        self._wrap(trainer, "_calculate_rewards", self._rewards)
+        self._wrap(trainer, "_generate", self._generated)
         self._wrap(trainer, "compute_loss", self._loss)
 
     @property
@@ -275,11 +275,14 @@ class WorkCounter(TrainerCallback):
 
         return wrapped
 
-    def _rewards(self, calculate):
-        def wrapped(inputs, prompts, completions, completion_ids_list):
+    def _generated(self, generate):
+        # Counted where TRL's `_generate` returns (prompt ids, completion ids, ...), once per generation round: a
+        # method that selects rows scores its rollouts before TRL does, so `_calculate_rewards` may run twice.
+        def wrapped(prompts):
+            result = generate(prompts)
             if self.active:
-                self.generated.extend(tuple(ids) for ids in completion_ids_list)
-            return calculate(inputs, prompts, completions, completion_ids_list)
+                self.generated.extend(tuple(ids) for ids in result[1])
+            return result
 
         return wrapped
 

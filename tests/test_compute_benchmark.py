@@ -35,12 +35,13 @@ compute = _load_benchmark()
 # (a boolean-mask assignment), the logged advantages and three reward metrics rewritten to describe what was
 # trained (4), grpo.py's rare-rescale test in nanstd (2 calls) and the non-finite-gradient check before the
 # optimizer step. Each method adds its own per-batch decisions and metrics on top: MS-GRPO its value classes and
-# scales, CW-GRPO its weight metrics (10 .item()s) and one pad_across_processes, D3S its selection, trimming and
-# loss-denominator table, SGPO its judged groups. Per micro-step: D3S +3 (two pad_across_processes per chunk in
-# _gather_rows for the batch-wide token ranking, one more attention-mask build for its chunked no-grad forward);
-# GPG -8 (its own loss logs one entropy and reads alpha where TRL's loss logs its clip and entropy metrics).
-SYNC_EXCESS = {"grpo": 11, "ms_grpo": 29, "cw_grpo": 28, "d3s": 32, "sgpo": 29, "gpg": 1}
-SYNC_EXCESS_PER_MICRO_STEP = {"grpo": 0, "ms_grpo": 0, "cw_grpo": 0, "d3s": 3, "sgpo": 0, "gpg": -8}
+# scales, CW-GRPO its weight metrics (10 .item()s) and one pad_across_processes, D3S its selection (made before
+# TRL's old/reference forwards, so their rows are cut to the kept ones), trimming and loss-denominator table, SGPO
+# its judged groups. Per micro-step: D3S +2 (two pad_across_processes per chunk in _gather_rows for the batch-wide
+# token ranking); GPG -8 (its own loss logs one entropy and reads alpha where TRL's loss logs its clip and entropy
+# metrics). Re-measured after the named stages (D3S 32 + 3/micro-step -> 36 + 2, GPG 1 -> -1).
+SYNC_EXCESS = {"grpo": 11, "ms_grpo": 29, "cw_grpo": 28, "d3s": 36, "sgpo": 29, "gpg": -1}
+SYNC_EXCESS_PER_MICRO_STEP = {"grpo": 0, "ms_grpo": 0, "cw_grpo": 0, "d3s": 2, "sgpo": 0, "gpg": -8}
 
 
 def test_sync_counter_counts_what_a_gpu_run_waits_for():
@@ -99,12 +100,14 @@ def test_counts_equal_the_formulas(runs, method, accumulation):
 
 
 def test_forward_rows_over_dropped_rollouts(runs):
-    # D3S at its schedule start keeps 2 of 4 rollouts per prompt: 16 rows generated, 8 kept. Today TRL makes the old
-    # (IS correction) and reference (beta) log-probs of all 16 before the rewards exist: 8 + 8 rows over dropped ones.
-    # (When D3S scores only the rollouts it keeps, this becomes 0, and expected_counts' D3S branch changes with it.)
+    # D3S at its schedule start keeps 2 of 4 rollouts per prompt: 16 rows generated, 8 kept. It selects them before
+    # TRL's old (IS correction) and reference (beta) forwards, which then cover the 8 kept rows only: 8 + 8 rows,
+    # none over a dropped rollout (they were 16 before the selection moved ahead of those forwards). No-grad rows:
+    # 8 old log-probs + 8 of D3S's entropy forward for its batch-wide token ranking (steps_per_generation 2).
     d3s = runs["d3s", 2]
     assert d3s["generated_rollouts"] == 16 and d3s["dropped_rollouts"] == 8
-    assert d3s["dropped_forward_rows"] == 16 and d3s["policy_grad_rows"] == 8
+    assert d3s["dropped_forward_rows"] == 0 and d3s["policy_grad_rows"] == 8
+    assert d3s["policy_nograd_rows"] == 8 + 8 and d3s["ref_rows"] == 8
     for method in METHODS:
         if method != "d3s":
             assert runs[method, 2]["dropped_rollouts"] == 0 and runs[method, 2]["dropped_forward_rows"] == 0
