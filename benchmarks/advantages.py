@@ -147,6 +147,13 @@ class Inputs:
         self.first_error = [[None if f == 0 else int(f) for f in row] for row in first.tolist()]
         self.votes = [[v, v, None, math.nan] for row in self.first_error for v in row]  # 4 votes, one failure
         self.rts = torch.rand(B, G, generator=gen)
+        flat_errors = [v for row in self.first_error for v in row]
+        flat_steps = [v for row in self.num_steps for v in row]
+        self.verdicts = {i: (f, n, "", True) for i, (f, n) in enumerate(zip(flat_errors, flat_steps))}
+        self.rollout_index = torch.arange(N)
+        self.count_table = d3s.chunk_count_table(
+            list(self.mask.sum(1).chunk(4)), list(self.keep.sum(1).chunk(4)), list(self.rollout_index.chunk(4))
+        )
 
 
 def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
@@ -276,6 +283,34 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
             ),
         ),
         (
+            "d3s.token_keep_mask_over_parts",
+            "two parts of B*G/2 rows, K=0.2",
+            True,
+            lambda: d3s.token_keep_mask_over_parts(
+                list(zip(*(t.chunk(2) for t in (x.advantages, x.entropies, x.mask, x.rollout_index)))), 0.2
+            ),
+        ),
+        (
+            "d3s.chunk_count_table",
+            "4 micro-steps",
+            False,
+            lambda: d3s.chunk_count_table(
+                list(x.mask.sum(1).chunk(4)), list(x.keep.sum(1).chunk(4)), list(x.rollout_index.chunk(4))
+            ),
+        ),
+        (
+            "grpo.weighted_reward_sum",
+            "2 reward functions",
+            False,
+            lambda: grpo.weighted_reward_sum(x.per_func.reshape(-1, 2), x.weights),
+        ),
+        (
+            "sgpo.verdict_grid",
+            "every completion judged",
+            False,
+            lambda: sgpo.verdict_grid(x.verdicts, B, G),
+        ),
+        (
             "d3s.planned_kept_tokens",
             "per-row valid counts, K=0.2",
             False,
@@ -338,6 +373,7 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
 def helper_cases(G: int) -> list[tuple[str, str, Callable[[], object]]]:
     """Functions called once per step (or once per run) whose cost does not depend on the batch."""
     loss = torch.tensor(1.0, requires_grad=True)
+    counts = torch.tensor([[40.0, 8, 4, 4], [38, 8, 4, 3], [40, 8, 4, 4], [36, 7, 4, 4]], dtype=torch.float64)
     return [
         ("ms_grpo.scale_weights", f"G={G}, uniform", lambda: ms_grpo.scale_weights(G)),
         (
@@ -358,6 +394,11 @@ def helper_cases(G: int) -> list[tuple[str, str, Callable[[], object]]]:
         ),
         ("d3s.schedule", f"G={G}, step 100 of 300", lambda: d3s.schedule(100, 300, num_generations=G)),
         ("d3s.default_samples_start", f"G={G}", lambda: d3s.default_samples_start(G)),
+        (
+            "d3s.step_counts",
+            "2 of 4 micro-steps",
+            lambda: d3s.step_counts(counts, [0, 1], "token_mean_kept"),
+        ),
         (
             "d3s.loss_denominator",
             "literal_eq10",
