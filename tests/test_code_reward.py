@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +31,7 @@ from grpo_family.rewards.code import (
     extract_code,
     normalize_output,
     parse_test_cases,
-    plan_assert_test,
+    prompt_helpers,
 )
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the code sandbox is Linux-only")
@@ -159,9 +160,11 @@ def test_parse_stdin_stdout_formats():
 
 def test_parse_assert_formats():
     cases = parse_test_cases("import math\nassert f(1) == 1\nx = 2\nassert f(x) == 4\n")
+    # A later case runs the asserts above it too, as expressions whose outcome is not its own (issue 30: a list
+    # sorted in place by an earlier call is sorted for a later assert, as in plain Python).
     assert [c.test_code for c in cases] == [
         "import math\nassert f(1) == 1\n",
-        "import math\nx = 2\nassert f(x) == 4\n",
+        "import math\ntry:\n    f(1) == 1\nexcept Exception:\n    pass\nx = 2\nassert f(x) == 4\n",
     ]
     assert len(parse_test_cases(["assert f(1) == 1", "assert f(2) == 4"])) == 2
     humaneval = "def check(candidate):\n    assert candidate(1) == 1\ncheck(f)\n"
@@ -621,14 +624,18 @@ def test_assert_forms_graded_outside_the_program(tmp_root):
     ]
 
 
-def test_assert_tests_that_cannot_be_graded_outside_are_left_out():
-    assert plan_assert_test("assert all(f(i) == i for i in range(3))") is None  # a comprehension's variable
-    assert plan_assert_test("for i in range(3):\n    assert f(i) == i\n") is None  # an assert in a loop
-    assert plan_assert_test("r = f(2)\nassert r == 4") is None  # setup calling into the program
-    plan = plan_assert_test("import math\nx = 2\nexpected = 4\nassert f(x) == expected")
-    assert plan.probes == ("f(x)",) and plan.program_setup == "x = 2" and "expected" in plan.judge_setup
-    reward = CodeTestsReward(timeout_s=TIMEOUT)
-    assert reward(["def f(x):\n    return x"], test_cases=[["assert all(f(i) == i for i in range(3))"]]) == [None]
+def test_assert_forms_the_old_planner_left_out_are_judged(tmp_root):
+    """Before issue 30 these rows were left out (None): the judge now runs the test as ordinary Python, calls into
+    the program included, so loops, comprehensions and setup that calls the program are judged like the rest."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    tests = [
+        "assert all(f(i) == i for i in range(3))",
+        "for i in range(3):\n    assert f(i) == i\n",
+        "r = f(2)\nassert r == 2",
+        "assert [f(x) for x in (1, 2)] == [1, 2]\nassert (lambda g: g(5))(f) == 5",
+    ]
+    assert reward([fenced("def f(x):\n    return x\n")], test_cases=[tests]) == [1.0]
+    assert reward([fenced("def f(x):\n    return 0\n")], test_cases=[tests]) == [0.0]
 
 
 # ----------------------------------------------------------------------------------------------- kernel-enforced limits
@@ -715,3 +722,328 @@ def test_minimal_mode_refuses_without_a_declared_outer_sandbox():
     with pytest.raises(ValueError, match="outer_sandbox=True"):
         CodeTestsReward(isolation="minimal")
     assert Sandbox(isolation="minimal", outer_sandbox=True).isolation == "minimal"
+
+
+# ----------------------------------------------------------------------------------------------- issue 30: routes
+# Each test below failed on the code before issue 30 (the outcome it had is in its docstring).
+
+ISCLOSE = "assert math.isclose(area(2), 12.566, rel_tol=0.001)\n"  # MBPP's shape: the test never imports math
+
+
+def test_a_free_name_in_a_test_resolves_outside_the_program(tmp_root):
+    """Before: 1.0 for the fake ``math`` (the free name resolved in the program's namespace)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    fake_math = "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n"
+    right = "import math\ndef area(r):\n    return math.pi * r * r\n"
+    right_without_import = "def area(r):\n    return 3.14159265 * r * r\n"
+    completions = [fenced(fake_math), fenced(right), fenced(right_without_import)]
+    assert reward(completions, test_cases=[ISCLOSE] * 3) == [0.0, 1.0, 1.0]
+
+
+CYCLIC_PROMPT = '''def encode_cyclic(s: str):
+    """returns encoded string by cycling groups of three characters."""
+    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]
+    groups = [(group[1:] + group[0]) if len(group) == 3 else group for group in groups]
+    return "".join(groups)
+
+
+def decode_cyclic(s: str):
+    """
+    takes as input string encoded with encode_cyclic function. Returns decoded string.
+    """
+'''
+CYCLIC_TEST = (
+    "def check(candidate):\n    assert candidate(encode_cyclic('abcdefgh')) == 'abcdefgh'\n"
+    "    assert candidate(encode_cyclic('hello world')) == 'hello world'\n\ncheck(decode_cyclic)\n"
+)
+CYCLIC_TEST_WITH_A_LOOP = (  # HumanEval/38's own shape: random strings in a loop
+    "def check(candidate):\n    from random import randint, choice\n    import string\n\n"
+    "    letters = string.ascii_lowercase\n    for _ in range(100):\n"
+    "        str = ''.join(choice(letters) for i in range(randint(10, 20)))\n"
+    "        encoded_str = encode_cyclic(str)\n        assert candidate(encoded_str) == str\n\ncheck(decode_cyclic)\n"
+)
+
+
+@pytest.mark.parametrize("test", [CYCLIC_TEST, CYCLIC_TEST_WITH_A_LOOP], ids=["asserts", "humaneval_loop"])
+def test_helpers_the_prompt_provides_are_taken_from_the_prompt(tmp_root, test):
+    """Before: 1.0 for the identity pair (the program's own ``encode_cyclic`` answered the test) on the plain
+    asserts; the loop form was left out (None) whatever the program."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    prompt = [{"role": "system", "content": "Complete the function."}, {"role": "user", "content": CYCLIC_PROMPT}]
+    identity = "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n"
+    uses_the_prompts_helper = "def decode_cyclic(s):\n    return encode_cyclic(encode_cyclic(s))\n"
+    complete = CYCLIC_PROMPT + "    return encode_cyclic(encode_cyclic(s))\n"
+    completions = [fenced(identity), fenced(uses_the_prompts_helper), fenced(complete)]
+    assert reward(completions, test_cases=[test] * 3, prompts=[prompt] * 3) == [0.0, 1.0, 1.0]
+
+
+def test_prompt_helpers_are_the_prompts_definitions_and_its_stubs_are_the_programs():
+    source, stubs = prompt_helpers(CYCLIC_PROMPT)
+    assert stubs == ("decode_cyclic",) and "def encode_cyclic" in source and "decode_cyclic(" not in source
+    chat = [
+        {"role": "system", "content": "Solve it."},
+        {"role": "user", "content": "Write f.\n```python\nimport math\nK = 3\ndef g(x):\n    return x + K\n\n"
+         "def f(x):\n    ...\n\nclass S:\n    def m(self):\n        raise NotImplementedError\n```\nThanks."},
+    ]  # fmt: skip
+    source, stubs = prompt_helpers(chat)
+    assert stubs == ("f", "S") and source == "import math\n\nK = 3\n\ndef g(x):\n    return x + K"
+    assert prompt_helpers("Write a function that adds two numbers.") == ("", ())
+    parts = [{"role": "user", "content": [{"type": "text", "text": CYCLIC_PROMPT}]}]
+    assert prompt_helpers(parts)[1] == ("decode_cyclic",)
+
+
+def test_a_stub_named_like_a_builtin_is_the_programs(tmp_root):
+    """A name the prompt leaves to the program means the program's, even where a builtin has it; without the
+    prompt the builtin would answer the test (docs/code_sandbox.md says to give such rows a stub)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    prompt = 'def max(xs):\n    """The largest element of xs."""\n'
+    wrong, right = "def max(xs):\n    return 0\n", "def max(xs):\n    return sorted(xs)[-1]\n"
+    tests = ["assert max([1, 3, 2]) == 3"] * 2
+    assert reward([fenced(wrong), fenced(right)], test_cases=tests, prompts=[prompt] * 2) == [0.0, 1.0]
+
+
+def test_test_setup_never_enters_the_programs_namespace(tmp_root):
+    """Before: 1.0 for a program that reads the expected values from the test's table in its memory."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    tests = (
+        "cases = [((1, 2), 3), ((30, 4), 34), ((5, -6), -1)]\n"
+        "assert add(*cases[0][0]) == cases[0][1]\nassert add(*cases[1][0]) == cases[1][1]\n"
+        "assert add(*cases[2][0]) == cases[2][1]\n"
+    )
+    reader = (
+        "import gc\ndef add(*args):\n    for o in gc.get_objects():\n"
+        "        if isinstance(o, list) and o and all(isinstance(c, tuple) and len(c) == 2 for c in o):\n"
+        "            for c in o:\n                if c[0] == args:\n                    return c[1]\n    return None\n"
+    )
+    assert reward([fenced(reader), fenced("def add(a, b):\n    return a + b\n")], test_cases=[tests] * 2) == [0.0, 1.0]
+
+
+def test_every_call_is_its_own_probe(tmp_root):
+    """Before: 1.0 for fresh dicts (the two identical calls were merged into one probe) and 0.0 for a counter."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    same = "assert get_config() is get_config()\n"
+    fresh, cached = "def get_config():\n    return {}\n", "CONFIG = {}\ndef get_config():\n    return CONFIG\n"
+    counter = "n = 0\ndef tick():\n    global n\n    n += 1\n    return n\n"
+    rewards = reward(
+        [fenced(fresh), fenced(cached), fenced(counter)],
+        test_cases=[same, same, "assert tick() != tick()\nassert tick() == 3\n"],
+    )
+    assert rewards == [0.0, 1.0, 1.0]
+
+
+COLLIDING = "M = (1 << 61) - 1\ndef f():\n    return [k * M for k in range(1, 30001)]\n"  # 30,000 ints, one hash
+
+
+def test_a_judge_timeout_is_confined_to_the_row_that_caused_it(tmp_root):
+    """Before: [None, None, None] (the shared judge timed out on the colliding values and every row lost its
+    score)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    right = "def f():\n    return [3, 1, 2]\n"
+    start = time.monotonic()
+    rewards = reward(
+        [fenced(right), fenced(COLLIDING), fenced(right)], test_cases=["assert set(f()) == {1, 2, 3}"] * 3
+    )
+    assert rewards == [1.0, 0.0, 1.0]
+    assert time.monotonic() - start < TIMEOUT + SLACK
+
+
+FORGE = (
+    "import json, os, sys\nM = (1 << 61) - 1\nlines = {{'colliding': json.dumps([['value', {{'set': [k * M for k in "
+    "range(1, 32001)]}}]]), 'empty_lists': json.dumps([['value', [[]] * 275000]])}}\n"
+    "line = b'values ' + lines[{kind!r}].encode() + b'\\n'\nfds = set(range(3, 256))\nframe = sys._getframe(0)\n"
+    "while frame is not None:\n    fds.update(v for k, v in frame.f_locals.items() if k.endswith('fd') and "
+    "isinstance(v, int))\n    frame = frame.f_back\nfor fd in sorted(fds):\n    try:\n        os.write(fd, line)\n"
+    "    except OSError:\n        pass\nos._exit(0)\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["colliding", "empty_lists"])
+def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_root, kind):
+    """A program writes a forged ``values`` line (32,000 ints sharing one hash; 1.1 MB of empty lists) to every
+    descriptor it can reach, then exits. Before: decoded in the trainer (colliding: another thread of ours stalled
+    for many seconds and ``with_timeout`` raised late; empty lists: tens of MB of our memory)."""
+    import threading
+    import tracemalloc
+
+    from grpo_family.rewards.timeout import RewardTimeoutError, with_timeout
+
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_output_bytes=2 << 20)
+    reward._check_once()  # the sandbox probe is not part of what is measured
+    gaps, stop = [0.0], threading.Event()
+
+    def ticker():
+        last = time.monotonic()
+        while not stop.wait(0.01):
+            now = time.monotonic()
+            gaps[0] = max(gaps[0], now - last)
+            last = now
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    tracemalloc.start()
+    thread.start()
+    start = time.monotonic()
+    try:
+        rewards = with_timeout(reward, 5.0)([fenced(FORGE.format(kind=kind))], test_cases=["assert f(1) == 2"])
+    except RewardTimeoutError:
+        rewards = "timed out"
+    elapsed = time.monotonic() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    stop.set()
+    thread.join()
+    assert rewards == [0.0]
+    assert elapsed < 5.0 + 1.5, f"the reward returned after {elapsed:.1f} s"
+    assert gaps[0] < 2.0, f"another thread of the trainer stalled for {gaps[0]:.1f} s"
+    assert peak < 16 << 20, f"the trainer's Python memory peaked at {peak / 2**20:.0f} MB"
+
+
+def _guard_off(tmp_root, **kwargs):
+    return Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, **kwargs)
+
+
+SYSTEM_V = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nmade = []\n"
+    "if libc.msgget(0, 0o1600) >= 0:\n    made.append('msgget')\n"
+    "if libc.semget(0, 1, 0o1600) >= 0:\n    made.append('semget')\n"
+    "if libc.shmget(0, 4096, 0o1600) >= 0:\n    made.append('shmget')\n"
+    "libc.mq_open.restype = ctypes.c_int\n"
+    "if libc.mq_open(b'/grpo_q', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:\n    made.append('mq_open')\n"
+    "print('MADE', made)\n"
+)
+
+
+def test_system_v_and_posix_message_queues_are_refused(tmp_root, full_isolation):
+    """Before: ``msgget``, ``semget`` and ``mq_open`` succeeded (System V queues held ~500 MB of kernel memory)."""
+    needs_syscall_filter(full_isolation)
+    result = run_bounded(_guard_off(tmp_root), SYSTEM_V)
+    assert result.stdout == "MADE []\n", result.stdout + result.stderr
+
+
+def test_control_without_the_syscall_filter_message_queues_are_made(tmp_root):
+    result = run_bounded(_guard_off(tmp_root, syscall_filter=False), SYSTEM_V)
+    assert "'msgget'" in result.stdout and "'semget'" in result.stdout, result.stdout + result.stderr
+
+
+UNIX_SOCKETS = (
+    "import socket\nmade = []\nfor kind in ('socketpair', 'unix_socket'):\n    try:\n"
+    "        socket.socketpair() if kind == 'socketpair' else socket.socket(socket.AF_UNIX)\n"
+    "        made.append(kind)\n    except OSError:\n        pass\nprint('MADE', made)\n"
+)
+
+
+def test_unix_socket_pairs_are_refused(tmp_root, full_isolation):
+    """Before: allowed (socket-pair buffers across 8 processes held 448 MB of kernel memory)."""
+    needs_syscall_filter(full_isolation)
+    result = run_bounded(_guard_off(tmp_root), UNIX_SOCKETS)
+    assert result.stdout == "MADE []\n", result.stdout + result.stderr
+
+
+@pytest.fixture
+def host_dir():
+    """A world-readable directory on the host outside /tmp (where a service's socket or a dataset could be)."""
+    import shutil
+
+    root = Path("/var/tmp") if os.path.isdir("/var/tmp") else Path.home()
+    path = root / f"grpo_host_{uuid.uuid4().hex}"
+    path.mkdir(mode=0o755)
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+REACH_HOST = (
+    "import os, socket\nout = []\ntry:\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({sock!r})\n"
+    "    s.sendall(b'leak')\n    out.append('SOCKET')\nexcept OSError as e:\n    out.append('socket: ' + type(e).__name__)\n"
+    "try:\n    fd = os.open({fifo!r}, os.O_WRONLY | os.O_NONBLOCK)\n    os.write(fd, b'leak')\n    out.append('FIFO')\n"
+    "except OSError as e:\n    out.append('fifo: ' + type(e).__name__)\nprint(out)\n"
+)
+
+
+def _reach_host(sandbox, host_dir):
+    sock_path, fifo_path = str(host_dir / "service.sock"), str(host_dir / "pipe.fifo")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(sock_path)
+    os.chmod(sock_path, 0o666)
+    server.listen(5)
+    server.setblocking(False)
+    os.mkfifo(fifo_path, 0o666)
+    os.chmod(fifo_path, 0o666)
+    fifo = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result = run_bounded(sandbox, REACH_HOST.format(sock=sock_path, fifo=fifo_path))
+        try:
+            server.accept()[0].close()
+            socket_reached = True
+        except BlockingIOError:
+            socket_reached = False
+        try:
+            fifo_reached = os.read(fifo, 100) == b"leak"
+        except BlockingIOError:
+            fifo_reached = False
+    finally:
+        server.close()
+        os.close(fifo)
+    return result, socket_reached, fifo_reached
+
+
+def test_host_unix_sockets_and_fifos_are_out_of_reach(tmp_root, full_isolation, host_dir):
+    """Python guard off (it is a tripwire). Before: a 0666 socket and a 0666 FIFO outside /tmp received data."""
+    needs(full_isolation, namespaces=("mnt",))
+    result, socket_reached, fifo_reached = _reach_host(_guard_off(tmp_root), host_dir)
+    assert not socket_reached and not fifo_reached, result.stdout + result.stderr
+    assert "socket: " in result.stdout and "fifo: FileNotFoundError" in result.stdout, result.stdout
+
+
+def test_control_without_any_layer_host_sockets_and_fifos_are_reached(tmp_root, host_dir):
+    sandbox = _guard_off(tmp_root, isolation="minimal", outer_sandbox=True, syscall_filter=False)
+    result, socket_reached, fifo_reached = _reach_host(sandbox, host_dir)
+    assert socket_reached and fifo_reached, result.stdout + result.stderr
+
+
+READ_HOST = (
+    "out = []\nfor path in {paths!r}:\n    try:\n        out.append(('READ', len(open(path, 'rb').read())))\n"
+    "    except OSError as e:\n        out.append(type(e).__name__)\nprint(out)\n"
+)
+
+
+def test_the_checkout_and_datasets_are_not_readable(tmp_root, full_isolation, host_dir):
+    """Every layer on. Before: this test file (the checkout) and a world-readable dataset file were read."""
+    needs(full_isolation, namespaces=("mnt",))
+    dataset = host_dir / "tests.jsonl"
+    dataset.write_text('{"test_cases": "assert f(1) == 2"}\n')
+    os.chmod(dataset, 0o644)
+    paths = [str(Path(__file__).resolve()), str(dataset)]
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    result = run_bounded(sandbox, READ_HOST.format(paths=paths))
+    assert result.stdout == "['FileNotFoundError', 'FileNotFoundError']\n", result.stdout + result.stderr
+    control = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", outer_sandbox=True)
+    assert run_bounded(control, READ_HOST.format(paths=paths)).stdout.count("READ") == 2
+
+
+PLAIN_PYTHON_PASSES = {
+    # name: (program, test) -- each passes when run as plain Python (program, then test, in one namespace)
+    "counter_against_a_dict_literal": (
+        "from collections import Counter\ndef count(s):\n    return Counter(s)\n",
+        "assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\n",
+    ),
+    "bytearray_against_bytes": ("def raw(s):\n    return bytearray(s, 'ascii')\n", "assert raw('ab') == b'ab'\n"),
+    "in_place_sort_checked_by_a_later_assert": (
+        "def sort_in_place(a):\n    a.sort()\n",
+        "a = [3, 1, 2]\nassert sort_in_place(a) is None\nassert a == [1, 2, 3]\n",
+    ),
+    "result_over_4300_digits": (
+        "def fact(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n",
+        "import math\nassert fact(2000) == math.factorial(2000)\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PLAIN_PYTHON_PASSES))
+def test_comparisons_equal_plain_pythons(tmp_root, case):
+    """Before: 0.0 (Counter, bytearray: not plain values; 4,300+ digits: not encodable) or 0.5 (the in-place
+    sort's later assert judged on a fresh list)."""
+    program, test = PLAIN_PYTHON_PASSES[case]
+    namespace: dict = {}
+    exec(program + test, namespace)  # plain Python passes it
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert reward([fenced(program)], test_cases=[test]) == [1.0]
