@@ -611,16 +611,18 @@ def test_assert_forms_graded_outside_the_program(tmp_root):
     assert reward([fenced(square), fenced(wrong)], test_cases=[humaneval] * 2) == [1.0, 0.0]
     pairs = "def f(x):\n    return (x, [x], {x}, {'k': x}, float(x) / 2, b'x', None, x > 1)\n"
     tests = [
-        "assert f(1) == (1, [1], {1}, {'k': 1}, 0.5, b'x', None, False)",  # decided here
-        "expected = (2, [2])\nassert f(2)[:2] == expected",  # decided by the judge
+        "assert f(1) == (1, [1], {1}, {'k': 1}, 0.5, b'x', None, False)",
+        "expected = (2, [2])\nassert f(2)[:2] == expected",
         "assert f(3)[7] is True",
         "assert sorted(f(4)[2]) == [4] and f(4)[4] > 1",
         "assert f(5)[0] == 6",  # fails
     ]
     assert reward([fenced(pairs)], test_cases=[tests]) == [pytest.approx(4 / 5)]
-    # A value that is not a plain builtin (here a generator) fails its test; nothing of it reaches a comparison.
+    # A value that is not a plain builtin reaches the test only as a reference: a generator is iterated through the
+    # program and its items compared here (before issue 30 this scored 0.0; plain Python passes it), while an
+    # object's own __eq__ is never asked (GAMING["always_equal_object"]).
     assert reward([fenced("def f(x):\n    return (i for i in [x])\n")], test_cases=[["assert list(f(1)) == [1]"]]) == [
-        0.0
+        1.0
     ]
 
 
@@ -652,9 +654,9 @@ ESCAPES = {
         "pid = libc.syscall(56, 0x10000000 | signal.SIGCHLD, 0, 0, 0, 0)\n"
         "if pid == 0:\n    os._exit(0)\nif pid > 0:\n    os.waitpid(pid, 0)\n    print('ESCAPED')\n"
     ),
-    "system_v_shared_memory": (
-        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "if libc.shmget(0, 1 << 20, 0o1600) >= 0:\n    print('ESCAPED')\n"
+    "system_v_shared_memory": (  # removed again: in the control without namespaces it would outlive the run
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nsegment = libc.shmget(0, 1 << 20, 0o1600)\n"
+        "if segment >= 0:\n    libc.shmctl(segment, 0, None)\n    print('ESCAPED')\n"
     ),
     "exec_a_fresh_interpreter_without_the_audit_hook": "import os\nos.execv('/bin/echo', ['echo', 'ESCAPED'])\n",
     "ptrace": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.ptrace(0, 0, 0, 0) == 0:\n    print('ESCAPED')\n",
@@ -676,7 +678,10 @@ def test_the_syscall_filter_refuses_kernel_interfaces(tmp_root, full_isolation, 
 
 @pytest.mark.parametrize("escape", ["memfd_create", "system_v_shared_memory", "ptrace"])
 def test_control_without_the_syscall_filter_the_escape_works(tmp_root, escape):
-    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, syscall_filter=False)
+    # System V: the run's own IPC namespace allows no segment either (issue 30), so its control has no namespaces.
+    isolation = "minimal" if escape == "system_v_shared_memory" else "auto"
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, syscall_filter=False,
+                      isolation=isolation, outer_sandbox=True)  # fmt: skip
     result = run_bounded(sandbox, ESCAPES[escape])
     assert result.isolation["syscall_filter"] is False
     assert "ESCAPED" in result.stdout, result.stdout + result.stderr
@@ -731,13 +736,16 @@ ISCLOSE = "assert math.isclose(area(2), 12.566, rel_tol=0.001)\n"  # MBPP's shap
 
 
 def test_a_free_name_in_a_test_resolves_outside_the_program(tmp_root):
-    """Before: 1.0 for the fake ``math`` (the free name resolved in the program's namespace)."""
+    """Before: 1.0 for the fake ``math`` (the free name resolved in the program's namespace), and for a fake
+    ``numpy`` (a module the sandbox does not have, so no program can pass that test honestly)."""
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
     fake_math = "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n"
     right = "import math\ndef area(r):\n    return math.pi * r * r\n"
     right_without_import = "def area(r):\n    return 3.14159265 * r * r\n"
     completions = [fenced(fake_math), fenced(right), fenced(right_without_import)]
     assert reward(completions, test_cases=[ISCLOSE] * 3) == [0.0, 1.0, 1.0]
+    fake_numpy = "class numpy:\n    allclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n"
+    assert reward([fenced(fake_numpy)], test_cases=["assert numpy.allclose(area(2), 12.566)"]) == [0.0]
 
 
 CYCLIC_PROMPT = '''def encode_cyclic(s: str):
@@ -901,26 +909,38 @@ def _guard_off(tmp_root, **kwargs):
     return Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, **kwargs)
 
 
-SYSTEM_V = (
-    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nmade = []\n"
-    "if libc.msgget(0, 0o1600) >= 0:\n    made.append('msgget')\n"
-    "if libc.semget(0, 1, 0o1600) >= 0:\n    made.append('semget')\n"
-    "if libc.shmget(0, 4096, 0o1600) >= 0:\n    made.append('shmget')\n"
+SYSTEM_V = (  # what it makes it removes again (in minimal mode they would outlive the run on the host)
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nmade = []\nq = libc.msgget(0, 0o1600)\n"
+    "if q >= 0:\n    made.append('msgget')\n    libc.msgctl(q, 0, None)\n"
+    "s = libc.semget(0, 1, 0o1600)\nif s >= 0:\n    made.append('semget')\n    libc.semctl(s, 0, 0)\n"
+    "m = libc.shmget(0, 4096, 0o1600)\nif m >= 0:\n    made.append('shmget')\n    libc.shmctl(m, 0, None)\n"
     "libc.mq_open.restype = ctypes.c_int\n"
     "if libc.mq_open(b'/grpo_q', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:\n    made.append('mq_open')\n"
-    "print('MADE', made)\n"
+    "    libc.mq_unlink(b'/grpo_q')\nprint('MADE', made)\n"
 )
 
 
-def test_system_v_and_posix_message_queues_are_refused(tmp_root, full_isolation):
+@pytest.mark.parametrize("layer", ["all", "syscall filter only", "ipc namespace only"])
+def test_system_v_and_posix_message_queues_are_refused(tmp_root, full_isolation, layer):
     """Before: ``msgget``, ``semget`` and ``mq_open`` succeeded (System V queues held ~500 MB of kernel memory)."""
-    needs_syscall_filter(full_isolation)
-    result = run_bounded(_guard_off(tmp_root), SYSTEM_V)
+    if layer != "ipc namespace only":
+        needs_syscall_filter(full_isolation)
+    if layer != "syscall filter only":
+        needs(full_isolation, namespaces=("ipc",))
+    sandbox = _guard_off(
+        tmp_root,
+        syscall_filter=layer != "ipc namespace only",
+        isolation="minimal" if layer == "syscall filter only" else "auto",
+        outer_sandbox=True,
+    )
+    result = run_bounded(sandbox, SYSTEM_V)
     assert result.stdout == "MADE []\n", result.stdout + result.stderr
+    assert result.isolation["ipc_limits"] is (layer != "syscall filter only")  # the layer under test was on
 
 
-def test_control_without_the_syscall_filter_message_queues_are_made(tmp_root):
-    result = run_bounded(_guard_off(tmp_root, syscall_filter=False), SYSTEM_V)
+def test_control_without_the_syscall_filter_or_namespaces_message_queues_are_made(tmp_root):
+    sandbox = _guard_off(tmp_root, syscall_filter=False, isolation="minimal", outer_sandbox=True)
+    result = run_bounded(sandbox, SYSTEM_V)
     assert "'msgget'" in result.stdout and "'semget'" in result.stdout, result.stdout + result.stderr
 
 
@@ -1047,3 +1067,57 @@ def test_comparisons_equal_plain_pythons(tmp_root, case):
     exec(program + test, namespace)  # plain Python passes it
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
     assert reward([fenced(program)], test_cases=[test]) == [1.0]
+
+
+def test_program_objects_are_used_as_plain_python_would_but_never_compare_themselves(tmp_root):
+    """Generators, closures and instances work through the program (iteration, calls, attributes); the program's
+    own ``__eq__`` is never asked: an object of the program's equals only itself."""
+    program = (
+        "class Always:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+        "def squares(n):\n    return (i * i for i in range(n))\n"
+        "def adder(k):\n    return lambda x: x + k\n"
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.append(x)\n        return self\n"
+        "def always():\n    return Always()\n"
+    )
+    tests = [
+        "assert list(squares(4)) == [0, 1, 4, 9]",
+        "assert 4 in squares(3) and len(list(squares(5))) == 5",
+        "assert adder(2)(3) == 5",
+        "assert Stack().push(1).push(2).items == [1, 2]",
+        "assert always() == 1",  # fails: the program's __eq__ is never asked
+        "assert always() != always()",  # two objects, neither equal to the other
+    ]
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert reward([fenced(program)], test_cases=[tests]) == [pytest.approx(5 / 6)]
+
+
+# Aimed at the sandbox's own processes only (the program's parent and its other children: the judge), never at the
+# rest of the machine: in minimal mode as root the program could reach every process here.
+TAMPER = (
+    "import json, os, signal\nverdict = (json.dumps({'passed': True, 'calls': 1, 'note': ''}) + '\\n').encode()\n"
+    "reached = []\nfor fd in range(3, 256):\n    try:\n        os.write(fd, verdict)\n        reached.append(fd)\n"
+    "    except OSError:\n        pass\nparent, siblings = os.getppid(), []\nfor pid in os.listdir('/proc'):\n"
+    "    try:\n        with open(f'/proc/{pid}/stat') as stat:\n"
+    "            if int(stat.read().rsplit(')', 1)[1].split()[1]) == parent and int(pid) != os.getpid():\n"
+    "                siblings.append(int(pid))\n    except (OSError, ValueError):\n        pass\n"
+    "for pid in siblings + [parent]:\n"
+    "    for path in [f'/proc/{pid}/mem'] + [f'/proc/{pid}/fd/{n}' for n in range(3, 16)]:\n        try:\n"
+    "            fd = os.open(path, os.O_WRONLY)\n            os.write(fd, verdict)\n            reached.append(path)\n"
+    "        except OSError:\n            pass\nfor pid in siblings:\n    try:\n        os.kill(pid, signal.SIGSTOP)\n"
+    "        reached.append(f'stopped {pid}')\n    except OSError:\n        pass\n"
+    "print(len(siblings), reached, flush=True)\ndef f(x):\n    return -1\n"
+)
+
+
+def test_the_program_cannot_forge_the_judges_verdict(tmp_root, full_isolation):
+    """Guard off. The program writes a passing verdict to every descriptor it holds and to the memory and
+    descriptors of the sandbox's other processes, and tries to stop the judge: the judge runs under another uid and
+    is not dumpable, so none of it lands. (Where no uid can be dropped, a root program reaches the judge: see
+    docs/code_sandbox.md.)"""
+    needs(full_isolation, namespaces=("pid",), uid=True)
+    result = run_bounded(_guard_off(tmp_root), TAMPER, test="assert f(1) == 2\n")
+    assert result.stdout.startswith("1 "), result.stdout + result.stderr  # it found the judge
+    assert result.verdict is False and result.judge["calls"] == 1  # the judge ran the test, untouched
+    reached = result.stdout.strip()
+    assert "mem" not in reached and "stopped" not in reached and "/fd/" not in reached, reached

@@ -66,7 +66,7 @@ def run_child(tmp_path: Path, program: str, *, test: str | None = None, helpers:
         test_r, test_w = os.pipe()
         verdict_r, verdict_w = os.pipe()
         fds.update(test_fd=test_r, verdict_fd=verdict_w)
-        os.write(test_w, test.encode())
+        os.write(test_w, json.dumps({"test": test, "modules": []}).encode())
         os.close(test_w)
     settings = {
         **fds, "helpers": helpers, "stubs": [], "syscall_filter": None, "tmpfs_inodes": 64, "max_ptys": 1,

@@ -356,6 +356,23 @@ load("_sandbox_child").main()
 """
 
 
+@functools.lru_cache(maxsize=4096)
+def _module_names(test: str) -> list[str]:
+    """The free names a test uses only as ``name.attribute``: modules it relies on the program to have imported
+    (MBPP's ``math.isclose``). The judge never asks the program for these: a standard module of that name, else a
+    NameError, so a program's fake ``numpy`` cannot answer ``numpy.allclose(...)``."""
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    bases = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    as_base, bare = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (as_base if id(node) in bases and isinstance(node.ctx, ast.Load) else bare).add(node.id)
+    return sorted(as_base - bare)
+
+
 @functools.cache
 def _write_bytecode() -> None:
     """Cache the child's and the codec's bytecode where the child's loader looks (best effort: a read-only
@@ -643,7 +660,9 @@ class Sandbox:
             for fd in theirs.values():
                 os.close(fd)
             theirs.clear()
-            job = None if test is None else test.encode("utf-8", "surrogatepass")
+            job = None
+            if test is not None:
+                job = json.dumps({"test": test, "modules": _module_names(test)}).encode("utf-8", "surrogatepass")
             self._collect(proc, ours, start, job, result)
         except OSError as e:
             result.error = f"cannot run the sandbox: {e}"
