@@ -16,6 +16,8 @@ import socket
 import sys
 import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -730,24 +732,28 @@ def test_minimal_mode_refuses_without_a_declared_outer_sandbox():
 
 
 # ----------------------------------------------------------------------------------------------- issue 30: routes
-# Each test below failed on the code before issue 30 (the outcome it had is in its docstring).
+# Each test below failed on the code before issue 30 (the outcome it had is in its docstring). The routes are data
+# (ROUTES, the program constants) so that benchmarks/code_sandbox.py runs the same attacks on the code before and
+# after and writes both outcomes into benchmarks/results/hostile_inputs.md.
+
+
+@dataclass(frozen=True)
+class Route:
+    """An attack through the reward: each program (as a completion) with its test cases (and prompt), and the
+    rewards plain Python gives them."""
+
+    programs: tuple[str, ...]
+    tests: tuple
+    expected: tuple
+    prompts: tuple | None = None
+
+    def rewards(self, reward) -> list:
+        completions = [fenced(program) for program in self.programs]
+        prompts = None if self.prompts is None else list(self.prompts)
+        return reward(completions, test_cases=list(self.tests), prompts=prompts)
+
 
 ISCLOSE = "assert math.isclose(area(2), 12.566, rel_tol=0.001)\n"  # MBPP's shape: the test never imports math
-
-
-def test_a_free_name_in_a_test_resolves_outside_the_program(tmp_root):
-    """Before: 1.0 for the fake ``math`` (the free name resolved in the program's namespace), and for a fake
-    ``numpy`` (a module the sandbox does not have, so no program can pass that test honestly)."""
-    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    fake_math = "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n"
-    right = "import math\ndef area(r):\n    return math.pi * r * r\n"
-    right_without_import = "def area(r):\n    return 3.14159265 * r * r\n"
-    completions = [fenced(fake_math), fenced(right), fenced(right_without_import)]
-    assert reward(completions, test_cases=[ISCLOSE] * 3) == [0.0, 1.0, 1.0]
-    fake_numpy = "class numpy:\n    allclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n"
-    assert reward([fenced(fake_numpy)], test_cases=["assert numpy.allclose(area(2), 12.566)"]) == [0.0]
-
-
 CYCLIC_PROMPT = '''def encode_cyclic(s: str):
     """returns encoded string by cycling groups of three characters."""
     groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]
@@ -760,6 +766,7 @@ def decode_cyclic(s: str):
     takes as input string encoded with encode_cyclic function. Returns decoded string.
     """
 '''
+CYCLIC_CHAT = ({"role": "system", "content": "Complete the function."}, {"role": "user", "content": CYCLIC_PROMPT})
 CYCLIC_TEST = (
     "def check(candidate):\n    assert candidate(encode_cyclic('abcdefgh')) == 'abcdefgh'\n"
     "    assert candidate(encode_cyclic('hello world')) == 'hello world'\n\ncheck(decode_cyclic)\n"
@@ -770,19 +777,99 @@ CYCLIC_TEST_WITH_A_LOOP = (  # HumanEval/38's own shape: random strings in a loo
     "        str = ''.join(choice(letters) for i in range(randint(10, 20)))\n"
     "        encoded_str = encode_cyclic(str)\n        assert candidate(encoded_str) == str\n\ncheck(decode_cyclic)\n"
 )
+CYCLIC_PROGRAMS = (
+    "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n",  # the identity pair
+    "def decode_cyclic(s):\n    return encode_cyclic(encode_cyclic(s))\n",  # relies on the prompt's helper
+    CYCLIC_PROMPT + "    return encode_cyclic(encode_cyclic(s))\n",  # the prompt completed
+)
+TABLE = (
+    "cases = [((1, 2), 3), ((30, 4), 34), ((5, -6), -1)]\n"
+    "assert add(*cases[0][0]) == cases[0][1]\nassert add(*cases[1][0]) == cases[1][1]\n"
+    "assert add(*cases[2][0]) == cases[2][1]\n"
+)
+TABLE_READER = (
+    "import gc\ndef add(*args):\n    for o in gc.get_objects():\n"
+    "        if isinstance(o, list) and o and all(isinstance(c, tuple) and len(c) == 2 for c in o):\n"
+    "            for c in o:\n                if c[0] == args:\n                    return c[1]\n    return None\n"
+)
+SAME_CONFIG = "assert get_config() is get_config()\n"
+COLLIDING = "M = (1 << 61) - 1\ndef f():\n    return [k * M for k in range(1, 30001)]\n"  # 30,000 ints, one hash
+PLAIN_PYTHON_PASSES = {
+    # name: (program, test) -- each passes when run as plain Python (program, then test, in one namespace)
+    "counter_against_a_dict_literal": (
+        "from collections import Counter\ndef count(s):\n    return Counter(s)\n",
+        "assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\n",
+    ),
+    "bytearray_against_bytes": ("def raw(s):\n    return bytearray(s, 'ascii')\n", "assert raw('ab') == b'ab'\n"),
+    "in_place_sort_checked_by_a_later_assert": (
+        "def sort_in_place(a):\n    a.sort()\n",
+        "a = [3, 1, 2]\nassert sort_in_place(a) is None\nassert a == [1, 2, 3]\n",
+    ),
+    "result_over_4300_digits": (
+        "def fact(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n",
+        "import math\nassert fact(2000) == math.factorial(2000)\n",
+    ),
+}
+ROUTES = {
+    "free_name_math": Route(
+        (
+            "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n",
+            "import math\ndef area(r):\n    return math.pi * r * r\n",
+            "def area(r):\n    return 3.14159265 * r * r\n",  # relies on the test's own math
+        ),
+        (ISCLOSE,) * 3,
+        (0.0, 1.0, 1.0),
+    ),
+    "free_name_numpy": Route(
+        ("class numpy:\n    allclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n",),
+        ("assert numpy.allclose(area(2), 12.566)",),
+        (0.0,),
+    ),
+    "prompt_helper": Route(CYCLIC_PROGRAMS, (CYCLIC_TEST,) * 3, (0.0, 1.0, 1.0), (CYCLIC_CHAT,) * 3),
+    "prompt_helper_in_a_loop": Route(
+        CYCLIC_PROGRAMS, (CYCLIC_TEST_WITH_A_LOOP,) * 3, (0.0, 1.0, 1.0), (CYCLIC_CHAT,) * 3
+    ),
+    "setup_table": Route((TABLE_READER, "def add(a, b):\n    return a + b\n"), (TABLE,) * 2, (0.0, 1.0)),
+    "identical_calls": Route(
+        (
+            "def get_config():\n    return {}\n",
+            "CONFIG = {}\ndef get_config():\n    return CONFIG\n",
+            "n = 0\ndef tick():\n    global n\n    n += 1\n    return n\n",
+        ),
+        (SAME_CONFIG, SAME_CONFIG, "assert tick() != tick()\nassert tick() == 3\n"),
+        (0.0, 1.0, 1.0),
+    ),
+    "colliding_values_in_the_judge": Route(
+        ("def f():\n    return [3, 1, 2]\n", COLLIDING, "def f():\n    return [3, 1, 2]\n"),
+        ("assert set(f()) == {1, 2, 3}",) * 3,
+        (1.0, 0.0, 1.0),
+    ),
+    **{name: Route((program,), (test,), (1.0,)) for name, (program, test) in PLAIN_PYTHON_PASSES.items()},
+}
 
 
-@pytest.mark.parametrize("test", [CYCLIC_TEST, CYCLIC_TEST_WITH_A_LOOP], ids=["asserts", "humaneval_loop"])
-def test_helpers_the_prompt_provides_are_taken_from_the_prompt(tmp_root, test):
-    """Before: 1.0 for the identity pair (the program's own ``encode_cyclic`` answered the test) on the plain
-    asserts; the loop form was left out (None) whatever the program."""
+def test_a_free_name_in_a_test_resolves_outside_the_program(tmp_root):
+    """Before: [1.0, 1.0, 0.0]: 1.0 for the fake ``math`` (the free name resolved in the program's namespace), 0.0
+    for a right area() that does not import math; 1.0 for a fake ``numpy`` (a module the sandbox does not have,
+    so no program passes that test honestly)."""
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    prompt = [{"role": "system", "content": "Complete the function."}, {"role": "user", "content": CYCLIC_PROMPT}]
-    identity = "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n"
-    uses_the_prompts_helper = "def decode_cyclic(s):\n    return encode_cyclic(encode_cyclic(s))\n"
-    complete = CYCLIC_PROMPT + "    return encode_cyclic(encode_cyclic(s))\n"
-    completions = [fenced(identity), fenced(uses_the_prompts_helper), fenced(complete)]
-    assert reward(completions, test_cases=[test] * 3, prompts=[prompt] * 3) == [0.0, 1.0, 1.0]
+    for name in ("free_name_math", "free_name_numpy"):
+        assert ROUTES[name].rewards(reward) == list(ROUTES[name].expected)
+    # A function under test named like a standard module is the program's where the test calls it.
+    calendar = "def calendar(year):\n    return year % 4 == 0\n"
+    assert reward([fenced(calendar)], test_cases=["assert calendar(2024) and not calendar(2023)"]) == [1.0]
+    # The prompt's helpers resolve the same way: a helper using math without importing it gets the real one.
+    prompt = "def circle(r):\n    return math.pi * r * r\n\ndef area(r):\n    ...\n"
+    fake = "class math:\n    pi = 0\ndef area(r):\n    return 0\n"
+    assert reward([fenced(fake)], test_cases=["assert area(2) == circle(2)"], prompts=[prompt]) == [0.0]
+
+
+@pytest.mark.parametrize("route", ["prompt_helper", "prompt_helper_in_a_loop"])
+def test_helpers_the_prompt_provides_are_taken_from_the_prompt(tmp_root, route):
+    """Before: [1.0, 0.0, 1.0] on the plain asserts (the identity pair's own ``encode_cyclic`` answered the test;
+    the program relying on the prompt's helper failed); the loop form was left out (None) whatever the program."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert ROUTES[route].rewards(reward) == list(ROUTES[route].expected)
 
 
 def test_prompt_helpers_are_the_prompts_definitions_and_its_stubs_are_the_programs():
@@ -811,47 +898,24 @@ def test_a_stub_named_like_a_builtin_is_the_programs(tmp_root):
 
 
 def test_test_setup_never_enters_the_programs_namespace(tmp_root):
-    """Before: 1.0 for a program that reads the expected values from the test's table in its memory."""
+    """Before: [1.0, 1.0] (the table reader found the expected values in its memory)."""
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    tests = (
-        "cases = [((1, 2), 3), ((30, 4), 34), ((5, -6), -1)]\n"
-        "assert add(*cases[0][0]) == cases[0][1]\nassert add(*cases[1][0]) == cases[1][1]\n"
-        "assert add(*cases[2][0]) == cases[2][1]\n"
-    )
-    reader = (
-        "import gc\ndef add(*args):\n    for o in gc.get_objects():\n"
-        "        if isinstance(o, list) and o and all(isinstance(c, tuple) and len(c) == 2 for c in o):\n"
-        "            for c in o:\n                if c[0] == args:\n                    return c[1]\n    return None\n"
-    )
-    assert reward([fenced(reader), fenced("def add(a, b):\n    return a + b\n")], test_cases=[tests] * 2) == [0.0, 1.0]
+    assert ROUTES["setup_table"].rewards(reward) == list(ROUTES["setup_table"].expected)
 
 
 def test_every_call_is_its_own_probe(tmp_root):
-    """Before: 1.0 for fresh dicts (the two identical calls were merged into one probe) and 0.0 for a counter."""
+    """Before: [1.0, 1.0, 0.0] (the identical calls were merged into one probe: fresh dicts passed ``is``, the
+    counter's two calls were one)."""
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    same = "assert get_config() is get_config()\n"
-    fresh, cached = "def get_config():\n    return {}\n", "CONFIG = {}\ndef get_config():\n    return CONFIG\n"
-    counter = "n = 0\ndef tick():\n    global n\n    n += 1\n    return n\n"
-    rewards = reward(
-        [fenced(fresh), fenced(cached), fenced(counter)],
-        test_cases=[same, same, "assert tick() != tick()\nassert tick() == 3\n"],
-    )
-    assert rewards == [0.0, 1.0, 1.0]
-
-
-COLLIDING = "M = (1 << 61) - 1\ndef f():\n    return [k * M for k in range(1, 30001)]\n"  # 30,000 ints, one hash
+    assert ROUTES["identical_calls"].rewards(reward) == list(ROUTES["identical_calls"].expected)
 
 
 def test_a_judge_timeout_is_confined_to_the_row_that_caused_it(tmp_root):
     """Before: [None, None, None] (the shared judge timed out on the colliding values and every row lost its
     score)."""
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    right = "def f():\n    return [3, 1, 2]\n"
     start = time.monotonic()
-    rewards = reward(
-        [fenced(right), fenced(COLLIDING), fenced(right)], test_cases=["assert set(f()) == {1, 2, 3}"] * 3
-    )
-    assert rewards == [1.0, 0.0, 1.0]
+    assert ROUTES["colliding_values_in_the_judge"].rewards(reward) == [1.0, 0.0, 1.0]
     assert time.monotonic() - start < TIMEOUT + SLACK
 
 
@@ -865,18 +929,15 @@ FORGE = (
 )
 
 
-@pytest.mark.parametrize("kind", ["colliding", "empty_lists"])
-def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_root, kind):
-    """A program writes a forged ``values`` line (32,000 ints sharing one hash; 1.1 MB of empty lists) to every
-    descriptor it can reach, then exits. Before: decoded in the trainer (colliding: another thread of ours stalled
-    for many seconds and ``with_timeout`` raised late; empty lists: tens of MB of our memory)."""
+def trainer_side_cost(reward, completions: list, test_cases: list, deadline_s: float = 5.0) -> dict:
+    """Call ``with_timeout(reward, deadline_s)`` and measure what it costs this process: the rewards (or "timed
+    out"), seconds until it returned or raised, the longest stall of another thread of ours, and the peak of our
+    Python memory during the call."""
     import threading
     import tracemalloc
 
     from grpo_family.rewards.timeout import RewardTimeoutError, with_timeout
 
-    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_output_bytes=2 << 20)
-    reward._check_once()  # the sandbox probe is not part of what is measured
     gaps, stop = [0.0], threading.Event()
 
     def ticker():
@@ -891,7 +952,7 @@ def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_roo
     thread.start()
     start = time.monotonic()
     try:
-        rewards = with_timeout(reward, 5.0)([fenced(FORGE.format(kind=kind))], test_cases=["assert f(1) == 2"])
+        rewards = with_timeout(reward, deadline_s)(completions, test_cases=test_cases)
     except RewardTimeoutError:
         rewards = "timed out"
     elapsed = time.monotonic() - start
@@ -899,10 +960,21 @@ def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_roo
     tracemalloc.stop()
     stop.set()
     thread.join()
-    assert rewards == [0.0]
-    assert elapsed < 5.0 + 1.5, f"the reward returned after {elapsed:.1f} s"
-    assert gaps[0] < 2.0, f"another thread of the trainer stalled for {gaps[0]:.1f} s"
-    assert peak < 16 << 20, f"the trainer's Python memory peaked at {peak / 2**20:.0f} MB"
+    return {"rewards": rewards, "elapsed_s": elapsed, "stall_s": gaps[0], "peak_mb": peak / 2**20}
+
+
+@pytest.mark.parametrize("kind", ["colliding", "empty_lists"])
+def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_root, kind):
+    """A program writes a forged ``values`` line (32,000 ints sharing one hash; 1.1 MB of empty lists) to every
+    descriptor it can reach, then exits. Before: decoded in the trainer (colliding: ``with_timeout(5 s)`` raised
+    after 17.0 s, another thread of ours stalled 16.8 s; empty lists: our Python memory peaked at 37 MB)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_output_bytes=2 << 20)
+    reward._check_once()  # the sandbox probe is not part of what is measured
+    cost = trainer_side_cost(reward, [fenced(FORGE.format(kind=kind))], ["assert f(1) == 2"])
+    assert cost["rewards"] == [0.0]
+    assert cost["elapsed_s"] < 5.0 + 1.5, cost
+    assert cost["stall_s"] < 2.0, cost
+    assert cost["peak_mb"] < 16, cost
 
 
 def _guard_off(tmp_root, **kwargs):
@@ -958,8 +1030,8 @@ def test_unix_socket_pairs_are_refused(tmp_root, full_isolation):
     assert result.stdout == "MADE []\n", result.stdout + result.stderr
 
 
-@pytest.fixture
-def host_dir():
+@contextmanager
+def host_directory():
     """A world-readable directory on the host outside /tmp (where a service's socket or a dataset could be)."""
     import shutil
 
@@ -967,8 +1039,16 @@ def host_dir():
     path = root / f"grpo_host_{uuid.uuid4().hex}"
     path.mkdir(mode=0o755)
     os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def host_dir():
+    with host_directory() as path:
+        yield path
 
 
 REACH_HOST = (
@@ -979,7 +1059,9 @@ REACH_HOST = (
 )
 
 
-def _reach_host(sandbox, host_dir):
+def reach_host(sandbox, host_dir):
+    """Run REACH_HOST against a 0666 socket and FIFO of ours in ``host_dir``: (result, socket reached, FIFO
+    reached)."""
     sock_path, fifo_path = str(host_dir / "service.sock"), str(host_dir / "pipe.fifo")
     server = socket.socket(socket.AF_UNIX)
     server.bind(sock_path)
@@ -1009,14 +1091,14 @@ def _reach_host(sandbox, host_dir):
 def test_host_unix_sockets_and_fifos_are_out_of_reach(tmp_root, full_isolation, host_dir):
     """Python guard off (it is a tripwire). Before: a 0666 socket and a 0666 FIFO outside /tmp received data."""
     needs(full_isolation, namespaces=("mnt",))
-    result, socket_reached, fifo_reached = _reach_host(_guard_off(tmp_root), host_dir)
+    result, socket_reached, fifo_reached = reach_host(_guard_off(tmp_root), host_dir)
     assert not socket_reached and not fifo_reached, result.stdout + result.stderr
     assert "socket: " in result.stdout and "fifo: FileNotFoundError" in result.stdout, result.stdout
 
 
 def test_control_without_any_layer_host_sockets_and_fifos_are_reached(tmp_root, host_dir):
     sandbox = _guard_off(tmp_root, isolation="minimal", outer_sandbox=True, syscall_filter=False)
-    result, socket_reached, fifo_reached = _reach_host(sandbox, host_dir)
+    result, socket_reached, fifo_reached = reach_host(sandbox, host_dir)
     assert socket_reached and fifo_reached, result.stdout + result.stderr
 
 
@@ -1026,36 +1108,21 @@ READ_HOST = (
 )
 
 
-def test_the_checkout_and_datasets_are_not_readable(tmp_root, full_isolation, host_dir):
-    """Every layer on. Before: this test file (the checkout) and a world-readable dataset file were read."""
-    needs(full_isolation, namespaces=("mnt",))
+def read_host(sandbox, host_dir):
+    """Run READ_HOST on this file (the checkout) and a world-readable dataset file in ``host_dir``."""
     dataset = host_dir / "tests.jsonl"
     dataset.write_text('{"test_cases": "assert f(1) == 2"}\n')
     os.chmod(dataset, 0o644)
-    paths = [str(Path(__file__).resolve()), str(dataset)]
-    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    result = run_bounded(sandbox, READ_HOST.format(paths=paths))
+    return run_bounded(sandbox, READ_HOST.format(paths=[str(Path(__file__).resolve()), str(dataset)]))
+
+
+def test_the_checkout_and_datasets_are_not_readable(tmp_root, full_isolation, host_dir):
+    """Every layer on. Before: this test file (the checkout) and a world-readable dataset file were read."""
+    needs(full_isolation, namespaces=("mnt",))
+    result = read_host(Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root)), host_dir)
     assert result.stdout == "['FileNotFoundError', 'FileNotFoundError']\n", result.stdout + result.stderr
     control = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", outer_sandbox=True)
-    assert run_bounded(control, READ_HOST.format(paths=paths)).stdout.count("READ") == 2
-
-
-PLAIN_PYTHON_PASSES = {
-    # name: (program, test) -- each passes when run as plain Python (program, then test, in one namespace)
-    "counter_against_a_dict_literal": (
-        "from collections import Counter\ndef count(s):\n    return Counter(s)\n",
-        "assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\n",
-    ),
-    "bytearray_against_bytes": ("def raw(s):\n    return bytearray(s, 'ascii')\n", "assert raw('ab') == b'ab'\n"),
-    "in_place_sort_checked_by_a_later_assert": (
-        "def sort_in_place(a):\n    a.sort()\n",
-        "a = [3, 1, 2]\nassert sort_in_place(a) is None\nassert a == [1, 2, 3]\n",
-    ),
-    "result_over_4300_digits": (
-        "def fact(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n",
-        "import math\nassert fact(2000) == math.factorial(2000)\n",
-    ),
-}
+    assert read_host(control, host_dir).stdout.count("READ") == 2
 
 
 @pytest.mark.parametrize("case", list(PLAIN_PYTHON_PASSES))
@@ -1066,7 +1133,7 @@ def test_comparisons_equal_plain_pythons(tmp_root, case):
     namespace: dict = {}
     exec(program + test, namespace)  # plain Python passes it
     reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
-    assert reward([fenced(program)], test_cases=[test]) == [1.0]
+    assert ROUTES[case].rewards(reward) == [1.0]
 
 
 def test_program_objects_are_used_as_plain_python_would_but_never_compare_themselves(tmp_root):

@@ -630,9 +630,9 @@ class Channel:
 
 
 class TestNamespace(dict):
-    """The globals of a test: its own names, the prompt's helpers, then (looked up when first missing) the
-    builtins, a standard module of that name imported here, else the program's (its stubs in the prompt first).
-    ``modules`` are the names the test uses only as ``name.attribute``: never the program's."""
+    """The globals of a test: its own names and the prompt's helpers; then, looked up when first missing, the
+    program's stubs in the prompt, the builtins, and for ``modules`` (names the test uses only as
+    ``name.attribute``) a standard module imported here, else nothing; every other name is the program's."""
 
     def __init__(self, channel, stubs, modules):
         super().__init__()
@@ -644,15 +644,13 @@ class TestNamespace(dict):
         if name not in self.stubs:
             if hasattr(builtins, name):
                 raise KeyError(name)  # CPython then reads the builtins
-            if name in sys.stdlib_module_names:
-                try:
-                    module = __import__(name)
-                except ImportError:
-                    pass
-                else:
-                    self[name] = module
-                    return module
             if name in self.modules:
+                if name in sys.stdlib_module_names:
+                    try:
+                        self[name] = __import__(name)
+                        return self[name]
+                    except ImportError:
+                        pass
                 raise KeyError(name)
         return self.channel.lookup(name)
 

@@ -357,19 +357,22 @@ load("_sandbox_child").main()
 
 
 @functools.lru_cache(maxsize=4096)
-def _module_names(test: str) -> list[str]:
-    """The free names a test uses only as ``name.attribute``: modules it relies on the program to have imported
-    (MBPP's ``math.isclose``). The judge never asks the program for these: a standard module of that name, else a
-    NameError, so a program's fake ``numpy`` cannot answer ``numpy.allclose(...)``."""
-    try:
-        tree = ast.parse(test)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return []
-    bases = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+def _module_names(*sources: str) -> list[str]:
+    """The names the test and the prompt's helpers use only as ``name.attribute``: modules they rely on (MBPP's
+    ``math.isclose``, where the test never imports ``math``). The judge never asks the program for these: a
+    standard module of that name, else a NameError, so a program's fake ``math`` or ``numpy`` cannot answer. A
+    standard module's name used otherwise (called: a function under test named ``calendar``) is left to the
+    program."""
     as_base, bare = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (as_base if id(node) in bases and isinstance(node.ctx, ast.Load) else bare).add(node.id)
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        bases = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (as_base if id(node) in bases and isinstance(node.ctx, ast.Load) else bare).add(node.id)
     return sorted(as_base - bare)
 
 
@@ -662,7 +665,8 @@ class Sandbox:
             theirs.clear()
             job = None
             if test is not None:
-                job = json.dumps({"test": test, "modules": _module_names(test)}).encode("utf-8", "surrogatepass")
+                modules = _module_names(test, helpers)
+                job = json.dumps({"test": test, "modules": modules}).encode("utf-8", "surrogatepass")
             self._collect(proc, ours, start, job, result)
         except OSError as e:
             result.error = f"cannot run the sandbox: {e}"
@@ -790,7 +794,7 @@ class Sandbox:
             raise RuntimeError(
                 "isolation='strict' but the code sandbox lacks: " + "; ".join(missing) + ". Run as root with "
                 "CAP_SYS_ADMIN (e.g. a container started with --cap-add SYS_ADMIN, or a VM), or use "
-                "isolation='auto' and an outer sandbox (see the README)."
+                "isolation='auto' and an outer sandbox (see docs/code_sandbox.md)."
             )
         return result.isolation
 
@@ -947,7 +951,7 @@ class CodeTestsReward:
                 _WARNED.add(key)
                 warnings.warn(
                     f"{self.__name__}: the code sandbox runs without: {'; '.join(missing)} (not root, or no "
-                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see the README).",
+                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see docs/code_sandbox.md).",
                     RuntimeWarning,
                     stacklevel=3,
                 )
