@@ -57,7 +57,7 @@ def test_the_sandbox_runs_this_file_and_its_codec_is_the_package_codec():
     assert _sandbox_child.Wire is _plain_values.Wire  # the channel's codec, not a copy
 
 
-def run_child(tmp_path: Path, program: str, *, test: str | None = None, helpers: str = "", guard: bool = True):
+def run_child(tmp_path: Path, program: str, *, test: str | None = None, helpers: tuple = (), guard: bool = True):
     """Run the child as the sandbox does, with the OS layers off; (returncode, stdout, stderr, report
     lines, verdict or None)."""
     status_r, status_w = os.pipe()
@@ -69,7 +69,7 @@ def run_child(tmp_path: Path, program: str, *, test: str | None = None, helpers:
         os.write(test_w, json.dumps({"test": test, "modules": []}).encode())
         os.close(test_w)
     settings = {
-        **fds, "helpers": helpers, "stubs": [], "syscall_filter": None, "tmpfs_inodes": 64, "max_ptys": 1,
+        **fds, "helpers": list(helpers), "stubs": [], "syscall_filter": None, "tmpfs_inodes": 64, "max_ptys": 1,
         "os_layers": False, "uid": None, "judge_uid": None, "cpu_s": 10, "memory_mb": 1024, "disk_mb": 8,
         "max_processes": 64, "max_message_bytes": 1 << 20, "python_guard": guard, "allow_subprocesses": False,
     }  # fmt: skip

@@ -655,19 +655,12 @@ class TestNamespace(dict):
         return self.channel.lookup(name)
 
 
-def define_helpers(source, namespace):
-    """Run the prompt's helpers in ``namespace``, statement by statement (one that fails is left out)."""
-    if not source:
-        return
-    import ast
-
-    try:
-        statements = ast.parse(source).body
-    except (SyntaxError, ValueError):
-        return
+def define_helpers(statements, namespace):
+    """Run the prompt's helpers (a list of top-level statements' sources) in ``namespace``; one that fails is left
+    out."""
     for statement in statements:
         try:
-            exec(compile(ast.Module([statement], []), "prompt.py", "exec"), namespace)
+            exec(compile(statement, "prompt.py", "exec"), namespace)
         except Exception:
             pass
 
@@ -886,12 +879,11 @@ def main():
     in_pid_ns = mounts_ok = False
     if os_tools and os.geteuid() == 0:
         exposed = interpreter_files()
-        libc = os_tools["libc"]
-        if libc.unshare(sum(CLONE.values())) == 0:
+        if os_tools["libc"].unshare(sum(CLONE.values())) == 0:
             report["namespaces"] = list(CLONE)
         else:
             for name, flag in CLONE.items():
-                if libc.unshare(flag) == 0:
+                if os_tools["libc"].unshare(flag) == 0:
                     report["namespaces"].append(name)
                 else:
                     report["notes"].append(f"unshare {name}: {os.strerror(os_tools['ctypes'].get_errno())}")
@@ -922,7 +914,7 @@ def main():
                 _, status = os.waitpid(child, 0)
                 os._exit(exit_code(status))
             os.close(alive_w)
-            libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # our parent dies -> we die -> the namespace dies
+            os_tools["libc"].prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # our parent dies -> we die -> the namespace dies
             import select
 
             if select.select([alive_r], [], [], 0)[0]:
@@ -934,7 +926,7 @@ def main():
                 private_root(os_tools, cfg, workdir, report, in_pid_ns, exposed)
             except OSError as e:
                 report["notes"].append(f"no private root: {e}")
-                libc.umount2(os.fsencode(workdir), MNT_DETACH)
+                os_tools["libc"].umount2(os.fsencode(workdir), MNT_DETACH)
                 try:
                     shared_view(os_tools, cfg, workdir, report, in_pid_ns)
                 except OSError as e:

@@ -376,6 +376,16 @@ def _module_names(*sources: str) -> list[str]:
     return sorted(as_base - bare)
 
 
+@functools.lru_cache(maxsize=1024)
+def _statements(source: str) -> list[str]:
+    """The sources of ``source``'s top-level statements (the child runs them one by one and needs no ``ast``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    return [ast.get_source_segment(source, node) or ast.unparse(node) for node in tree.body]
+
+
 @functools.cache
 def _write_bytecode() -> None:
     """Cache the child's and the codec's bytecode where the child's loader looks (best effort: a read-only
@@ -393,6 +403,9 @@ def _write_bytecode() -> None:
 # stderr are capped at max_output_bytes; nothing else the run writes reaches this process.
 _REPORT_CAP = 1 << 14
 _VERDICT_CAP = 1 << 12
+# A message between the judge and the program, at most (bytes; the judge's own memory limit and the deadline bound it
+# too): a call's arguments come back with its result, so a 1 MB list argument is 2 MB of reply.
+_MESSAGE_CAP = 1 << 24
 _TMPFS_INODES = 1024  # files and directories the program may create in its private /tmp
 _MAX_PTYS = 4  # ptys one run may open (its own devpts instance)
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (libseccomp matches one masked value per rule)
@@ -591,7 +604,7 @@ class Sandbox:
                 judge_uid = _pick_sandbox_uid()
         return {
             **{f"{name}_fd": fd for name, fd in fds.items()},
-            "helpers": helpers,
+            "helpers": _statements(helpers),
             "stubs": list(stubs),
             "syscall_filter": None if bpf is None else bpf.hex(),
             "tmpfs_inodes": _TMPFS_INODES,
@@ -603,7 +616,7 @@ class Sandbox:
             "memory_mb": self.memory_mb,
             "disk_mb": self.disk_mb,
             "max_processes": self.max_processes,
-            "max_message_bytes": self.max_output_bytes,
+            "max_message_bytes": max(_MESSAGE_CAP, self.max_output_bytes),
             "python_guard": self.python_guard,
             "allow_subprocesses": self.allow_subprocesses,
         }
