@@ -1030,6 +1030,33 @@ def test_unix_socket_pairs_are_refused(tmp_root, full_isolation):
     assert result.stdout == "MADE []\n", result.stdout + result.stderr
 
 
+PIPES = (  # 8 processes, each opening pipes until its descriptors run out and filling each, at 1 MB where allowed
+    "import fcntl, os, time\ndef fill():\n    held = 0\n    while True:\n        try:\n            r, w = os.pipe()\n"
+    "        except OSError:\n            return held\n        try:\n            fcntl.fcntl(w, 1031, 1 << 20)\n"
+    "        except OSError:\n            pass\n        os.set_blocking(w, False)\n        while True:\n"
+    "            try:\n                held += os.write(w, b'x' * 65536)\n            except BlockingIOError:\n"
+    "                break\nreport_r, report_w = os.pipe()\nchildren = 0\nfor _ in range(7):\n    try:\n"
+    "        if os.fork() == 0:\n            os.write(report_w, b'%d\\n' % fill())\n            time.sleep(30)\n"
+    "            os._exit(0)\n        children += 1\n    except OSError:\n        break\nheld = fill()\n"
+    "time.sleep(1.0)\nheld += sum(int(x) for x in os.read(report_r, 65536).split())\n"
+    "print(children, held >> 20)\n"
+)
+
+
+def test_pipe_buffers_are_bounded_by_the_runs_own_uid(tmp_root, full_isolation):
+    """Pipes are the kernel memory a run can still hold (socket pairs and message queues are refused): with a fresh
+    uid per run the kernel's per-user pipe limit (``pipe-user-pages-soft``) bounds them, whatever the run forks."""
+    needs(full_isolation, namespaces=("pid",), uid=True)
+    soft_pages = int(Path("/proc/sys/fs/pipe-user-pages-soft").read_text())
+    if soft_pages == 0:
+        pytest.skip("this kernel sets no per-user pipe limit")
+    result = run_bounded(Sandbox(timeout_s=10, tmp_root=str(tmp_root), python_guard=False), PIPES)
+    children, held_mb = map(int, result.stdout.split())
+    assert children == 7  # 8 processes filled pipes
+    # The soft limit, then 2 pages for each further pipe (at most 8 processes x 256 descriptors).
+    assert 16 < held_mb <= soft_pages * 4096 / 2**20 + 8 * 128 * 8192 / 2**20, result.stdout
+
+
 @contextmanager
 def host_directory():
     """A world-readable directory on the host outside /tmp (where a service's socket or a dataset could be)."""
@@ -1106,6 +1133,23 @@ READ_HOST = (
     "out = []\nfor path in {paths!r}:\n    try:\n        out.append(('READ', len(open(path, 'rb').read())))\n"
     "    except OSError as e:\n        out.append(type(e).__name__)\nprint(out)\n"
 )
+
+
+def test_without_the_private_root_the_host_tree_is_read_only_and_said_so(tmp_root, full_isolation, monkeypatch):
+    """Where the private view cannot be built (here: an impossible pty limit makes its devpts mount fail), the run
+    falls back to the host's tree read-only with a private /tmp, and the report and the warning say so."""
+    needs(full_isolation, namespaces=("mnt",))
+    import grpo_family.rewards.code as code
+
+    monkeypatch.setattr(code, "_MAX_PTYS", -1)
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False)  # the OS layers alone
+    paths = [p for p in _outside_paths() if os.path.isdir(os.path.dirname(p))]
+    result = run_bounded(sandbox, WRITE.format(paths=paths))
+    report = result.isolation
+    assert report["private_root"] is False and report["readonly_root"] is True and report["private_tmp"] is True
+    assert any(note.startswith("no private root") for note in report["notes"]), report["notes"]
+    assert any("private filesystem view" in m and "read-only" in m for m in code.missing_layers(report, sandbox))
+    assert result.stdout.rstrip().endswith("fine") and [p for p in paths if os.path.exists(p)] == []
 
 
 def read_host(sandbox, host_dir):
