@@ -343,16 +343,21 @@ CONNECT = (
 )
 
 
+def _accepted(server: socket.socket) -> bool:
+    """Whether a connection is waiting on our non-blocking listening ``server`` (accepted and closed)."""
+    try:
+        server.accept()[0].close()
+        return True
+    except BlockingIOError:
+        return False
+
+
 def _connect_attempt(sandbox):
     server = _listening_socket()
     try:
         result = run_bounded(sandbox, CONNECT.format(port=server.getsockname()[1]))
         time.sleep(0.2)
-        try:
-            server.accept()[0].close()
-            reached = True
-        except BlockingIOError:
-            reached = False
+        reached = _accepted(server)
     finally:
         server.close()
     return result, reached
@@ -1100,11 +1105,7 @@ def reach_host(sandbox, host_dir):
     fifo = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         result = run_bounded(sandbox, REACH_HOST.format(sock=sock_path, fifo=fifo_path))
-        try:
-            server.accept()[0].close()
-            socket_reached = True
-        except BlockingIOError:
-            socket_reached = False
+        socket_reached = _accepted(server)
         try:
             fifo_reached = os.read(fifo, 100) == b"leak"
         except BlockingIOError:

@@ -1,8 +1,9 @@
 """The code sandbox's first process (see :mod:`grpo_family.rewards.code` and ``docs/code_sandbox.md``).
 
 :class:`~grpo_family.rewards.code.Sandbox` starts ``python -I -S -B -X utf8 -c <bootstrap> <this directory>``,
-which loads this file and ``_plain_values.py`` by path and calls :func:`main`, in the run's directory, where it left ``sandbox.json`` (settings, and the helpers the prompt provides) and
-``program.py``. It applies the layers the code module's docstring lists, then forks:
+which loads this file and ``_plain_values.py`` by path and calls :func:`main`, in the run's directory, where it
+left ``sandbox.json`` (settings, and the helpers the prompt provides) and ``program.py``. It applies the layers the
+code module's docstring lists (namespaces, the private filesystem view: :func:`private_root`), then forks:
 
 * the **program** process, which drops to its own uid, loads its limits, syscall filter and audit hook, writes a
   JSON report of the layers it got as the first line of the status pipe (and closes that pipe), and runs the

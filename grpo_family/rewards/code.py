@@ -532,7 +532,8 @@ class Sandbox:
         max_output_bytes: cap on stdout and on stderr; a run that writes more is killed.
         disk_mb: largest file (``RLIMIT_FSIZE``) and size of the private ``/tmp`` tmpfs.
         isolation: ``"auto"`` (every layer this machine allows, a warning listing the missing ones), ``"strict"``
-            (:meth:`check` raises unless namespaces, the uid drop and the syscall filter are in place) or
+            (:meth:`check` raises unless the namespaces, the private filesystem view, the uid drop and the syscall
+            filter are in place) or
             ``"minimal"`` (no namespaces and no uid drop: environment, temporary directory, rlimits, timeout, output
             cap, syscall filter and Python guard only), refused unless ``outer_sandbox=True``.
         outer_sandbox: declare that the whole process already runs inside a real sandbox (gVisor, a VM, nsjail, a
@@ -565,11 +566,11 @@ class Sandbox:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATION_MODES)}, got {isolation!r}")
         if isolation == "minimal" and not outer_sandbox:
             raise ValueError(
-                "isolation='minimal' runs untrusted code without namespaces or a uid drop: its remaining layers (rlimits, "
-                "the syscall filter, the Python audit hook) leave writes anywhere as this user, reading our "
-                "environment through /proc and processes that outlive the run open to the program. Use it only "
-                "inside a real sandbox (gVisor, a VM, nsjail, a disposable container) and say so with "
-                "outer_sandbox=True; otherwise use isolation='auto' or 'strict'."
+                "isolation='minimal' runs untrusted code without namespaces or a uid drop: its remaining layers "
+                "(rlimits, the syscall filter, the Python audit hook) leave writes anywhere as this user, reading our "
+                "environment through /proc, processes that outlive the run and (as root) the judge's verdict open to "
+                "the program. Use it only inside a real sandbox (gVisor, a VM, nsjail, a disposable container) and "
+                "say so with outer_sandbox=True; otherwise use isolation='auto' or 'strict'."
             )
         for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb), ("max_processes", max_processes),
                             ("max_output_bytes", max_output_bytes), ("disk_mb", disk_mb)):  # fmt: skip
@@ -700,10 +701,7 @@ class Sandbox:
                 if result.returncode is None and not result.timed_out and not result.output_overflow:
                     result.returncode = proc.returncode
             for fd in [*ours.values(), *theirs.values()]:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass  # the test pipe, closed once written
+                os.close(fd)
             _remove_tree(workdir)
             result.duration_s = time.monotonic() - start
         if test is None:
@@ -900,7 +898,8 @@ class CodeTestsReward:
         skip_after_timeout: once a program times out on a test case, count its not-yet-started ones as failed.
         name: the function name TRL logs the reward under.
 
-    Called as ``reward(completions, test_cases=[...])``. Instances are picklable.
+    Called as ``reward(completions, test_cases=[...], prompts=[...])`` (TRL passes ``prompts``; an assert test's
+    judge takes the prompt's helpers and stubs from it, see :func:`prompt_helpers`). Instances are picklable.
     """
 
     def __init__(
@@ -964,7 +963,8 @@ class CodeTestsReward:
                 _WARNED.add(key)
                 warnings.warn(
                     f"{self.__name__}: the code sandbox runs without: {'; '.join(missing)} (not root, or no "
-                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see docs/code_sandbox.md).",
+                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see "
+                    "docs/code_sandbox.md).",
                     RuntimeWarning,
                     stacklevel=3,
                 )
