@@ -668,6 +668,14 @@ ESCAPES = {
     "exec_a_fresh_interpreter_without_the_audit_hook": "import os\nos.execv('/bin/echo', ['echo', 'ESCAPED'])\n",
     "ptrace": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.ptrace(0, 0, 0, 0) == 0:\n    print('ESCAPED')\n",
     "inet_socket_with_no_network_namespace": "import socket\nsocket.socket()\nprint('ESCAPED')\n",
+    # per-user kernel allowances a fresh uid would get whole: ~190k inotify watches, tens of thousands of timers
+    "inotify_watches": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.inotify_init() >= 0:\n    print('ESCAPED')\n"
+    ),
+    "posix_timers": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ntimer = ctypes.c_void_p()\n"
+        "if libc.timer_create(1, None, ctypes.byref(timer)) == 0:\n    print('ESCAPED')\n"
+    ),
 }
 
 
@@ -683,7 +691,9 @@ def test_the_syscall_filter_refuses_kernel_interfaces(tmp_root, full_isolation, 
     assert "ESCAPED" not in result.stdout, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("escape", ["memfd_create", "system_v_shared_memory", "ptrace"])
+@pytest.mark.parametrize(
+    "escape", ["memfd_create", "system_v_shared_memory", "ptrace", "inotify_watches", "posix_timers"]
+)
 def test_control_without_the_syscall_filter_the_escape_works(tmp_root, escape):
     # System V: the run's own IPC namespace allows no segment either (issue 30), so its control has no namespaces.
     isolation = "minimal" if escape == "system_v_shared_memory" else "auto"

@@ -58,8 +58,8 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
     * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``): ``EPERM``/``EACCES`` for
       namespaces, mounts, ``bpf``, ``perf_event_open``, ``io_uring``, keyrings, ``ptrace``, ``userfaultfd``, kernel
       modules, memory ``RLIMIT_AS`` does not count (``memfd_create``, System V shared memory), System V message
-      queues and semaphores, POSIX message queues, every socket and socket pair, and ``execve`` unless
-      ``allow_subprocesses``.
+      queues and semaphores, POSIX message queues, inotify, POSIX timers, every socket and socket pair, and
+      ``execve`` unless ``allow_subprocesses``.
     * A **Python-level guard** (an audit hook; a tripwire, not a boundary) against sockets, process creation,
       signals to other processes, ``ctypes`` and writes outside the run's directory.
 
@@ -412,7 +412,8 @@ _MAX_PTYS = 4  # ptys one run may open (its own devpts instance)
 _CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 # Kernel interfaces a program has no use for and that widen what it can reach: namespaces and mounts, eBPF,
 # perf, io_uring, keyrings, other processes' memory, userfaultfd, kernel modules, and kernel memory that RLIMIT_AS
-# does not count (memfd, System V shared memory, message queues and semaphores, POSIX message queues). Each fails
+# does not count (memfd, System V shared memory, message queues and semaphores, POSIX message queues, inotify
+# watches, POSIX timers: each a per-user kernel allowance a fresh uid would get whole). Each fails
 # with EPERM; sockets and socket pairs of every family fail with EACCES (a socket pair's buffers are kernel memory
 # too, and a Unix socket reaches host services by path or abstract name).
 _DENIED_SYSCALLS = (
@@ -422,7 +423,7 @@ _DENIED_SYSCALLS = (
     "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp", "userfaultfd", "memfd_create", "memfd_secret",
     "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
     "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
-    "mq_getsetattr", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+    "mq_getsetattr", "inotify_init", "inotify_init1", "timer_create", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
     "swapon", "swapoff", "acct", "quotactl", "syslog", "name_to_handle_at", "open_by_handle_at", "iopl", "ioperm",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "fanotify_init", "lookup_dcookie", "vhangup",
     "uselib", "personality",
