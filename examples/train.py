@@ -31,7 +31,18 @@ from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, g
 from trl.models import unwrap_model_for_generation
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
+from grpo_family.bounds import check_bounds
 from grpo_family.collator import DatasetFormatError
+from grpo_family.launch import (
+    check_config_keys,
+    check_flags_apply,
+    check_precision,
+    given_flags,
+    has_accelerator,
+    load_config_file,
+    log_level,
+    stop_with_launcher,
+)
 from grpo_family.preflight import PreflightError
 from grpo_family.tasks.plot import plot_training_curve
 
@@ -109,11 +120,9 @@ def _pre_parse(argv: list[str]) -> argparse.Namespace:
     for flag in ("--method", "--config", "--model_name_or_path", "--dataset_name"):
         pre.add_argument(flag, default=None)
     known, _ = pre.parse_known_args(argv)
+    known.recipe = {}
     if known.config:
-        import yaml
-
-        with open(known.config) as f:
-            recipe = yaml.safe_load(f) or {}
+        known.recipe = recipe = load_config_file(known.config)  # a mapping without duplicate keys, or an error
         for key in ("method", "model_name_or_path", "dataset_name"):
             if getattr(known, key) is None:
                 setattr(known, key, recipe.get(key))
@@ -127,9 +136,15 @@ def parse_args(argv: list[str] | None = None):
     known = _pre_parse(argv)
     config_cls, trainer_cls = get_method(known.method)
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig, DatasetMixtureConfig))
+    if known.config:
+        check_config_keys(known.recipe, (action.dest for action in parser._actions), known.config)
     if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
         parser.set_defaults(bf16=False, dataloader_pin_memory=False)
-    if known.model_name_or_path is None and known.dataset_name is None:
+    if not has_accelerator():  # CPU training arguments, so that a multi-process launch trains as one run (gloo)
+        parser.set_defaults(use_cpu=True)
+    embedded = known.model_name_or_path is None and known.dataset_name is None
+    check_flags_apply(given_flags(argv, known.recipe), embedded)  # a flag the chosen path would ignore is refused
+    if embedded:
         # Embedded default: the bundled task's tuned settings as defaults, before the config's own checks run (so
         # `--num_generations 16` is checked against the demo's batch of 64, not TRL's 8); the YAML and the command
         # line still win.
@@ -137,6 +152,9 @@ def parse_args(argv: list[str] | None = None):
 
         parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
     script_args, training_args, model_args, mixture = parser.parse_args_and_config(argv)
+    for config in (script_args, model_args, mixture):  # the method's config checked its own fields when built
+        check_bounds(config)
+    check_precision(training_args)
     script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:
         from grpo_family.preflight import resolve_reward_funcs
@@ -365,8 +383,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"))
+    stop_with_launcher()  # under `accelerate launch` / torchrun: stop when the launcher dies, never outlive it
     try:
+        logging.basicConfig(level=log_level(os.environ.get("LOGLEVEL")))
         main()
     except (
         PreflightError,
