@@ -159,8 +159,8 @@ class Float(Bound):
 
     def _describe(self):
         words = _range_words(self.min, self.max, self.min_open, self.max_open)
-        kind = "a number (inf allowed)" if self.infinite else "a finite number"
-        return f"{kind} {words}".rstrip()
+        kind = "a number; inf allowed" if self.infinite else "a finite number"
+        return f"{words} ({kind})" if words else kind
 
     def _bad_values(self):
         bad = ["x", True, math.nan, -math.inf]
@@ -202,7 +202,8 @@ class OneOf(Bound):
         return any(type(c) is type(value) and c == value for c in self.values())
 
     def _describe(self):
-        return "one of " + ", ".join(repr(c) for c in self.values())
+        values = self.values()
+        return repr(values[0]) if len(values) == 1 else f"one of {values!r}"
 
     def _bad_values(self):
         return ["__not_a_choice__", 12345, 0.5]
@@ -271,7 +272,7 @@ class Mapping(Bound):
         return self.path and os.path.isfile(value)
 
     def _describe(self):
-        text = "a mapping (on the command line a JSON object, e.g. '{\"key\": 1}')"
+        text = "a JSON object (a mapping in Python or YAML; e.g. '{\"key\": 1}')"
         return f"{text} or the path of a JSON file" if self.path else text
 
     def _bad_values(self):
@@ -689,7 +690,7 @@ METHOD_CONFIGS: dict[str, Bound] = {
     "judge_model": Text(nonempty=True, optional=True),
     "judge_api_key_env": Text(
         pattern=f"({_ENV_NAME})?",
-        pattern_words="the name of an environment variable (letters, digits, _), not the key itself",
+        pattern_words="the NAME of the environment variable holding the key (letters, digits, _), not the key itself",
         bad=("sk-abc 123",),
         optional=True,
         secret=True,

@@ -181,9 +181,13 @@ class PlainLogHistoryMixin:
         super().save_state()
 
 
-def finite_or_none(value: Any) -> float | None:
-    """A plain float, or None for None, NaN, inf and anything that is not a number."""
+def json_ready(value: Any) -> Any:
+    """``value`` as strict JSON takes it: :func:`plain`, with NaN and infinities (an unscored result) as None."""
     value = plain(value)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_ready(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
         return None
-    return float(value)
+    return value

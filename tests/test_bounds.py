@@ -122,14 +122,14 @@ def test_the_issue_inputs_are_refused_with_the_flag_and_the_allowed_values(tmp_p
     raw crash)."""
     cases = {
         ("--num_generations", "0"): "--num_generations must be an integer >= 2; got 0",
-        ("--beta", "-0.1"): "--beta must be a finite number >= 0; got -0.1",
-        ("--epsilon", "-0.2"): r"--epsilon must be a finite number in \[0, 1\); got -0.2",
-        ("--save_steps", "0"): "--save_steps must be a finite number > 0; got 0",
-        ("--max_steps", "0"): "--max_steps must be one of -1 or an integer >= 1; got 0",
+        ("--beta", "-0.1"): r"--beta must be >= 0 \(a finite number\); got -0.1",
+        ("--epsilon", "-0.2"): r"--epsilon must be in \[0, 1\) \(a finite number\); got -0.2",
+        ("--save_steps", "0"): r"--save_steps must be > 0 \(a finite number\); got 0",
+        ("--max_steps", "0"): "--max_steps must be -1 or an integer >= 1; got 0",
         ("--num_iterations", "0"): "--num_iterations must be an integer >= 1; got 0",
         ("--held_out_every", "-5"): "--held_out_every must be an integer >= 0; got -5",
         ("--num_eval_examples", "0"): "--num_eval_examples must be an integer >= 1; got 0",
-        ("--temperature", "0"): "--temperature must be a finite number > 0; got 0",
+        ("--temperature", "0"): r"--temperature must be > 0 \(a finite number\); got 0",
     }
     for (flag, value), message in cases.items():
         with pytest.raises(BoundsError, match=message):
@@ -139,7 +139,7 @@ def test_the_issue_inputs_are_refused_with_the_flag_and_the_allowed_values(tmp_p
         "--dataset_filters",
         "--model_init_kwargs",
     ):  # malformed JSON: the flag is named, not a JSONDecodeError
-        with pytest.raises(BoundsError, match=rf"{flag} must be a mapping \(on the command line a JSON object"):
+        with pytest.raises(BoundsError, match=rf"{flag} must be a JSON object \(a mapping in Python or YAML"):
             train.parse_args([*real, flag, '{"level": [1, 2]'])
 
 
@@ -173,7 +173,8 @@ def test_bound_kinds_at_their_edges():
     assert ListOf(Text(), single=True).accepts("x") and not ListOf(Text()).accepts("x")
     assert ListOf(OneOf(("a", "b")), split=" ").accepts("a b") and not ListOf(OneOf(("a",)), split=" ").accepts("a c")
     assert AnyOf((OneOf((-1,)), Int(1))).accepts(-1) and not AnyOf((OneOf((-1,)), Int(1))).accepts(0)
-    assert OneOf(("a",)).describe() == "one of 'a'" and Int(2, optional=True).describe() == "an integer >= 2, or None"
+    assert OneOf(("a", "b")).describe() == "one of ('a', 'b')" and OneOf(("a",)).describe() == "'a'"
+    assert Int(2, optional=True).describe() == "an integer >= 2, or None" and Float(0).describe() == ">= 0 (a finite number)"
 
 
 @pytest.mark.parametrize(
