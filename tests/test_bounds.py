@@ -174,7 +174,10 @@ def test_bound_kinds_at_their_edges():
     assert ListOf(OneOf(("a", "b")), split=" ").accepts("a b") and not ListOf(OneOf(("a",)), split=" ").accepts("a c")
     assert AnyOf((OneOf((-1,)), Int(1))).accepts(-1) and not AnyOf((OneOf((-1,)), Int(1))).accepts(0)
     assert OneOf(("a", "b")).describe() == "one of ('a', 'b')" and OneOf(("a",)).describe() == "'a'"
-    assert Int(2, optional=True).describe() == "an integer >= 2, or None" and Float(0).describe() == ">= 0 (a finite number)"
+    assert (
+        Int(2, optional=True).describe() == "an integer >= 2, or None"
+        and Float(0).describe() == ">= 0 (a finite number)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..rewards.timeout import RewardTimeoutError
 
-
 # What a reward call may raise and the guard contains: any exception, and SystemExit (a reward calling sys.exit() used
 # to end the whole run at that step with exit code 0 and nothing saved). KeyboardInterrupt still stops the run.
 CONTAINED = (Exception, SystemExit)
