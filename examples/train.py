@@ -178,7 +178,6 @@ def preflight(script_args, training_args, model_args) -> dict:
     from grpo_family import preflight as checks
     from grpo_family.collator import filter_rows
 
-    checks.check_batch_size(training_args)
     checks.check_vllm(training_args)
     checks.probe_judge(training_args)
     checks.check_hub_reachable(training_args.push_to_hub)
