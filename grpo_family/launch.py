@@ -129,7 +129,7 @@ def check_precision(args: Any) -> None:
     wanted = [name for name in ("fp16", "fp16_full_eval") if getattr(args, name, False)]
     if wanted and (getattr(args, "use_cpu", False) or not has_accelerator()):
         flags = " and ".join(f"--{name}" for name in wanted)
-        where = "--use_cpu is set" if getattr(args, "use_cpu", False) else "this machine has no GPU"
+        where = "--use_cpu is set" if has_accelerator() else "this machine has no GPU"
         raise PreflightError(
             f"{flags} asks for float16 mixed precision, which needs a GPU, but {where}: it would be ignored. Drop "
             f"{flags} (CPU training runs in float32)."
