@@ -71,10 +71,12 @@ def _is_number(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Bound:
-    """What one field may hold. ``optional``: None is allowed too. ``secret``: the value is never shown."""
+    """What one field may hold. ``optional``: None is allowed too. ``secret``: the value is never shown. ``hint``: a
+    sentence added to the error (e.g. the paper's value, or what to do instead)."""
 
     optional: bool = dataclasses.field(default=False, kw_only=True)
     secret: bool = dataclasses.field(default=False, kw_only=True)
+    hint: str = dataclasses.field(default="", kw_only=True)
 
     def accepts(self, value: Any) -> bool:
         return (value is None and self.optional) or (value is not None and self._accepts(value))
@@ -649,7 +651,9 @@ METHOD_CONFIGS: dict[str, Bound] = {
     "cw_scope": OneOf(("group", "batch")),
     "cw_adv_center": OneOf(("token", "sequence")),
     "cw_std_ddof": OneOf((0, 1)),
-    "cw_bandwidth_scale": Float(0, min_open=True, infinite=True),  # inf: every weight 1 (GRPO)
+    "cw_bandwidth_scale": Float(
+        0, min_open=True, infinite=True, hint="1.0 = the paper; to train plain GRPO use method 'grpo' (or inf)."
+    ),
     "cw_eps": Float(0, min_open=True),
     "cw_normalize": Flag(),
     "cw_logps_source": OneOf(("policy", "sampler")),
@@ -803,7 +807,8 @@ def problems(config: Any, names: Sequence[str] | None = None) -> list[str]:
         value = getattr(config, field.name, _NOT_A_VALUE)
         if bound is None or value is _NOT_A_VALUE or bound.accepts(value):
             continue
-        out.append(f"--{field.name} must be {bound.describe()}; got {_shown(value, bound)}.")
+        hint = f" {bound.hint}" if bound.hint else ""
+        out.append(f"--{field.name} must be {bound.describe()}; got {_shown(value, bound)}.{hint}")
     return out
 
 

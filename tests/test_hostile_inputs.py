@@ -680,7 +680,7 @@ def test_guarded_reward_unit_behaviour():
 BAD_CONFIGS = {
     "grpo": ({"per_device_train_batch_size": 6, "num_generations": 4}, r"divisible by num_generations"),
     "ms_grpo": ({"tau_min": 5, "num_generations": 4}, r"tau_min=5 exceeds num_generations=4; need 2 <= tau_min"),
-    "cw_grpo": ({"cw_bandwidth_scale": 0.0}, r"cw_bandwidth_scale must be > 0 \(1.0 = the paper\).*use method 'grpo'"),
+    "cw_grpo": ({"cw_bandwidth_scale": 0.0}, r"cw_bandwidth_scale must be > 0 .*1.0 = the paper.*use method 'grpo'"),
     "d3s": (
         {"d3s_drop_degenerate_groups": True, "d3s_sample_scope": "pooled"},
         r"d3s_drop_degenerate_groups needs d3s_sample_scope='group'",

@@ -290,6 +290,19 @@ def test_the_warm_start_cache_is_rebuilt_when_corrupt(tmp_path, caplog):
 
 
 # ---------------------------------------------------------------------------------------------------- reporting
+def test_the_plot_leaves_out_unscored_steps(tmp_path):
+    """A step where nothing could be scored logs reward None (NaN before the JSON round trip): the plot crashed on
+    it ("unsupported operand type(s) for +: 'int' and 'NoneType'")."""
+    from grpo_family.tasks.plot import plot_training_curve
+
+    history = [{"step": 0, "held_out_accuracy": 0.2}, {"step": 1, "reward": None}, {"step": 2, "reward": float("nan")},
+               {"step": 3, "reward": 0.5}, {"step": 3, "held_out_accuracy": None}]  # fmt: skip
+    plot_training_curve(history, tmp_path / "curve.png", "t")
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    plot_training_curve([{"step": 1, "reward": None}], tmp_path / "none.png", "t")  # nothing to draw: no file
+    assert not (tmp_path / "none.png").exists()
+
+
 def test_plain_and_json_ready_values():
     import numpy as np
     import torch
@@ -338,3 +351,40 @@ def test_end_of_run_reporting_survives_numpy_scores_and_unscored_steps(reward, t
         assert rewards[0] is None and rewards[1] == 0.5  # step 1 unscored, step 2 scored
     results = json.loads((out / "results.json").read_text())
     assert results["method"] == "grpo" and (out / "reward_curve.png").stat().st_size > 0
+
+
+@pytest.mark.multiprocess
+def test_every_process_of_a_two_process_run_sees_the_busy_folder(tmp_path):
+    """One lock per run, taken by the main process: its refusal reaches the other process (which takes no lock of
+    its own), so both stop at start instead of one waiting at the first collective."""
+    from test_launch import _accelerate
+
+    out = tmp_path / "out"
+    holder = _holder_process(out / LOCK_FILE)
+    try:
+        cmd = _accelerate(str(ROOT / "examples" / "train.py"), "--output_dir", str(out),
+                          port=29400 + (os.getpid() + 2) % 500)  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV, cwd=ROOT)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode != 0
+    assert result.stderr.count(f"is in use by another run: process {holder.pid}") == 2, result.stderr[-3000:]
+
+
+def test_the_trainer_refuses_a_checkpoint_of_another_layout(
+    tiny_model_dir, tiny_tokenizer, arithmetic_train, tmp_path
+):
+    """The Python API: ``trainer.train(resume_from_checkpoint=...)`` runs the same check before it loads anything."""
+    from conftest import digit_share_reward, tiny_config_kwargs
+
+    from grpo_family import D3SConfig, D3STrainer
+
+    checkpoint = _checkpoint(tmp_path, 2)  # written by grpo, num_generations 4
+    trainer = D3STrainer(
+        model=tiny_model_dir, reward_funcs=[digit_share_reward], processing_class=tiny_tokenizer,
+        args=D3SConfig(**tiny_config_kwargs(tmp_path / "out")), train_dataset=arithmetic_train,
+    )  # fmt: skip
+    with pytest.raises(PreflightError, match=r"method: 'grpo' in the checkpoint, 'd3s' now"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert trainer.state.global_step == 0
