@@ -202,25 +202,24 @@ def test_fewer_rows_than_one_generation_batch_fail_at_trainer_init(tiny_model_di
         )  # fmt: skip
 
 
-def test_a_list_valued_gold_fails_naming_row_and_column(tiny_model_dir, tmp_path):
-    """A gold of ["48", "49"] was read by math_accuracy as the interval [48, 49]: correct answers scored 0 with no
-    warning."""
-    rows = [{"question": f"What is {i} plus {i}?", "result": str(2 * i)} for i in range(8)]
-    rows[5]["result"] = ["10", "11"]
+@pytest.mark.parametrize(
+    ("golds", "reward", "messages"),
+    [
+        # A list-valued gold was read by math_accuracy as an interval: right answers scored 0 with no warning.
+        ({5: ["10", "11"]}, "math_accuracy", ["1 of 8 gold answers in the column 'result' are not one answer "
+                                              "(row 5: ['10', '11'])", "qa_exact_match / qa_f1, which accept a list"]),
+        # Unreadable golds: the reward, the column and the rows named.
+        (dict.fromkeys(range(8), "no idea"), "choice_accuracy",
+         ["choice_accuracy cannot read 8 of 8 gold answers in the column 'result'", "row 0: 'no idea'"]),
+    ],
+    ids=["list_valued", "unreadable"],
+)  # fmt: skip
+def test_golds_the_reward_cannot_read_fail_naming_rows_and_column(tiny_model_dir, tmp_path, golds, reward, messages):
+    rows = [{"question": f"What is {i} plus {i}?", "result": golds.get(i, str(2 * i))} for i in range(8)]
     data = _write(tmp_path / "d" / "train.jsonl", rows)
-    message = _main_fails(tiny_model_dir, tmp_path, ["--dataset_preset", "qa", "--answer_column", "result",
-                                                     "--reward_funcs", "math_accuracy"], data=str(data))  # fmt: skip
-    assert "1 of 8 gold answers in the column 'result' are not one answer (row 5: ['10', '11'])" in message
-    assert "qa_exact_match / qa_f1, which accept a list" in message
-
-
-def test_unreadable_golds_name_the_column_and_rows(tiny_model_dir, tmp_path):
-    rows = [{"question": f"What is {i} plus {i}?", "result": "no idea"} for i in range(8)]
-    data = _write(tmp_path / "d" / "train.jsonl", rows)
-    message = _main_fails(tiny_model_dir, tmp_path, ["--dataset_preset", "qa", "--answer_column", "result",
-                                                     "--reward_funcs", "choice_accuracy"], data=str(data))  # fmt: skip
-    assert "choice_accuracy cannot read 8 of 8 gold answers in the column 'result'" in message
-    assert "row 0: 'no idea'" in message
+    extra = ["--dataset_preset", "qa", "--answer_column", "result", "--reward_funcs", reward]
+    message = _main_fails(tiny_model_dir, tmp_path, extra, data=str(data))
+    assert all(m in message for m in messages), message
 
 
 def test_a_model_folder_without_tokenizer_or_with_only_an_adapter_fails(tiny_model_dir, tmp_path):
