@@ -204,23 +204,6 @@ def _trl_rewards() -> dict[str, Callable]:
     }
 
 
-def check_enough_rows(dataset: Any, args: Any, name: str = "training set") -> None:
-    """A training set smaller than one generation batch's prompts trains 0 steps (TRL's sampler yields whole
-    generation batches only) and used to end with exit code 0: refuse it, with the arithmetic."""
-    if dataset is None or not hasattr(dataset, "__len__") or not getattr(args, "generation_batch_size", None):
-        return
-    prompts = args.generation_batch_size // args.num_generations
-    if len(dataset) >= prompts:
-        return
-    raise PreflightError(
-        f"The {name} has {len(dataset)} row(s), fewer than the {prompts} prompts of one generation batch "
-        f"(generation_batch_size {args.generation_batch_size} = per_device_train_batch_size "
-        f"{args.per_device_train_batch_size} x {args.world_size} process(es) x steps_per_generation "
-        f"{args.steps_per_generation}, over num_generations {args.num_generations}), so training would take no step. "
-        "Add rows, or lower --per_device_train_batch_size (or --steps_per_generation / --gradient_accumulation_steps)."
-    )
-
-
 # ---------------------------------------------------------------------------------------------------- data
 def check_text_file(path: str) -> None:
     """A local text data file (JSONL, JSON, CSV, TSV, TXT) that is empty or not UTF-8 fails, naming the file and
@@ -316,6 +299,23 @@ def check_split(data: Any, split: str, name: str) -> Any:
     if empty:
         raise PreflightError(f"The {split!r} split of {name} has no rows.")
     return rows
+
+
+def check_enough_rows(dataset: Any, args: Any, name: str = "training set") -> None:
+    """A training set smaller than one generation batch's prompts trains 0 steps (TRL's sampler yields whole
+    generation batches only) and used to end with exit code 0: refuse it, with the arithmetic."""
+    if dataset is None or not hasattr(dataset, "__len__") or not getattr(args, "generation_batch_size", None):
+        return
+    prompts = args.generation_batch_size // args.num_generations
+    if len(dataset) >= prompts:
+        return
+    raise PreflightError(
+        f"The {name} has {len(dataset)} row(s), fewer than the {prompts} prompts of one generation batch "
+        f"(generation_batch_size {args.generation_batch_size} = per_device_train_batch_size "
+        f"{args.per_device_train_batch_size} x {args.world_size} process(es) x steps_per_generation "
+        f"{args.steps_per_generation}, over num_generations {args.num_generations}), so training would take no step. "
+        "Add rows, or lower --per_device_train_batch_size (or --steps_per_generation / --gradient_accumulation_steps)."
+    )
 
 
 def check_gold_values(rows: Any, reward_funcs: Sequence[Any], column: str, max_examples: int = 5) -> None:
