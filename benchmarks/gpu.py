@@ -546,7 +546,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     records: dict[str, ShapeRecord] = {}
     model_dirs: dict[str, str] = {}
-    print(f"GPU check on {report['device']}: shapes {args.shapes}, trainers {[STOCK, *args.methods, WITH_REF]}")
 
     if not args.no_zero3:  # first: it is the one most likely to need a second look
         shape = args.shapes[0]
@@ -558,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         write(report, records, output_dir, clock)
 
     names = [STOCK, *args.methods] + ([WITH_REF] if "grpo" in args.methods else [])
+    print(f"GPU check on {report['device']}: shapes {args.shapes}, trainers {names}", flush=True)
     last: tuple[int, float] | None = None  # (parameters, seconds of one repetition) of the last shape measured
     for rep in range(args.reps):
         for shape in args.shapes:
