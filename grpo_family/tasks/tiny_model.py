@@ -14,6 +14,7 @@ a policy that can already solve most problems but does so inconsistently, which 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -83,11 +84,23 @@ WARM_START_DEFAULTS = {
 }
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
     """Character-level tokenizer: specials, newline and the printable ASCII characters, one token each, plus a few
-    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line."""
+    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line.
+
+    `vocab_size` pads the vocabulary to exactly that many tokens with pieces of two, then three, printable
+    characters, as a real BPE vocabulary holds: encoding never produces them (this BPE has no merges) and decoding
+    writes them out, so a model of a real vocabulary's shape (embedding and logits) trains on the bundled task
+    (`benchmarks/gpu.py`)."""
     chars = ["\n"] + [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
+    pieces = SPECIAL_TOKENS + chars
+    if vocab_size is not None:
+        padding = vocab_size - len(pieces) - len(WORD_TOKENS)
+        if padding < 0:
+            raise ValueError(f"vocab_size={vocab_size} is below the {len(pieces) + len(WORD_TOKENS)} tokens it needs.")
+        longer = ("".join(p) for n in (2, 3) for p in itertools.product(chars[1:], repeat=n))
+        pieces += list(itertools.islice(longer, padding))
+    vocab = {tok: i for i, tok in enumerate(pieces)}
     # A BPE with no merges splits text into single characters; Fuse joins them back without separators.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     backend.decoder = decoders.Fuse()
