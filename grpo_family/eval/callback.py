@@ -120,7 +120,12 @@ class EvaluationCallback(TrainerCallback):
         """Into the log history and every ``report_to`` backend, at the current step."""
         if metrics is None:
             return
-        Trainer.log(self.trainer, dict(metrics))  # not TRL's override: it would flush its pending training metrics
+        # transformers' Trainer.log, not TRL's override (which would flush the training metrics it is accumulating).
+        # Its on_log event clears `should_log`: keep the flag, so the step's own training log still happens.
+        control = self.trainer.control
+        pending = control.should_log
+        Trainer.log(self.trainer, dict(metrics))
+        control.should_log = pending
         if self.label is not None and self.trainer.is_world_process_zero():
             from tqdm.auto import tqdm
 

@@ -95,6 +95,19 @@ class EvalData:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @classmethod
+    def held_out(cls, rows, reward, name: str = "held-out") -> EvalData | None:
+        """Rows already prepared for training (``prompt`` plus ``answer`` or ``test_cases``) as an evaluation set
+        scored by ``reward``; None for no rows."""
+        if rows is None or len(rows) == 0:
+            return None
+        reward_name = getattr(reward, "__name__", type(reward).__name__)
+        return cls(name, "held-out rows", rows, reward_name, gold_column=_gold_column(rows))
+
+
+def _gold_column(rows) -> str:
+    return "test_cases" if "test_cases" in rows.column_names and "answer" not in rows.column_names else "answer"
+
 
 def _hub_load(hub_id: str, config: str | None, split: str, what: str):
     """One split from the Hub (or its cache); EvalSetupError with the fix when it cannot be had."""

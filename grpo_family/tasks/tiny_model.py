@@ -295,31 +295,24 @@ def load_warm_start(
     return model, tokenizer
 
 
-@torch.no_grad()
 def generate_completions(
     model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
 ) -> list[str]:
-    """Decoded assistant completions (special tokens stripped) for conversational prompts."""
-    was_training = model.training
-    model.eval()
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    out: list[str] = []
-    for i in range(0, len(texts), batch_size):
-        enc = tokenizer(
-            texts[i : i + batch_size], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-        ).to(model.device)
-        ids = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            **({} if do_sample else {"temperature": None, "top_p": None, "top_k": None}),
-            **gen,
-        )
-        out.extend(tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
-    model.train(was_training)
-    return out
+    """Decoded assistant completions (special tokens stripped) for conversational prompts, one per prompt: greedy,
+    or sampled from torch's global generator with ``temperature`` / ``top_p`` / ``top_k`` from ``gen``
+    (transformers' defaults 1.0 / 1.0 / 50 where not given). The evaluation package's ``generate`` backend
+    (:class:`grpo_family.eval.GenerateBackend`: batches of ``batch_size``, left padding) does the work."""
+    from grpo_family.eval.generation import generate_texts
+    from grpo_family.eval.presets import Decoding
+
+    unknown = set(gen) - {"temperature", "top_p", "top_k"}
+    if unknown:
+        raise TypeError(f"generate_completions: unsupported generation arguments {sorted(unknown)}")
+    decoding = Decoding(max_new_tokens=max_new_tokens)
+    if do_sample:
+        settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, **gen}
+        decoding = Decoding(num_samples=1, max_new_tokens=max_new_tokens, **settings)
+    return generate_texts(model, tokenizer, prompts, decoding, batch_size=batch_size, seed=None)
 
 
 def evaluate_accuracy(
