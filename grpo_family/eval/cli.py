@@ -65,16 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch_size", type=int, default=64, help="sequences per generate call (generate backend)")
     b.add_argument("--max_model_len", type=int, help="vLLM's context length")
     b.add_argument("--gpu_memory_utilization", type=float, help="vLLM's share of GPU memory")
-    p.add_argument("--output_dir", help="default outputs/eval/<model name>-<preset>")
+    p.add_argument("--output_dir", help="default: <model folder>/eval-<preset>, or outputs/eval/<hub id>-<preset>")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two evaluation output folders")
     return p
 
 
 def _output_dir(args, resolved) -> Path:
+    """``--output_dir``, else ``eval-<preset>`` inside a local model folder, else ``outputs/eval/<hub id>-<preset>``."""
     if args.output_dir:
         return Path(args.output_dir)
-    name = Path(resolved.adapter or resolved.spec.rstrip("/")).name if os.path.isdir(resolved.spec) else resolved.spec
-    return Path("outputs") / "eval" / f"{name.replace('/', '--')}-{args.preset}"
+    if os.path.isdir(os.path.expanduser(args.model)):
+        return Path(os.path.expanduser(args.model)) / f"eval-{args.preset}"
+    return Path("outputs") / "eval" / f"{args.model.replace('/', '--')}-{args.preset}"
 
 
 def plan(args) -> dict:

@@ -34,6 +34,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_family.preflight import _looks_local
+
 from .presets import EvalSetupError
 
 __all__ = ["BENCHMARKS", "BUNDLED", "Benchmark", "EvalData", "load_eval_data"]
@@ -241,7 +243,7 @@ def load_eval_data(
         options = {"preset": "prompt", **options}
     elif spec.startswith("reasoning_gym/"):
         raw, source = _named(spec, split, limit), "grpo_family.collator.load_named_dataset"
-    elif os.path.exists(os.path.expanduser(spec)):
+    elif os.path.exists(os.path.expanduser(spec)) or _looks_local(spec):
         raw, source = _local_rows(spec, f"--dataset {spec}"), spec
     elif "/" in spec:
         raw, source = _hub_load(spec, config, split or "test", f"--dataset {spec}"), spec

@@ -68,15 +68,22 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 
 def _context_cap(context: int | None, prompt_lengths: list[int], max_new_tokens: int | None) -> int:
-    """``max_new_tokens`` capped to what the model's context leaves after the longest prompt (warned)."""
+    """``max_new_tokens`` capped (with a warning) to what the model's context leaves after the longest prompt. A
+    prompt already past the context (a RoPE model extrapolates, unreliably) leaves ``max_new_tokens`` as asked."""
     room = None if context is None else context - max(prompt_lengths, default=0)
-    if room is not None and room < 1:
-        raise ValueError(f"the longest prompt ({max(prompt_lengths)} tokens) fills the model's context ({context})")
     if max_new_tokens is None:
-        if room is None:
-            raise ValueError("the model states no context length: give max_new_tokens")
+        if room is None or room < 1:
+            raise ValueError(
+                f"cannot size the generation: the model's context ({context}) leaves no room after the longest prompt "
+                f"({max(prompt_lengths, default=0)} tokens); give max_new_tokens"
+            )
         return room
-    if room is not None and max_new_tokens > room:
+    if room is not None and room < 1:
+        logger.warning(
+            "The longest prompt (%d tokens) is past the model's context (%d): generating %d tokens beyond it.",
+            max(prompt_lengths), context, max_new_tokens,
+        )  # fmt: skip
+    elif room is not None and max_new_tokens > room:
         logger.warning(
             "max_new_tokens %d exceeds what the model's context (%d tokens) leaves after the longest prompt: "
             "generating at most %d tokens.", max_new_tokens, context, room,
