@@ -257,7 +257,7 @@ def load_real(script_args, training_args, model_args, checked: dict):
 
 
 def _accuracy(metrics: dict | None) -> float | None:
-    return None if metrics is None else metrics["held_out_accuracy"]
+    return None if metrics is None else metrics.get("held_out_accuracy")
 
 
 def record_accuracy(state, accuracy: float | None, label: str) -> None:

@@ -5,6 +5,9 @@ and the step's own training log still happens)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from transformers import TrainerCallback
 
@@ -100,3 +103,37 @@ def test_the_sampled_evaluation_is_reproducible_and_seeded(config_kwargs):
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is untouched
     assert first == again  # same seed, same samples, same numbers
     assert first["held_out/sampled_mean_length"] != other["held_out/sampled_mean_length"]  # another seed differs
+
+
+@pytest.mark.multiprocess
+def test_every_process_logs_the_main_process_numbers(tmp_path):
+    """2 processes (gloo): both enter the generation context and generate, rank 0 scores and broadcasts; both ranks
+    hold the same history, and the evaluation before training equals a single-process one of the same model (the
+    warm start: its samples differ in length and correctness, so equal numbers mean equal samples)."""
+    import json
+
+    from dist.eval_callback import HELD_OUT, SETTINGS
+    from test_distributed import launch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from grpo_family.eval import Decoding, GenerateBackend, evaluate_data
+    from grpo_family.tasks import load_warm_start, warm_start_key
+    from grpo_family.tasks.tiny_model import _default_cache_root
+
+    load_warm_start()
+    model_dir = str(_default_cache_root() / f"tiny-arith-{warm_start_key()}")
+    launch("eval_callback.py", model_dir, str(tmp_path), str(Path(__file__).parent))
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert sorted(rank0, key=int) == ["0", "1", "2"] and rank0 == rank1
+    backend = GenerateBackend(
+        AutoModelForCausalLM.from_pretrained(model_dir), PreTrainedTokenizerFast.from_pretrained(model_dir)
+    )
+    data = EvalData.held_out(make_arithmetic_dataset("eval", HELD_OUT, seed=0), arithmetic_reward)
+    greedy = evaluate_data(backend, data, Decoding(max_new_tokens=40), arithmetic_reward).summary
+    sampled = evaluate_data(backend, data, Decoding(1.0, 1.0, 0, 4, 40), arithmetic_reward, ks=[1, 4],
+                            seed=SETTINGS["seed"]).summary  # fmt: skip
+    assert rank0["0"]["held_out/greedy_mean_length"] == greedy["mean_length"]
+    assert rank0["0"]["held_out/sampled_mean_length"] == sampled["mean_length"]
+    assert rank0["0"]["held_out/pass@4"] == sampled["pass@4"] and rank0["0"]["held_out/pass@1"] == sampled["pass@1"]
+    assert rank0["0"]["held_out_accuracy"] == greedy["greedy_accuracy"]
+    assert 0 < sampled["pass@1"] < 1  # samples that differ: equal numbers are equal samples, not a constant

@@ -96,7 +96,8 @@ class EvaluationCallback(TrainerCallback):
                                         seed=self.seed, score=main)  # fmt: skip
         metrics = None
         if main:
-            metrics = {"held_out_accuracy": greedy.summary.get("greedy_accuracy", float("nan"))}
+            # None when no held-out problem could be scored (then only the counts are logged).
+            metrics = {"held_out_accuracy": greedy.summary.get("greedy_accuracy")}
             metrics.update(
                 self._keys("greedy", greedy.summary, ("mean_length", "truncation_rate", "samples_unscored"))
             )
@@ -124,15 +125,16 @@ class EvaluationCallback(TrainerCallback):
         # Its on_log event clears `should_log`: keep the flag, so the step's own training log still happens.
         control = self.trainer.control
         pending = control.should_log
-        Trainer.log(self.trainer, dict(metrics))
+        Trainer.log(self.trainer, {k: v for k, v in metrics.items() if v is not None})
         control.should_log = pending
         if self.label is not None and self.trainer.is_world_process_zero():
             from tqdm.auto import tqdm
 
+            accuracy = metrics["held_out_accuracy"]
             sampled = "".join(f", {k.split('/')[-1]} {v:.3f}" for k, v in metrics.items() if "@" in k)
             tqdm.write(
                 f"[{self.label}] step {self.trainer.state.global_step}: held-out accuracy "
-                f"{metrics['held_out_accuracy']:.3f}{sampled}"
+                f"{'unscored' if accuracy is None else f'{accuracy:.3f}'}{sampled}"
             )
 
     def on_train_begin(self, args, state, control, **kwargs):

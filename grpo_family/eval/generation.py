@@ -176,6 +176,11 @@ def _checkpoint_dtype(path: str) -> str:
     return dtype if dtype in ("float32", "float16", "bfloat16") else "auto"
 
 
+class _NoTemplateWarmup(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Chat template warmup failed")
+
+
 class VLLMBackend:
     """vLLM's offline ``LLM`` engine (``pip install -e ".[vllm]"``, or the CPU build: README, "vLLM on a CPU
     machine"). ``dtype``: ``checkpoint`` (default: the dtype the weights were saved in), or any vLLM dtype."""
@@ -197,6 +202,9 @@ class VLLMBackend:
         if vllm_platform_is_cpu() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = DEFAULT_CPU_KVCACHE_GIB  # unset, vLLM takes most of the RAM
             logger.warning("vLLM on CPU: VLLM_CPU_KVCACHE_SPACE=%s GiB of KV cache", DEFAULT_CPU_KVCACHE_GIB)
+        # Prompts arrive as token ids and outputs are decoded with our tokenizer (skip_tokenizer_init): vLLM's own
+        # chat-template warm-up then fails harmlessly and would print a traceback.
+        logging.getLogger("vllm.renderers.base").addFilter(_NoTemplateWarmup())
         self.dtype = _checkpoint_dtype(model_path) if dtype == "checkpoint" else dtype
         self.tokenizer, self.seed = tokenizer, seed
         start = time.perf_counter()
@@ -207,6 +215,9 @@ class VLLMBackend:
     def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0) -> Generation:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+
+        if seed is not None and seed != self.seed:
+            logger.warning("vLLM samples with the engine's seed %d, not %d", self.seed, seed)
 
         tokenizer = self.tokenizer
         ids = tokenizer(chat_prompts(tokenizer, prompts), add_special_tokens=False)["input_ids"]
@@ -220,8 +231,7 @@ class VLLMBackend:
             max_tokens=max_new,
             stop_token_ids=eos,
             detokenize=False,
-            seed=seed if not decoding.greedy else None,
-        )
+        )  # no per-request seed: the engine's (vLLM's CPU build refuses per-request generators)
         start = time.perf_counter()
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False)
         seconds = time.perf_counter() - start
