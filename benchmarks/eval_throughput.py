@@ -30,12 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def warm_start_dir() -> str:
-    from grpo_family.tasks import load_warm_start, warm_start_key
-    from grpo_family.tasks.tiny_model import _default_cache_root
+def warm_start_model() -> str:
+    from grpo_family.tasks import load_warm_start, warm_start_dir
 
     load_warm_start()
-    return str(_default_cache_root() / f"tiny-arith-{warm_start_key()}")
+    return str(warm_start_dir())
 
 
 def run_backend(python: str, backend: str, args, out: Path, *decoding: str) -> dict:
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--vllm-python", default=sys.executable, help="the python of an environment with vLLM")
     parser.add_argument("--output", default=str(RESULTS / "eval_throughput"), help="path stem of the .md / .json")
     args = parser.parse_args(argv)
-    args.model = args.model or warm_start_dir()
+    args.model = args.model or warm_start_model()
     runs, folders = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends:

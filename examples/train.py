@@ -100,10 +100,10 @@ class TrainScriptArguments(ScriptArguments):
         },
     )
     held_out_samples: int = field(
-        default=4,
+        default=0,
         metadata={
             "help": "Samples per held-out problem for pass@k / avg@n / maj@n at the training temperature, top_p and "
-            "top_k (0: greedy accuracy only)."
+            "top_k (0: greedy accuracy only; the embedded default uses 4: pass@1 and pass@4)."
         },
     )
     task_difficulty: str = field(default="default", metadata={"help": "Bundled task difficulty (embedded default)."})
@@ -142,7 +142,7 @@ def parse_args(argv: list[str] | None = None):
         # line still win.
         from grpo_family.tasks import DEFAULT_GRPO_ARGS
 
-        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
+        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}", held_out_samples=4)
     script_args, training_args, model_args, mixture = parser.parse_args_and_config(argv)
     script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:

@@ -117,11 +117,10 @@ def test_every_process_logs_the_main_process_numbers(tmp_path):
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from grpo_family.eval import Decoding, GenerateBackend, evaluate_data
-    from grpo_family.tasks import load_warm_start, warm_start_key
-    from grpo_family.tasks.tiny_model import _default_cache_root
+    from grpo_family.tasks import load_warm_start, warm_start_dir
 
     load_warm_start()
-    model_dir = str(_default_cache_root() / f"tiny-arith-{warm_start_key()}")
+    model_dir = str(warm_start_dir())
     launch("eval_callback.py", model_dir, str(tmp_path), str(Path(__file__).parent))
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert sorted(rank0, key=int) == ["0", "1", "2"] and rank0 == rank1

@@ -20,7 +20,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback
 
-from .core import evaluate_data
+from .core import check_ks, evaluate_data
 from .generation import GenerateBackend
 from .presets import Decoding
 
@@ -67,6 +67,8 @@ class EvaluationCallback(TrainerCallback):
             self.sampled = Decoding(temperature, top_p, top_k, num_samples, max_new_tokens)
             self.sampled.check()
         self.ks = list(ks) if ks is not None else sorted({1, num_samples}) if num_samples else []
+        if self.sampled is not None:
+            check_ks(self.ks, self.sampled, "held-out evaluation")  # before training, not at the first evaluation
         self.seed, self.batch_size = seed, batch_size
         self.trainer = None
         self.initial: dict[str, float] | None = None

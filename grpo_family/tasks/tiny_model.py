@@ -143,6 +143,12 @@ def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_ove
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def warm_start_dir(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> Path:
+    """The warm start's cache folder (a model folder once :func:`load_warm_start` has built it): what
+    ``python -m grpo_family.eval --model`` takes to evaluate the demo's starting policy."""
+    return _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+
+
 def teacher_solutions(dataset, left_to_right_share: float, seed: int = 0) -> list[str]:
     """The warm start's targets: each row's solution evaluated left to right with probability
     `left_to_right_share` (the same as the reference where precedence does not matter), else the reference."""
@@ -249,7 +255,7 @@ def load_warm_start(
     processes wait (up to `timeout` seconds) for the directory to appear.
     """
     if cache_dir is None:
-        cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+        cache_dir = warm_start_dir(seed, model_overrides, train_overrides)
     path = Path(cache_dir)
     if not _is_complete(path):
         path.parent.mkdir(parents=True, exist_ok=True)
