@@ -328,8 +328,8 @@ def _ceiling_lines(ceiling: dict | None) -> list[str]:
         return []
     ks = [k for k in ceiling if k.startswith("pass@")]
     return [
-        f"The warm start on the same problems ({ceiling['samples']} samples each at temperature 1): the ceiling that "
-        "sharpening what it already does can reach.",
+        f"The warm start on the same problems ({ceiling['samples']} samples each at temperature 1, top-k 50): the "
+        "ceiling that sharpening what it already does can reach.",
         "",
         "| greedy | " + " | ".join(ks) + " |",
         "|---" * (len(ks) + 1) + "|",
