@@ -185,7 +185,7 @@ def _check_golds(data: EvalData) -> None:
 
 
 def load_eval_data(
-    spec: str,
+    given: str,
     *,
     limit: int | None = None,
     split: str | None = None,
@@ -194,9 +194,9 @@ def load_eval_data(
     difficulty: str = "default",
     **columns: Any,
 ) -> EvalData:
-    """The dataset ``spec`` names, prepared by the collator, with the reward that scores it.
+    """The dataset ``given`` names, prepared by the collator, with the reward that scores it.
 
-    ``spec``: a benchmark name or Hub id of :data:`BENCHMARKS`, ``name=path`` (a local copy of a benchmark),
+    ``given``: a benchmark name or Hub id of :data:`BENCHMARKS`, ``name=path`` (a local copy of a benchmark),
     ``arithmetic`` (the bundled task's held-out split), a collator-known name (``reasoning_gym/<task>``), a local
     data file or directory, or another Hub dataset id (``split`` default ``test``). ``columns`` are
     :func:`~grpo_family.collator.prepare_dataset`'s options (``preset``, ``question_column``, ``answer_column``,
@@ -207,22 +207,22 @@ def load_eval_data(
 
     options = {key: value for key, value in columns.items() if value is not None}
     benchmark, local = None, None
-    name, _, path = spec.partition("=")
+    name, _, path = given.partition("=")
     if path:
         benchmark = BENCHMARKS.get(name)
         if benchmark is None:
             raise EvalSetupError(
-                f"--dataset {spec}: {name!r} is not a benchmark ({', '.join(BENCHMARKS)}); "
+                f"--dataset {given}: {name!r} is not a benchmark ({', '.join(BENCHMARKS)}); "
                 "give a plain path to evaluate a local file with the collator's detection."
             )
         local = path
     else:
-        benchmark = BENCHMARKS.get(spec) or _BY_HUB_ID.get(spec.lower())
+        benchmark = BENCHMARKS.get(given) or _BY_HUB_ID.get(given.lower())
     default_reward = "math_accuracy"
     if benchmark is not None:
         name = benchmark.name
         if local is not None:
-            raw, source = _local_rows(local, f"--dataset {spec}"), f"{local} (layout of {benchmark.hub_id})"
+            raw, source = _local_rows(local, f"--dataset {given}"), f"{local} (layout of {benchmark.hub_id})"
         else:
             from datasets import concatenate_datasets
 
@@ -238,18 +238,18 @@ def load_eval_data(
             **options,
         }
         options = {key: value for key, value in options.items() if value is not None}
-    elif spec == BUNDLED:
+    elif given == BUNDLED:
         raw, source, default_reward = _bundled(limit, difficulty), "grpo_family.tasks (held-out split)", "arithmetic"
         options = {"preset": "prompt", **options}
-    elif spec.startswith("reasoning_gym/"):
-        raw, source = _named(spec, split, limit), "grpo_family.collator.load_named_dataset"
-    elif os.path.exists(os.path.expanduser(spec)) or _looks_local(spec):
-        raw, source = _local_rows(spec, f"--dataset {spec}"), spec
-    elif "/" in spec:
-        raw, source = _hub_load(spec, config, split or "test", f"--dataset {spec}"), spec
+    elif given.startswith("reasoning_gym/"):
+        raw, source = _named(given, split, limit), "grpo_family.collator.load_named_dataset"
+    elif os.path.exists(os.path.expanduser(given)) or _looks_local(given):
+        raw, source = _local_rows(given, f"--dataset {given}"), given
+    elif "/" in given:
+        raw, source = _hub_load(given, config, split or "test", f"--dataset {given}"), given
     else:
         raise EvalSetupError(
-            f"Unknown dataset {spec!r}. Give a benchmark ({', '.join(BENCHMARKS)}), {BUNDLED!r} (the bundled task), "
+            f"Unknown dataset {given!r}. Give a benchmark ({', '.join(BENCHMARKS)}), {BUNDLED!r} (the bundled task), "
             "a local data file or directory, a Hub dataset id (org/name), or reasoning_gym/<task>."
         )
     if limit is not None:
@@ -257,16 +257,16 @@ def load_eval_data(
     try:
         rows = prepare_dataset(raw, **options)
     except DatasetFormatError as error:
-        raise EvalSetupError(f"Dataset {spec!r}: {error}") from error
+        raise EvalSetupError(f"Dataset {given!r}: {error}") from error
     data = EvalData(
-        name=name if benchmark is not None else spec,
+        name=name if benchmark is not None else given,
         source=source,
         rows=rows,
         reward=reward or default_reward,
         gold_column="test_cases"
         if "test_cases" in rows.column_names and "answer" not in rows.column_names
         else "answer",
-        settings={"spec": spec, "limit": limit, "split": split, "config": config, **options},
+        settings={"given": given, "limit": limit, "split": split, "config": config, **options},
     )
     _check_golds(data)
     return data

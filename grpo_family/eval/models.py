@@ -26,7 +26,7 @@ class ResolvedModel:
     ``kind``: ``folder``, ``training output``, ``checkpoint``, ``lora`` or ``hub``; ``tokenizer``: where the
     tokenizer is read from."""
 
-    spec: str
+    given: str
     path: str
     kind: str
     tokenizer: str
@@ -45,74 +45,74 @@ def _has_tokenizer(folder: str) -> bool:
     return any(os.path.isfile(os.path.join(folder, f)) for f in _TOKENIZER_FILES)
 
 
-def _resolve_hub(spec: str, what: str) -> ResolvedModel:
+def _resolve_hub(given: str, what: str) -> ResolvedModel:
     from huggingface_hub import try_to_load_from_cache
 
-    cached = try_to_load_from_cache(spec, "config.json")
+    cached = try_to_load_from_cache(given, "config.json")
     if isinstance(cached, str):
-        return ResolvedModel(spec, spec, "hub", spec)
+        return ResolvedModel(given, given, "hub", given)
     if _offline():
         raise EvalSetupError(
-            f"{what} {spec!r}: no such local folder, and no Hub model of that name in the local cache "
+            f"{what} {given!r}: no such local folder, and no Hub model of that name in the local cache "
             "(HF_HUB_OFFLINE is set). Give the folder of a saved model (examples/train.py writes one to its "
-            f"output_dir, e.g. outputs/grpo), or download the Hub model once with network: hf download {spec}"
+            f"output_dir, e.g. outputs/grpo), or download the Hub model once with network: hf download {given}"
         )
     from huggingface_hub import HfApi
 
     try:
-        HfApi().model_info(spec)
+        HfApi().model_info(given)
     except Exception as error:  # noqa: BLE001 - not found, gated, no network: the same advice
         raise EvalSetupError(
-            f"{what} {spec!r}: no such local folder, and the Hub does not give a model of that name "
+            f"{what} {given!r}: no such local folder, and the Hub does not give a model of that name "
             f"({type(error).__name__}). Give the folder of a saved model (examples/train.py writes one to its "
             "output_dir, e.g. outputs/grpo) or an existing Hub id."
         ) from error
-    return ResolvedModel(spec, spec, "hub", spec)
+    return ResolvedModel(given, given, "hub", given)
 
 
-def resolve_model(spec: str, what: str = "--model") -> ResolvedModel:
-    """Resolve ``spec`` without loading weights; :class:`EvalSetupError` when it names nothing usable."""
+def resolve_model(given: str, what: str = "--model") -> ResolvedModel:
+    """Resolve ``given`` without loading weights; :class:`EvalSetupError` when it names nothing usable."""
     from grpo_family.preflight import _looks_local
 
-    path = os.path.expanduser(spec)
+    path = os.path.expanduser(given)
     if os.path.isfile(path):
-        raise EvalSetupError(f"{what} {spec}: a file, not a model folder. Give the folder holding config.json.")
+        raise EvalSetupError(f"{what} {given}: a file, not a model folder. Give the folder holding config.json.")
     if not os.path.isdir(path):
-        if _looks_local(spec):
+        if _looks_local(given):
             raise EvalSetupError(
-                f"{what} {spec}: no such directory. Give the folder of a saved model (config.json and weights), "
+                f"{what} {given}: no such directory. Give the folder of a saved model (config.json and weights), "
                 "a training output folder, a LoRA adapter folder, or a Hub id of the form org/name."
             )
-        return _resolve_hub(spec, what)
+        return _resolve_hub(given, what)
     adapter_config = os.path.join(path, "adapter_config.json")
     if os.path.isfile(adapter_config):
         with open(adapter_config) as f:
             base = json.load(f).get("base_model_name_or_path")
         if not base:
             raise EvalSetupError(
-                f"{what} {spec}: a LoRA adapter whose adapter_config.json names no base_model_name_or_path. "
+                f"{what} {given}: a LoRA adapter whose adapter_config.json names no base_model_name_or_path. "
                 "Merge it into its base model first (PeftModel.merge_and_unload) and pass that folder."
             )
-        resolved = resolve_model(base, f"{what} {spec}: its base model")
+        resolved = resolve_model(base, f"{what} {given}: its base model")
         tokenizer = path if _has_tokenizer(path) else resolved.tokenizer
-        return ResolvedModel(spec, resolved.path, "lora", tokenizer, adapter=path)
+        return ResolvedModel(given, resolved.path, "lora", tokenizer, adapter=path)
     if os.path.isfile(os.path.join(path, "config.json")):
         if not _has_tokenizer(path):
             raise EvalSetupError(
-                f"{what} {spec}: the model folder has no tokenizer files ({', '.join(_TOKENIZER_FILES)}). Save the "
+                f"{what} {given}: the model folder has no tokenizer files ({', '.join(_TOKENIZER_FILES)}). Save the "
                 "tokenizer into it (tokenizer.save_pretrained) and evaluate again."
             )
         trained = os.path.isfile(os.path.join(path, "trainer_state.json")) or os.path.isfile(
             os.path.join(path, "results.json")
         )
-        return ResolvedModel(spec, path, "training output" if trained else "folder", path)
+        return ResolvedModel(given, path, "training output" if trained else "folder", path)
     checkpoints = sorted((int(m.group(1)), entry) for entry in os.listdir(path) if (m := _CHECKPOINT.match(entry)))
     if checkpoints:
         newest = os.path.join(path, checkpoints[-1][1])
         resolved = resolve_model(newest, what)
-        return ResolvedModel(spec, resolved.path, "checkpoint", resolved.tokenizer, resolved.adapter)
+        return ResolvedModel(given, resolved.path, "checkpoint", resolved.tokenizer, resolved.adapter)
     raise EvalSetupError(
-        f"{what} {spec}: the folder holds no model (config.json), LoRA adapter (adapter_config.json) or "
+        f"{what} {given}: the folder holds no model (config.json), LoRA adapter (adapter_config.json) or "
         "checkpoint-N folder. Give the folder examples/train.py saved (its output_dir) or a model folder."
     )
 
@@ -141,7 +141,7 @@ def load_model(resolved: ResolvedModel, *, dtype: str = "auto", device: str | No
     tokenizer = load_tokenizer(resolved.tokenizer)
     if tokenizer.chat_template is None:
         raise EvalSetupError(
-            f"--model {resolved.spec}: the tokenizer has no chat template, and evaluation prompts are "
+            f"--model {resolved.given}: the tokenizer has no chat template, and evaluation prompts are "
             "conversations. Evaluate a chat model, or save a tokenizer with a chat_template into the folder."
         )
     if tokenizer.pad_token_id is None:
