@@ -153,6 +153,12 @@ def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_ove
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def warm_start_dir(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> Path:
+    """The warm start's cache folder (a model folder once :func:`load_warm_start` has built it): what
+    ``python -m grpo_family.eval --model`` takes to evaluate the demo's starting policy."""
+    return _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+
+
 def teacher_solutions(dataset, left_to_right_share: float, seed: int = 0) -> list[str]:
     """The warm start's targets: each row's solution evaluated left to right with probability
     `left_to_right_share` (the same as the reference where precedence does not matter), else the reference."""
@@ -261,7 +267,7 @@ def load_warm_start(
     not load is named in a warning and rebuilt.
     """
     if cache_dir is None:
-        cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+        cache_dir = warm_start_dir(seed, model_overrides, train_overrides)
 
     def build(folder: Path) -> None:
         steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
@@ -286,31 +292,24 @@ def load_warm_start(
     )
 
 
-@torch.no_grad()
 def generate_completions(
     model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
 ) -> list[str]:
-    """Decoded assistant completions (special tokens stripped) for conversational prompts."""
-    was_training = model.training
-    model.eval()
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    out: list[str] = []
-    for i in range(0, len(texts), batch_size):
-        enc = tokenizer(
-            texts[i : i + batch_size], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-        ).to(model.device)
-        ids = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            **({} if do_sample else {"temperature": None, "top_p": None, "top_k": None}),
-            **gen,
-        )
-        out.extend(tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
-    model.train(was_training)
-    return out
+    """Decoded assistant completions (special tokens stripped) for conversational prompts, one per prompt: greedy,
+    or sampled from torch's global generator with ``temperature`` / ``top_p`` / ``top_k`` from ``gen``
+    (transformers' defaults 1.0 / 1.0 / 50 where not given). The evaluation package's ``generate`` backend
+    (:class:`grpo_family.eval.GenerateBackend`: batches of ``batch_size``, left padding) does the work."""
+    from grpo_family.eval.generation import generate_texts
+    from grpo_family.eval.presets import Decoding
+
+    unknown = set(gen) - {"temperature", "top_p", "top_k"}
+    if unknown:
+        raise TypeError(f"generate_completions: unsupported generation arguments {sorted(unknown)}")
+    decoding = Decoding(max_new_tokens=max_new_tokens)
+    if do_sample:
+        settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, **gen}
+        decoding = Decoding(num_samples=1, max_new_tokens=max_new_tokens, **settings)
+    return generate_texts(model, tokenizer, prompts, decoding, batch_size=batch_size, seed=None)
 
 
 def evaluate_accuracy(
