@@ -7,7 +7,7 @@ import logging
 import math
 import socket
 import tempfile
-import time
+import threading
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -700,7 +700,8 @@ def test_judge_down_gives_nan_rewards_a_warning_and_a_metric(tiny_model_dir, ari
     assert "SGPO judge failed" in caplog.text and "connection error" in caplog.text
     assert metric(trainer, "sgpo/judge_failure_rate") == [1.0, 1.0]
     assert all(f > 0 for f in metric(trainer, "sgpo/judge_failures"))
-    assert all(latency < 5.0 for latency in metric(trainer, "sgpo/judge_latency_s"))
+    # Refused at once ("connection error" above), not waited out: no vote reached the batch deadline.
+    assert "batch deadline" not in caplog.text
     for record in trainer.records:
         judged = torch.tensor([bool(t.strip()) for t in record["texts"]]).view_as(record["base"])
         assert torch.isnan(record["trained"][judged]).all() and (record["advantages"] == 0).all()
@@ -711,32 +712,36 @@ class MisbehavingJudge:
 
     def __init__(self):
         self.batches = 0
+        self.release = threading.Event()  # set by the test after training: the hang ends only then
 
     def judge(self, requests):
         self.batches += 1
         if self.batches == 1:
             junk = [99, "three", JudgeVerdict([0], 0), True, -1]
             return [junk[i % len(junk)] for i in range(len(requests))]
-        time.sleep(30)
+        self.release.wait()
         return [None] * len(requests)
 
 
 def test_slow_or_nonsense_judge_costs_at_most_the_timeout(tiny_model_dir, arithmetic_train, config_kwargs, caplog):
     config = SGPOConfig(**config_kwargs(judge_batch_timeout=0.5))
+    judge = MisbehavingJudge()
     trainer = Recording(
         model=tiny_model_dir,
         reward_funcs=[arithmetic_reward],
         args=config,
         train_dataset=arithmetic_train,
-        judge=MisbehavingJudge(),
+        judge=judge,
     )
-    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
-        trainer.train()
-    assert trainer.state.global_step == 2
+    try:
+        with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
+            trainer.train()  # the second batch's judge never returns by itself: only the deadline ends the wait
+    finally:
+        judge.release.set()
+    assert trainer.state.global_step == 2 and judge.batches == 2
     assert "invalid verdict" in caplog.text and "judge_batch_timeout" in caplog.text
     assert metric(trainer, "sgpo/judge_failure_rate") == [1.0, 1.0]
-    slow = metric(trainer, "sgpo/judge_latency_s")[1]
-    assert 0.5 <= slow < 2.5, slow
+    assert metric(trainer, "sgpo/judge_latency_s")[1] >= 0.5  # the deadline was waited out, not skipped
     for record in trainer.records:
         assert (record["advantages"] == 0).all()
 
