@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,9 +35,6 @@ from grpo_family.preflight import PreflightError
 from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")
-# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses the old names, so
-# every run would print four deprecation notices that are not the user's to act on.
-warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 @dataclass
