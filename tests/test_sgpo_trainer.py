@@ -18,11 +18,13 @@ from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast, TrainerState
+from trl import TrlParser
 
 from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.rewards.extract import completion_text
 from grpo_family.rewards.judges import (
     HeuristicReferenceJudge,
+    JudgeRequest,
     JudgeVerdict,
     OpenAICompatibleJudge,
     ProgrammaticJudge,
@@ -208,6 +210,22 @@ def test_make_judge_from_config(tmp_path, tiny_model_dir):
         SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="transformers", judge_model=tiny_model_dir))
     )
     assert isinstance(local, TransformersJudge) and local.temperature == 0.0
+
+
+def test_structured_judge_verdicts_from_the_command_line(tmp_path):
+    """`--judge_structured_output true` (TRL's parser, as examples/train.py parses) reaches the served judge, which
+    then asks for the verdict JSON; the flag is refused for a judge it cannot apply to."""
+    served = ["--judge_type", "openai", "--judge_base_url", "http://127.0.0.1:8000/v1", "--judge_model", "m"]
+    argv = ["--output_dir", str(tmp_path), "--use_cpu", "true", *served, "--judge_structured_output", "true"]
+    [config] = TrlParser((SGPOConfig,)).parse_args_into_dataclasses(argv)
+    judge = make_judge(config)
+    assert judge.structured and b'"response_format"' in judge._request_body(
+        JudgeRequest("p", "r", "a", ("s1", "s2", "s3"))
+    )
+    assert not make_judge(SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="openai", judge_base_url="http://x/v1",
+                                                          judge_model="m"))).structured  # fmt: skip
+    with pytest.raises(ValueError, match="judge_structured_output applies to judge_type='openai'"):
+        SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="heuristic", judge_structured_output=True))
 
 
 def test_trainer_set_up_errors(tiny_model_dir, config_kwargs):
