@@ -33,6 +33,7 @@ from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_m
 from grpo_family.collator import DatasetFormatError
 from grpo_family.preflight import PreflightError
 from grpo_family.tasks.plot import plot_training_curve
+from grpo_family.trainers.vllm_cpu import shutdown_colocated_vllm
 
 logger = logging.getLogger("grpo_family.train")
 
@@ -356,6 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=checked.get("dataset_name", script_args.dataset_name))
+    shutdown_colocated_vllm(trainer)  # before the process group goes: vLLM destroys its own groups first
     trainer.accelerator.end_training()  # trackers finished, process group destroyed before the interpreter exits
     return results
 

@@ -1,7 +1,7 @@
 """One real-vLLM run per process, for `tests/test_vllm.py` (each colocated vLLM engine owns its process's
 distributed state, so every run gets a fresh interpreter). Writes what it saw as JSON.
 
-    python tests/vllm_worker.py train --method ms_grpo --model DIR --out result.json [--steps 3] [--lr 1e-2]
+    python tests/vllm_worker.py train --method ms_grpo --model DIR --out result.json [--steps 3] [--lr 1e-2] [--regex R]
     python tests/vllm_worker.py fidelity --model DIR --out result.json
     python tests/vllm_worker.py server-error --model DIR --out result.json
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,18 @@ def sampler_gap(trainer, ids: list[int]) -> tuple[float, float]:
 
 
 def run_train(args) -> dict:
-    trainer = build(args.method, args.model, args.out_dir, args.steps, args.lr)
+    structured = {"vllm_structured_outputs_regex": args.regex} if args.regex else {}
+    trainer = build(args.method, args.model, args.out_dir, args.steps, args.lr, **structured)
+    initial = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    seen: list[str] = []  # the completions the reward scored
+    scored = trainer.reward_funcs[0]
+
+    def capturing(*args, **kwargs):
+        seen.extend(c[0]["content"] if isinstance(c, list) else c for c in kwargs["completions"])
+        return scored(*args, **kwargs)
+
+    capturing.__name__ = scored.__name__
+    trainer.reward_funcs[0] = capturing
     installed = trainer.vllm_generation.sync_weights.__qualname__.startswith("reload_weights_sync")
     ids = probe_ids(trainer.processing_class)
     gaps, stale_gaps = [], []
@@ -93,6 +105,7 @@ def run_train(args) -> dict:
     start = time.perf_counter()
     trainer.train()
     params_finite = all(torch.isfinite(p).all().item() for p in trainer.model.parameters())
+    moved = any(not torch.equal(initial[name], p) for name, p in trainer.model.named_parameters())
     return {
         "cpu_sync_installed": installed,
         "sync_gaps": gaps,
@@ -101,6 +114,10 @@ def run_train(args) -> dict:
         "params_finite": params_finite,
         "train_seconds": time.perf_counter() - start,
         "importance_sampling_correction": trainer.vllm_importance_sampling_correction,
+        "weights_moved": moved,
+        "completions_match_regex": bool(seen) and all(re.fullmatch(args.regex, t) for t in seen)
+        if args.regex
+        else None,
     }
 
 
@@ -140,6 +157,7 @@ def main() -> None:
     parser.add_argument("--out_dir", default=None)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--regex", default=None, help="train: vllm_structured_outputs_regex")
     args = parser.parse_args()
     args.out_dir = args.out_dir or str(Path(args.out).with_suffix("")) + "-run"
     result = {"train": run_train, "fidelity": run_fidelity, "server-error": run_server_error}[args.what](args)
