@@ -13,7 +13,7 @@ What is checked:
 * the tied output layer: scaling the input embedding (which is also the ``lm_head``) is seen by vLLM only with
   the re-tie; without it the gap stays as large as with no sync at all;
 * server mode: generation from a real `trl vllm-serve` on loopback matches the trainer's log-probs; a
-  server-mode trainer on CPU (where weights cannot be pushed) stops at start, within seconds, saying why;
+  server-mode trainer on CPU (where weights cannot be pushed) stops at start, before any client waits, saying why;
 * SGPO's judge against a real `vllm serve` of a small-context model: the default judge_max_tokens is bounded by
   the served context (every request failed with HTTP 400 before), a budget that does not fit fails with vLLM's own
   explanation, structured verdicts parse;
@@ -122,12 +122,12 @@ def test_tied_output_layer_is_synced(vllm_model_dir, tmp_path):
 
 
 def test_server_mode_on_cpu_stops_at_start(vllm_model_dir, tmp_path):
-    """No server is running: the check comes before TRL's client would wait for one (240 s by default)."""
+    """No server is running: the check comes before TRL's client would wait for one (240 s by default); a client
+    would have failed with its own connection error, not this ValueError."""
     result = run_worker(tmp_path, "server-error", "--model", vllm_model_dir, timeout=300)
     assert result["error"] == "ValueError"
     assert "--vllm_mode server" in result["message"] and "colocate" in result["message"]
-    assert "NCCL" in result["message"] and "CUDA" in result["message"]
-    assert result["seconds"] < 60
+    assert "NCCL" in result["message"] and "CUDA" in result["message"]  # our check's words: before any client waits
 
 
 def _free_port() -> int:
