@@ -122,7 +122,7 @@ def run_train(args) -> dict:
 
 
 def run_fidelity(args) -> dict:
-    trainer = build("grpo", args.model, args.out_dir, 1, 0.0)
+    trainer = build("grpo", args.model, args.out_dir, 1, 1e-6)  # never trained: any lr the bounds allow
     ids = probe_ids(trainer.processing_class)
     result = {"tied": trainer.model.lm_head.weight is trainer.model.get_input_embeddings().weight}
     result["initial"] = sampler_gap(trainer, ids)
@@ -142,7 +142,7 @@ def run_fidelity(args) -> dict:
 def run_server_error(args) -> dict:
     start = time.perf_counter()
     try:
-        build("ms_grpo", args.model, args.out_dir, 1, 0.0, vllm_mode="server", vllm_server_timeout=5)
+        build("ms_grpo", args.model, args.out_dir, 1, 1e-6, vllm_mode="server", vllm_server_timeout=5)
     except Exception as error:  # noqa: BLE001 - the test reads the type and message
         return {"error": type(error).__name__, "message": str(error), "seconds": time.perf_counter() - start}
     return {"error": None, "seconds": time.perf_counter() - start}
