@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,11 +52,9 @@ from grpo_family.launch import (
 from grpo_family.preflight import PreflightError
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
+from grpo_family.trainers.vllm_cpu import shutdown_colocated_vllm
 
 logger = logging.getLogger("grpo_family.train")
-# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses the old names, so
-# every run would print four deprecation notices that are not the user's to act on.
-warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 @dataclass
@@ -396,6 +393,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=checked.get("dataset_name", script_args.dataset_name))
+    shutdown_colocated_vllm(trainer)  # before the process group goes: vLLM destroys its own groups first
     trainer.accelerator.end_training()  # trackers finished, process group destroyed before the interpreter exits
     return results
 

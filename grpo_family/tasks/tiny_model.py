@@ -69,9 +69,10 @@ TINY_MODEL_DEFAULTS = {  # 0.34M parameters; head_dim 128 / 4 = 32 (vLLM's CPU a
 # Supervised warm start: AdamW on the train split's chat-formatted prompt + a teacher's solution, loss on the
 # completion only. The teacher evaluates left to right (`left_to_right`) in `left_to_right_share` of its solutions
 # (a wrong order only where the problem needs precedence), else in the right order; its arithmetic is always right.
-# 1000 steps take about 80 s on one core; the result solves 42 of the 43 problems among the first 400 held-out ones
-# that need no precedence, greedily (and 0.22 of those that do). At a share of 0.7 the warm start's
-# greedy answer is right on ~0.29 of the held-out problems; at 0.8, RL took several times longer to flip the order.
+# 1000 steps took 158 s of one core (10 min wall on a busy 2-core machine); the result solves 42 of the 43
+# problems among the first 400 held-out ones that need no precedence, greedily (and 0.22 of those that do). At a
+# share of 0.7 the warm start's greedy answer is right on ~0.29 of the held-out problems; at 0.8, RL took several
+# times longer to flip the order.
 WARM_START_DEFAULTS = {
     "num_steps": 1000,
     "left_to_right_share": 0.7,
@@ -273,7 +274,7 @@ def load_warm_start(
         steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
         print(
             f"Building the warm start once ({steps} supervised steps of the tiny model, about "
-            f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {cache_dir}",
+            f"{max(1, round(steps * 0.16 / 60))} min on one CPU core); cached in {cache_dir}",
             flush=True,
         )
         model, tokenizer = train_warm_start(seed, model_overrides, log_every=max(1, steps // 5), **train_overrides)
