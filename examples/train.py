@@ -32,6 +32,7 @@ from trl.models import unwrap_model_for_generation
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
 from grpo_family.collator import DatasetFormatError
+from grpo_family.models import resolve_model
 from grpo_family.preflight import PreflightError
 from grpo_family.tasks.plot import plot_training_curve
 
@@ -85,6 +86,14 @@ class TrainScriptArguments(ScriptArguments):
             "help": "Keep only the training rows passing these column rules (grpo_family.collator.filter_rows): "
             'column -> allowed values, e.g. {"level": ["Level 3", "Level 4", "Level 5"]}, or a range, e.g. '
             '{"Year": {"min": 1997, "max": 2023}}. The kept-row count is logged; keeping 0 rows fails at start.'
+        },
+    )
+    dataset_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "reasoning_gym/<task> datasets: the number of training problems (size, default 2000), the "
+            'generator\'s seed (default 0) and the task\'s own options, e.g. {"size": 1000, "max_terms": 3} (JSON on '
+            "the command line, a mapping in the YAML). The held-out split has num_eval_examples problems."
         },
     )
     num_eval_examples: int = field(default=200, metadata={"help": "Held-out examples scored before and after."})
@@ -157,6 +166,7 @@ def preflight(script_args, training_args, model_args) -> dict:
     checks.check_hub_reachable(training_args.push_to_hub)
     if model_args.model_name_or_path is None:  # the embedded default
         return {}
+    model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # a local alias -> its checkpoint
     checks.check_model_path(model_args.model_name_or_path)
     checks.check_model_path(script_args.reward_model_name_or_path, "--reward_model_name_or_path")
     quantization_config = checks.check_quantization(model_args)
@@ -170,7 +180,8 @@ def preflight(script_args, training_args, model_args) -> dict:
         raw, name = get_dataset(mixture), ", ".join(d.path for d in mixture.datasets)
     elif script_args.dataset_name:
         name = script_args.dataset_name
-        raw = checks.load_data(name, script_args.dataset_config, streaming=script_args.dataset_streaming)
+        raw = checks.load_data(name, script_args.dataset_config, streaming=script_args.dataset_streaming,
+                               options=script_args.dataset_options, eval_size=script_args.num_eval_examples)  # fmt: skip
     else:
         raise PreflightError("Give --dataset_name (or a `datasets:` mixture in the --config YAML).")
     train = filter_rows(checks.check_split(raw, script_args.dataset_train_split, name), script_args.dataset_filters,

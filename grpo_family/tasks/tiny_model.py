@@ -23,6 +23,7 @@ import shutil
 import string
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -232,6 +233,56 @@ def _is_complete(path: Path) -> bool:
     return (path / "config.json").exists() and (path / "tokenizer_config.json").exists()
 
 
+def build_once(
+    path: str | os.PathLike,
+    build: Callable[[Path], None],
+    *,
+    timeout: float = 600.0,
+    is_complete: Callable[[Path], bool] = _is_complete,
+) -> Path:
+    """``path``, built by ``build(tmp)`` once across processes: the shared on-disk cache of the warm start and of
+    converted models (:mod:`grpo_family.models`).
+
+    The process that wins an exclusive lock file (``<path>.lock``) calls ``build`` on a fresh temporary directory
+    beside ``path`` and publishes it with ``os.replace``, so a reader never sees a half-written cache; other
+    processes wait (up to ``timeout`` seconds) for ``is_complete(path)``. A lock older than ``timeout`` is left over
+    from a crash and removed.
+    """
+    path = Path(path)
+    if not is_complete(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_name(path.name + ".lock")
+        deadline = time.monotonic() + timeout
+        while not is_complete(path):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                # Another process is building; a lock older than `timeout` is left over from a crash.
+                with contextlib.suppress(FileNotFoundError):
+                    if time.time() - lock.stat().st_mtime > timeout:
+                        lock.unlink()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"waited {timeout:.0f}s for another process to write {path}") from None
+                time.sleep(0.5)
+                continue
+            try:
+                os.close(fd)
+                if not is_complete(path):
+                    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+                    try:
+                        build(tmp)
+                    except BaseException:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                        raise
+                    if path.exists():  # an incomplete leftover
+                        shutil.rmtree(path)
+                    os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    lock.unlink()
+    return path
+
+
 def load_warm_start(
     cache_dir: str | os.PathLike | None = None,
     seed: int = 0,
@@ -244,50 +295,24 @@ def load_warm_start(
 
     `cache_dir` defaults to `$GRPO_FAMILY_CACHE/tiny-arith-<hash>` (else `~/.cache/grpo_family/...`), the hash
     covering the model config, training settings, seed and `WARM_START_VERSION`. `train_overrides` override
-    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Concurrency: the process that wins an exclusive lock
-    file trains and publishes via a temp dir + `os.replace`, so a reader never sees a half-written cache; other
-    processes wait (up to `timeout` seconds) for the directory to appear.
+    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Concurrency: see :func:`build_once` (one process trains,
+    the others wait up to `timeout` seconds).
     """
     if cache_dir is None:
         cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
-    path = Path(cache_dir)
-    if not _is_complete(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = path.with_name(path.name + ".lock")
-        deadline = time.monotonic() + timeout
-        while not _is_complete(path):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                # Another process is training; a lock older than `timeout` is left over from a crash.
-                with contextlib.suppress(FileNotFoundError):
-                    if time.time() - lock.stat().st_mtime > timeout:
-                        lock.unlink()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"waited {timeout:.0f}s for another process to write {path}") from None
-                time.sleep(0.5)
-                continue
-            try:
-                os.close(fd)
-                if not _is_complete(path):
-                    steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
-                    print(
-                        f"Building the warm start once ({steps} supervised steps of the tiny model, about "
-                        f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {path}",
-                        flush=True,
-                    )
-                    model, tokenizer = train_warm_start(
-                        seed, model_overrides, log_every=max(1, steps // 5), **train_overrides
-                    )
-                    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
-                    model.save_pretrained(tmp)
-                    tokenizer.save_pretrained(tmp)
-                    if path.exists():  # an incomplete leftover
-                        shutil.rmtree(path)
-                    os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    lock.unlink()
+
+    def build(tmp: Path) -> None:
+        steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
+        print(
+            f"Building the warm start once ({steps} supervised steps of the tiny model, about "
+            f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {cache_dir}",
+            flush=True,
+        )
+        model, tokenizer = train_warm_start(seed, model_overrides, log_every=max(1, steps // 5), **train_overrides)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    path = build_once(cache_dir, build, timeout=timeout)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
     tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
     model = Qwen2ForCausalLM.from_pretrained(path)
