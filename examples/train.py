@@ -136,8 +136,11 @@ def parse_args(argv: list[str] | None = None):
     known = _pre_parse(argv)
     config_cls, trainer_cls = get_method(known.method)
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig, DatasetMixtureConfig))
-    if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
-        parser.set_defaults(bf16=False, dataloader_pin_memory=False)
+    if not torch.cuda.is_available():
+        # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects, and to gradient checkpointing,
+        # which on a CPU recomputes every forward in the backward for memory a CPU rarely lacks (the real model's
+        # backward: +40% CPU time; benchmarks/results/realmodel.md). Any of them can still be set.
+        parser.set_defaults(bf16=False, dataloader_pin_memory=False, gradient_checkpointing=False)
     if known.model_name_or_path is None and known.dataset_name is None:
         # Embedded default: the bundled task's tuned settings as defaults, before the config's own checks run (so
         # `--num_generations 16` is checked against the demo's batch of 64, not TRL's 8); the YAML and the command
