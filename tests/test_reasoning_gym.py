@@ -118,7 +118,8 @@ def test_reward_scores_with_the_tasks_verifier_on_the_committed_answer():
         (f"<answer>{gold}</answer> or <answer>{wrong}</answer>", 0.0),  # two candidates: a hedge
         (f"<answer>{gold}</answer> wait, that's wrong", 0.0),  # a retraction
         (f"The answer is {gold}.", 1.0),  # an anchored answer is a committed one
-        (f"{gold}", 0.0),  # no tag, box or anchor: the whole text is no committed answer
+        (f"{gold}", 1.0),  # a bare reply is the answer when it is nothing else
+        (f"{gold} + 0 = {gold}", 0.0),  # ... and is not read for a number inside it
         (f"<think><answer>{gold}</answer>", 0.0),  # reasoning left open: no final answer
         ([{"role": "assistant", "content": f"<answer>{gold}</answer>"}], 1.0),  # conversational completions
     ]
@@ -134,8 +135,11 @@ def test_partial_credit_is_off_by_default_because_it_can_be_farmed():
     gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
     farmed = f"<answer>{gold} {gold}0 {gold}1</answer>"
     assert reasoning_gym_reward([farmed], reasoning_gym_entry=[entry]) == [0.0]
-    (partial,) = ReasoningGymReward(partial_credit=True)([farmed], reasoning_gym_entry=[entry])
+    partial_reward = ReasoningGymReward(partial_credit=True)
+    (partial,) = partial_reward([farmed], reasoning_gym_entry=[entry])
     assert 0.0 < partial < 1.0
+    # With partial credit an unmarked reply is not read at all: dumping candidates earns nothing.
+    assert partial_reward([f"{gold} {gold}0 {gold}1"], reasoning_gym_entry=[entry]) == [0.0]
     assert get_reward_funcs(["reasoning_gym"]) == [reasoning_gym_reward]
 
 

@@ -4,12 +4,12 @@ Rows come from ``--dataset_name reasoning_gym/<task>`` (:mod:`grpo_family.tasks.
 ``reasoning_gym_entry`` holds the task's entry (question, answer, metadata) as JSON, and the task's
 ``score_answer(answer, entry)`` scores it. The answer is read under the project's one extraction policy
 (:func:`grpo_family.rewards.extract.final_answer`): the last ``<answer>`` block, box or "the answer is" span after any
-reasoning; a completion that commits to no answer, or hedges (two candidates, a retraction), scores 0, and so does
-an answer that is the whole unmarked completion (the system prompt asks for ``<answer>`` tags; otherwise a policy
-could dump text for the verifier's substring credit). The reward is 1 when the task's score is full marks, else 0
-(``ReasoningGymReward(partial_credit=True)`` passes the task's own partial credit through instead: reasoning-gym's
-default verifier gives ``len(gold) / len(answer)`` to any answer containing the gold, which a policy can farm). A row
-without an entry scores None (cannot score).
+reasoning, else the whole reply after any reasoning; a completion that commits to no answer, or hedges (two
+candidates, a retraction), scores 0. The reward is 1 when the task's score is full marks, else 0, so an unmarked
+reply scores only when it is the answer and nothing else. ``ReasoningGymReward(partial_credit=True)`` passes the
+task's own partial credit through instead, and then reads only a marked answer (tag, box or "the answer is"):
+reasoning-gym's default verifier gives ``len(gold) / len(answer)`` to any answer containing the gold, which a policy
+could farm with a reply that lists candidates. A row without an entry scores None (cannot score).
 
 reasoning-gym is imported on first use (``pip install -e ".[realmodel]"``).
 """
@@ -25,8 +25,8 @@ from .extract import completion_text, final_answer
 
 __all__ = ["ReasoningGymReward", "reasoning_gym_reward"]
 
-# Where a committed answer comes from; "whole" (no tag, box or anchor) is no committed answer here.
-_COMMITTED = ("tag", "box", "anchor")
+# Where a marked answer comes from; "whole" is the whole reply (no tag, box or anchor).
+_MARKED = ("tag", "box", "anchor")
 
 
 @functools.cache
@@ -40,10 +40,11 @@ def _scorer(task: str) -> Callable[[str, dict], float]:
     return reasoning_gym.get_score_answer_fn(task)
 
 
-def extract_reasoning_gym_answer(completion: Any) -> str | None:
-    """The answer a completion commits to (see the module docstring), or None."""
+def extract_reasoning_gym_answer(completion: Any, marked_only: bool = False) -> str | None:
+    """The answer a completion commits to (see the module docstring), or None; ``marked_only``: only an answer in
+    tags, a box or after "the answer is"."""
     found = final_answer(completion_text(completion))
-    if found.text is None or found.source not in _COMMITTED or found.is_hedged():
+    if found.text is None or found.is_hedged() or (marked_only and found.source not in _MARKED):
         return None
     return found.text
 
@@ -62,7 +63,7 @@ class ReasoningGymReward:
                 scores.append(None)
                 continue
             entry = json.loads(stored) if isinstance(stored, str) else stored
-            answer = extract_reasoning_gym_answer(completion)
+            answer = extract_reasoning_gym_answer(completion, marked_only=self.partial_credit)
             if answer is None:
                 scores.append(0.0)
                 continue
