@@ -231,7 +231,7 @@ def stage_demo(state: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- 3. cost
-COST_STEPS = 3  # the first is a warm-up, left out of the medians
+COST_STEPS = 2  # the first is a warm-up, left out
 COST_REPS = 1
 COST_ENTRIES: dict[str, dict] = {  # label -> trainer ("trl": stock trl.GRPOTrainer), torch threads, overrides
     "trl": {"method": "trl", "threads": 1},

@@ -66,7 +66,8 @@ class TrainScriptArguments(ScriptArguments):
     dataset_preset: str = field(
         default="auto",
         metadata={
-            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa, code or prompt (see grpo_family.collator)."
+            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa, code, prompt or reasoning_gym (see "
+            "grpo_family.collator)."
         },
     )
     question_column: str | None = field(default=None, metadata={"help": "Column holding the question."})

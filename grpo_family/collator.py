@@ -50,10 +50,11 @@ gym``         ``reasoning_gym_entry``                     ``reasoning_gym`` rewa
                                                           (:mod:`grpo_family.tasks.reasoning_gym`)
 ============  ==========================================  ======================================================
 
-Auto-detection, in order: a ``reasoning_gym_entry`` column -> ``reasoning_gym``; a test column (``test_cases``, ``tests``, ``input_output``, ``test_list``) -> ``code``;
-``prompt`` + ``answer`` -> ``prompt``; an ``options``/``choices`` column -> ``choice``;
-``prompt`` + ``solution``/``reward_model`` -> ``dapo``; ``problem`` -> ``math``; ``question`` + ``answer`` whose
-first rows contain ``####`` -> ``gsm8k``; ``question`` + ``answer``/``answers`` -> ``qa``. Column overrides
+Auto-detection, in order: a ``reasoning_gym_entry`` column -> ``reasoning_gym``; a test column (``test_cases``,
+``tests``, ``input_output``, ``test_list``) -> ``code``; ``prompt`` + ``answer`` -> ``prompt``; an
+``options``/``choices`` column -> ``choice``; ``prompt`` + ``solution``/``reward_model`` -> ``dapo``; ``problem``
+-> ``math``; ``question`` + ``answer`` whose first rows contain ``####`` -> ``gsm8k``; ``question`` +
+``answer``/``answers`` -> ``qa``. Column overrides
 (``question_column=`` ...) take part in the detection; with only overrides to go on, ``qa`` (gold as is) is used.
 
 A needed column that is missing raises :class:`DatasetFormatError` before any row is processed; its message names
