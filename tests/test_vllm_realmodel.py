@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ except ImportError:
     if os.environ.get("GRPO_FAMILY_REQUIRE_VLLM"):
         raise
     pytest.skip("vLLM is not installed: see README, 'vLLM on a CPU machine'", allow_module_level=True)
+
+from test_vllm import _free_port  # noqa: E402
 
 from grpo_family.trainers import vllm_cpu  # noqa: E402
 
@@ -73,12 +74,6 @@ def test_colocated_vllm_trains_the_real_model(real_model_dir, tmp_path):
         # weights) but stay close after every weight sync.
         assert math.isfinite(h["sampling/importance_sampling_ratio/mean"]), h
         assert h["sampling/sampling_logp_difference/max"] < 1.0, h
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_sgpo_with_the_real_model_as_step_judge_behind_vllm_serve(real_model_dir, tmp_path):
