@@ -252,6 +252,7 @@ def measure_cost(label: str) -> dict:
 
     from grpo_family import get_method
     from grpo_family.collator import prepare_dataset
+    from grpo_family.models import resolve_model
     from grpo_family.preflight import load_data
     from grpo_family.rewards import get_reward_funcs
 
@@ -277,7 +278,8 @@ def measure_cost(label: str) -> dict:
     if values.get("use_peft"):
         peft = LoraConfig(r=values["lora_r"], lora_alpha=values["lora_alpha"],
                           target_modules=values["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
-    trainer = trainer_cls(model=values["model_name_or_path"], reward_funcs=get_reward_funcs(values["reward_funcs"]),
+    model = resolve_model(values["model_name_or_path"])  # stock TRL takes no alias
+    trainer = trainer_cls(model=model, reward_funcs=get_reward_funcs(values["reward_funcs"]),
                           args=args, train_dataset=prepare_dataset(data["train"], system_prompt=values.get("system_prompt")),
                           peft_config=peft)  # fmt: skip
     cpu = StepCPUTime()
