@@ -168,14 +168,17 @@ def test_reward_package_on_the_real_models_own_completions(real_model):
         if score == 1.0:
             numbers = re.findall(r"-?\d+", completion)
             assert numbers and int(numbers[-1]) == int(gold), completion
-    # Gold and wrong answers appended to real text: every answer reward reads them.
-    right = [f"{c.strip()}\nSo the final answer is <answer>{g}</answer>" for c, g in zip(completions, answers)]
-    wrong = [
-        f"{c.strip()}\nSo the final answer is <answer>{int(g) + 1}</answer>" for c, g in zip(completions, answers)
-    ]
+    # Gold and wrong answers appended to real text with no answer markup of its own (an unclosed <answer> or <think>
+    # of the model's would legitimately change what the extraction policy reads): every answer reward reads them.
+    markup = ("<answer", "</answer", "<think", "</think", "\\boxed", "\\fbox")
+    plain = [i for i, c in enumerate(completions) if not any(m in c for m in markup)]
+    assert len(plain) >= 8, completions
+    columns = {k: [v[i] for i in plain] for k, v in columns.items()}
+    right = [f"{completions[i].strip()}\nSo the final answer is <answer>{answers[i]}</answer>" for i in plain]
+    wrong = [f"{completions[i].strip()}\nSo the final answer is <answer>{int(answers[i]) + 1}</answer>" for i in plain]
     for reward in (math_accuracy_reward, qa_exact_match_reward, reasoning_gym_reward):
-        assert reward(right, **columns) == [1.0] * 16, (reward.__name__, right)
-        assert reward(wrong, **columns) == [0.0] * 16, (reward.__name__, wrong)
+        assert reward(right, **columns) == [1.0] * len(plain), (reward.__name__, right)
+        assert reward(wrong, **columns) == [0.0] * len(plain), (reward.__name__, wrong)
 
 
 def _launch_env() -> dict:
