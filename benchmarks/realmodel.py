@@ -394,8 +394,8 @@ def render(state: dict) -> str:
             f"The first {first['problems']} held-out problems of each task, {TASK_SAMPLES} samples each at temperature "
             f"{first['temperature']} (pass@k: the unbiased estimator of Chen et al. 2021) and one greedy completion, "
             f"at most {first['max_new_tokens']} new tokens, scored by the `reasoning_gym` reward (the task's verifier "
-            'on the committed answer). "committed": the share of samples that give an answer in `<answer>` tags, a '
-            'box or after "the answer is".',
+            "on the answer it reads). 'committed': the share of samples with an answer the reward reads (in "
+            "`<answer>` tags, a box, after 'the answer is', or a bare reply) and no hedge.",
             "",
             "| task | options | pass@1 | pass@8 | greedy | committed | wall / CPU s | load |",
             "|---|---|---|---|---|---|---|---|",
