@@ -495,8 +495,9 @@ def render(state: dict) -> str:
     if vllm and vllm.get("run"):
         g, v = vllm["generate"], vllm["vllm"]
         lines += [
-            f"{vllm['shape'][0]} prompts x {vllm['shape'][1]} new tokens on the real model, in the vLLM environment "
-            f"(`benchmarks/vllm_cpu.py --measure`): `generate` {g['tokens_per_s']:.1f} tokens/s ({g['dtype']}, "
+            f"{vllm['shape'][0]} prompts (the bundled task's questions in the model's chat template) x "
+            f"{vllm['shape'][1]} sampled tokens each (exactly: `min_new_tokens` / `ignore_eos`) on the real model, in "
+            f"the vLLM environment (`benchmarks/vllm_cpu.py --measure`, each side in its own process): `generate` {g['tokens_per_s']:.1f} tokens/s ({g['dtype']}, "
             f"{g['threads']} thread(s)), vLLM {v['tokens_per_s']:.1f} tokens/s ({v['dtype']}; "
             f"{v['tokens_per_s'] / g['tokens_per_s']:.1f}x), engine start-up {v['startup_s']:.0f} s. Load "
             f"{vllm['load_average']:.1f}.",
