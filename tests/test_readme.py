@@ -1,4 +1,5 @@
-"""Every command block of README.md runs as written, for 1-2 steps: a README edit that breaks a command fails here.
+"""Every command block of README.md, and of the docs pages its long sections moved to (readme_commands.DOC_PAGES),
+runs as written, for 1-2 steps: an edit that breaks a command fails here.
 
 What a command may not do here is swapped, and nothing else: Hub model and dataset names become local stand-ins
 (a tiny random Qwen2 and a GSM8K-shaped dataset directory with the Hub's `main` config); `outputs/` becomes a
@@ -121,6 +122,8 @@ def _not_run_reason(text: str) -> str | None:
         return "the vllm lane"
     if text in vllm_install_commands():
         return "the vllm lane's environment (.ci/vllm installs it)"
+    if text.startswith("pip install") and text not in install_commands():
+        return "a lane's extra, installed by its script (.ci/deepspeed, .ci/realmodel)"
     return "the deepspeed lane" if _needs_deepspeed(text) else None
 
 
@@ -128,8 +131,10 @@ def _needs_deepspeed(text: str) -> bool:
     return any(config in text for config in NEEDS_DEEPSPEED)
 
 
-def runnable_commands(readme: Path = README) -> list:
-    ci_run = set(install_commands(readme)) | set(lint_commands(readme)) | {readme_test_command(readme)}
+def runnable_commands(readme: Path | None = None) -> list:
+    """The commands this suite runs: every page's (or only ``readme``'s), less what CI runs itself."""
+    own = readme or README
+    ci_run = set(install_commands(own)) | set(lint_commands(own)) | {readme_test_command(own)}
     return [c for c in commands(readme) if c.text not in ci_run and _not_run_reason(c.text) is None]
 
 
@@ -170,7 +175,7 @@ def run_as_written(selected: list, standins: dict) -> list[str]:
         text = adapt(command.text, standins, gpu_block=_needs_gpu(command.block))
         result = run(text)
         assert result.returncode == 0, (
-            f"README line {command.block.line} failed as run here:\n{text}\n{result.stdout[-2000:]}\n"
+            f"{command.block.page} line {command.block.line} failed as run here:\n{text}\n{result.stdout[-2000:]}\n"
             f"{result.stderr[-4000:]}"
         )
         ran.append(command.text)
@@ -230,7 +235,7 @@ def test_readme_python_snippets_run(standins):
         text = adapt(block.text, standins)
         text = re.sub(r"\bConfig\(", "Config(" + ONE_STEP_PY, one_step_config(text))
         result = run(text, python=True)
-        assert result.returncode == 0, f"README line {block.line}:\n{text}\n{result.stderr[-4000:]}"
+        assert result.returncode == 0, f"{block.page} line {block.line}:\n{text}\n{result.stderr[-4000:]}"
 
 
 def one_step_config(snippet: str) -> str:
