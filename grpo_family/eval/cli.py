@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "system_prompt", "user_instruction"):  # fmt: skip
         d.add_argument(f"--{flag}", help="as in examples/train.py (grpo_family.collator.prepare_dataset)")
     d.add_argument("--task_difficulty", default="default", help="the bundled task's difficulty")
+    d.add_argument("--dataset_options", help="reasoning_gym/<task>: its size, seed and options as JSON, as given to "
+                   "examples/train.py (the same options give the same held-out problems)")  # fmt: skip
     b = p.add_argument_group("backend")
     b.add_argument("--backend", default="generate", choices=("generate", "vllm"))
     b.add_argument("--dtype", default="checkpoint", help="checkpoint (the saved dtype), float32, bfloat16, float16")
@@ -101,7 +103,8 @@ def plan(args) -> dict:
     jobs = []
     for spec in args.datasets:
         data = load_eval_data(spec, limit=args.limit, split=args.split, config=args.config, reward=args.reward,
-                              difficulty=args.task_difficulty, **columns)  # fmt: skip
+                              difficulty=args.task_difficulty, dataset_options=args.dataset_options,
+                              **columns)  # fmt: skip
         decoding, headline = preset.resolve(len(data), **overrides)
         ks = args.k or default_ks(decoding, headline)
         maj_ks = args.maj_k if args.maj_k is not None else ([decoding.num_samples] if decoding.num_samples > 1 else [])

@@ -22,9 +22,9 @@ name               Hub id (config)              split    columns (the Hub layout
 benchmark's settings; the tests use this with stand-in files of each layout. A Hub id that is neither in the table
 nor cached fails before any model loads, saying how to fetch it.
 
-The seam for named datasets: a name the collator can load (issue 27 adds ``reasoning_gym/<task>``) goes to
-``grpo_family.collator.load_named_dataset(name, split=..., num_examples=...)`` when the collator defines it; its rows
-then go through ``prepare_dataset`` like any other. Until then such a name fails with that explanation.
+``reasoning_gym/<task>`` generates the task offline with the ``--dataset_options`` examples/train.py was given,
+so its ``test`` split is the run's own held-out set (no training question in it); its rows then go through
+``prepare_dataset`` like any other, and the task's own verifier (the ``reasoning_gym`` reward) scores them.
 """
 
 from __future__ import annotations
@@ -149,17 +149,19 @@ def _bundled(limit: int | None, difficulty: str):
     return make_arithmetic_dataset("eval", limit or BUNDLED_DEFAULT_EXAMPLES, seed=0, difficulty=difficulty)
 
 
-def _named(name: str, split: str | None, limit: int | None):
-    from grpo_family import collator
+def _named(name: str, split: str | None, limit: int | None, options: dict | str | None):
+    """``reasoning_gym/<task>``: the held-out (``test``) split examples/train.py holds out for the same
+    ``--dataset_options`` (its first ``limit`` problems, default 200), or ``split``."""
+    from grpo_family.preflight import PreflightError, load_reasoning_gym
 
-    loader = getattr(collator, "load_named_dataset", None)
-    if loader is None:
-        raise EvalSetupError(
-            f"Dataset {name!r}: named datasets such as reasoning_gym/<task> load through "
-            "grpo_family.collator.load_named_dataset, which this install does not have yet (issue 27 adds it). "
-            "Export the rows to a file (prompt or question + answer columns) and pass its path instead."
-        )
-    return loader(name, split=split, num_examples=limit)
+    try:
+        splits = load_reasoning_gym(name, options, eval_size=limit or BUNDLED_DEFAULT_EXAMPLES)
+    except PreflightError as error:
+        raise EvalSetupError(str(error)) from None
+    split = split or "test"
+    if split not in splits:
+        raise EvalSetupError(f"Dataset {name!r} has no split {split!r} (splits: {', '.join(splits)}).")
+    return splits[split]
 
 
 def _check_golds(data: EvalData) -> None:
@@ -192,6 +194,7 @@ def load_eval_data(
     config: str | None = None,
     reward: str | None = None,
     difficulty: str = "default",
+    dataset_options: dict | str | None = None,
     **columns: Any,
 ) -> EvalData:
     """The dataset ``given`` names, prepared by the collator, with the reward that scores it.
@@ -201,7 +204,9 @@ def load_eval_data(
     data file or directory, or another Hub dataset id (``split`` default ``test``). ``columns`` are
     :func:`~grpo_family.collator.prepare_dataset`'s options (``preset``, ``question_column``, ``answer_column``,
     ``system_prompt``, ``user_instruction``, ...; None values ignored), which win over a benchmark's. ``limit`` keeps
-    the first rows. Raises :class:`EvalSetupError` for an unknown name, an unloadable source or no golds at all.
+    the first rows. ``dataset_options``: a reasoning-gym task's size, seed and options, as examples/train.py's
+    ``--dataset_options`` (the same options give the same held-out problems). Raises :class:`EvalSetupError` for an
+    unknown name, an unloadable source or no golds at all.
     """
     from grpo_family.collator import DatasetFormatError, prepare_dataset
 
@@ -241,8 +246,9 @@ def load_eval_data(
     elif given == BUNDLED:
         raw, source, default_reward = _bundled(limit, difficulty), "grpo_family.tasks (held-out split)", "arithmetic"
         options = {"preset": "prompt", **options}
-    elif given.startswith("reasoning_gym/"):
-        raw, source = _named(given, split, limit), "grpo_family.collator.load_named_dataset"
+    elif given.startswith("reasoning_gym/"):  # generated offline, scored by the task's own verifier
+        raw, default_reward = _named(given, split, limit, dataset_options), "reasoning_gym"
+        source = "grpo_family.tasks.reasoning_gym_splits (the split examples/train.py holds out)"
     elif os.path.exists(os.path.expanduser(given)) or _looks_local(given):
         raw, source = _local_rows(given, f"--dataset {given}"), given
     elif "/" in given:

@@ -23,7 +23,7 @@ _PLAIN_FAST_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 @dataclass(frozen=True)
 class ResolvedModel:
     """``path``: a folder with ``config.json`` or a Hub id; ``adapter``: a LoRA adapter folder on top of it;
-    ``kind``: ``folder``, ``training output``, ``checkpoint``, ``lora`` or ``hub``; ``tokenizer``: where the
+    ``kind``: ``folder``, ``training output``, ``checkpoint``, ``lora``, ``hub`` or ``local alias``; ``tokenizer``: where the
     tokenizer is read from."""
 
     given: str
@@ -72,8 +72,16 @@ def _resolve_hub(given: str, what: str) -> ResolvedModel:
 
 def resolve_model(given: str, what: str = "--model") -> ResolvedModel:
     """Resolve ``given`` without loading weights; :class:`EvalSetupError` when it names nothing usable."""
+    from grpo_family.models import LOCAL_MODELS, ModelNotInstalledError
+    from grpo_family.models import resolve_model as resolve_alias
     from grpo_family.preflight import _looks_local
 
+    if given.lower() in LOCAL_MODELS:  # a local alias (smollm2-135m-instruct): its converted checkpoint
+        try:
+            path = resolve_alias(given)
+        except ModelNotInstalledError as err:
+            raise EvalSetupError(f"{what} {given}: {err}") from None
+        return ResolvedModel(given, path, "local alias", path)
     path = os.path.expanduser(given)
     if os.path.isfile(path):
         raise EvalSetupError(f"{what} {given}: a file, not a model folder. Give the folder holding config.json.")
