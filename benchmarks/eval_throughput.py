@@ -3,6 +3,9 @@
 
     python benchmarks/eval_throughput.py                                   # the warm-started tiny model
     python benchmarks/eval_throughput.py --model HuggingFaceTB/SmolLM2-135M-Instruct --dataset gsm8k --limit 100
+    python benchmarks/eval_throughput.py --model smollm2-135m-instruct --dataset reasoning_gym/basic_arithmetic \
+        --dataset_options '{"size": 100, "min_terms": 2, "max_terms": 2, "max_digits": 1}' --limit 32 \
+        --max_new_tokens 64 --num_samples 4 --output benchmarks/results/eval_throughput_realmodel  # the real model
     python benchmarks/eval_throughput.py --vllm-python /path/to/vllm-venv/bin/python   # vLLM in its own venv
 
 Each backend runs the command line in its own process (vLLM owns its process), first greedily, then sampling
@@ -43,6 +46,8 @@ def run_backend(python: str, backend: str, args, out: Path, *decoding: str) -> d
            "--max_new_tokens", str(args.max_new_tokens), "--no_math_verify", "--output_dir", str(out), *decoding]  # fmt: skip
     if args.limit:
         cmd += ["--limit", str(args.limit)]
+    if args.dataset_options:
+        cmd += ["--dataset_options", args.dataset_options]
     from grpo_family.trainers.vllm_cpu import engine_env
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default=None, help="default: the warm-started tiny model (built once, cached)")
     parser.add_argument("--dataset", default="arithmetic")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--dataset_options", default=None, help="reasoning_gym/<task>: size, seed, options (JSON)")
     parser.add_argument("--max_new_tokens", type=int, default=40)
     parser.add_argument("--num_samples", type=int, default=8)
     parser.add_argument("--backends", nargs="+", default=["generate", "vllm"], choices=["generate", "vllm"])
