@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from readme_commands import (
+    PAGES,
     README,
     VLLM_CPU_SECTION,
     Block,
@@ -133,8 +134,7 @@ def _needs_deepspeed(text: str) -> bool:
 
 def runnable_commands(readme: Path | None = None) -> list:
     """The commands this suite runs: every page's (or only ``readme``'s), less what CI runs itself."""
-    own = readme or README
-    ci_run = set(install_commands(own)) | set(lint_commands(own)) | {readme_test_command(own)}
+    ci_run = set(install_commands()) | set(lint_commands()) | {readme_test_command()}  # the README's, run by CI
     return [c for c in commands(readme) if c.text not in ci_run and _not_run_reason(c.text) is None]
 
 
@@ -247,24 +247,22 @@ def one_step_config(snippet: str) -> str:
 
 def test_a_broken_command_fails(standins, tmp_path):
     """The mechanism catches what went wrong before: a reward name that does not exist (`format`) and a bare
-    `--bf16`. Both must fail before any training starts."""
-    readme = tmp_path / "README.md"
-    text = README.read_text()
-    assert (
-        "--reward_funcs math_accuracy boxed_format" in text
-        and "accelerate launch examples/train.py --method grpo" in text
-    )
-    readme.write_text(
-        text.replace("--reward_funcs math_accuracy boxed_format", "--reward_funcs math_accuracy format").replace(
-            "accelerate launch examples/train.py --method grpo",
-            "accelerate launch examples/train.py --method grpo --bf16",
-        )
-    )
-    broken = {c.text for c in runnable_commands(readme)} - {c.text for c in runnable_commands()}
-    assert len(broken) == 2
-    for command in runnable_commands(readme):
-        if command.text in broken:
-            result = run(adapt(command.text, standins, gpu_block=_needs_gpu(command.block)), timeout=300)
-            assert result.returncode != 0, command.text
-            assert "format" in result.stderr or "--bf16" in result.stderr
-            assert "'loss'" not in result.stdout  # no training step was logged
+    `--bf16`, on whichever page holds the command. Both must fail before any training starts."""
+    breakages = {
+        "--reward_funcs math_accuracy boxed_format": "--reward_funcs math_accuracy format",
+        "accelerate launch examples/train.py --method grpo": "accelerate launch examples/train.py --method grpo --bf16",
+    }
+    broken = []
+    for old, new in breakages.items():
+        (page,) = [p for p in PAGES if p.exists() and old in p.read_text()]  # each on exactly one page
+        copy = tmp_path / page.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(page.read_text().replace(old, new, 1))
+        before = {c.text for c in runnable_commands(page)}
+        broken += [c for c in runnable_commands(copy) if c.text not in before]
+    assert len(broken) == 2, [c.text for c in broken]
+    for command in broken:
+        result = run(adapt(command.text, standins, gpu_block=_needs_gpu(command.block)), timeout=300)
+        assert result.returncode != 0, command.text
+        assert "format" in result.stderr or "--bf16" in result.stderr
+        assert "'loss'" not in result.stdout  # no training step was logged
