@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from readme_commands import (
     PAGES,
-    README,
     VLLM_CPU_SECTION,
     Block,
     blocks,
