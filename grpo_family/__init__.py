@@ -25,22 +25,22 @@ _METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
 # Public name -> (module, attribute), imported on first access.
 _LAZY: dict[str, tuple[str, str]] = {
     "GRPOConfig": ("trl", "GRPOConfig"),
-    "RewardFunctionError": (".trainers.reward_guards", "RewardFunctionError"),
-    "UnlearnableRunError": (".trainers.unlearnable", "UnlearnableRunError"),
+    "RewardFunctionError": (".runtime.reward_guards", "RewardFunctionError"),
+    "UnlearnableRunError": (".runtime.unlearnable", "UnlearnableRunError"),
     **{name: (module, name) for module, *classes in _METHOD_CLASSES.values() for name in classes},
 }
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports these on first use
     from trl import GRPOConfig
 
+    from .runtime.reward_guards import RewardFunctionError
+    from .runtime.unlearnable import UnlearnableRunError
     from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer
     from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
     from .trainers.d3s import D3SConfig, D3STrainer
     from .trainers.gpg import GPGConfig, GPGTrainer
     from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
-    from .trainers.reward_guards import RewardFunctionError
     from .trainers.sgpo import SGPOConfig, SGPOTrainer
-    from .trainers.unlearnable import UnlearnableRunError
 
     METHODS: dict[str, tuple[type, type]]
 

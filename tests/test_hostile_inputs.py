@@ -31,8 +31,7 @@ from hypothesis import strategies as st
 from test_judges import FakeOpenAI, ScriptedLM, completion
 
 from grpo_family import METHODS, RewardFunctionError
-from grpo_family.rewards import get_reward_funcs, reward_names
-from grpo_family.rewards.judges import (
+from grpo_family.judges import (
     JudgeRequest,
     OpenAICompatibleJudge,
     ProgrammaticJudge,
@@ -41,8 +40,9 @@ from grpo_family.rewards.judges import (
     parse_verdict,
     strip_reasoning,
 )
+from grpo_family.judges.steps import split_steps
+from grpo_family.rewards import get_reward_funcs, reward_names
 from grpo_family.rewards.math import MathAccuracyReward
-from grpo_family.rewards.steps import split_steps
 from grpo_family.rewards.timeout import RewardTimeoutError, get_runner, with_timeout
 from grpo_family.trainers.base import GuardedReward, is_empty_prompt
 from grpo_family.trainers.sgpo import _clean_verdict

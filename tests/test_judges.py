@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from grpo_family.rewards.judges import (
+from grpo_family.judges import (
     DEFAULT_PROMPT_PATH,
     FAIL,
     HeuristicReferenceJudge,
@@ -31,7 +31,7 @@ from grpo_family.rewards.judges import (
     stated_results,
     strip_reasoning,
 )
-from grpo_family.rewards.steps import split_steps
+from grpo_family.judges.steps import split_steps
 
 REQUEST = JudgeRequest(
     problem="Compute 2+3*4.",

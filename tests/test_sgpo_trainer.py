@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast, TrainerState
 
 from grpo_family.algorithms.grpo import group_advantages
-from grpo_family.rewards.extract import completion_text
-from grpo_family.rewards.judges import (
+from grpo_family.judges import (
     HeuristicReferenceJudge,
     JudgeVerdict,
     OpenAICompatibleJudge,
     ProgrammaticJudge,
     TransformersJudge,
 )
-from grpo_family.rewards.steps import split_steps
+from grpo_family.judges.steps import split_steps
+from grpo_family.rewards.extract import completion_text
 from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, check_steps, split_into_steps
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, check_judge_columns, make_judge
 

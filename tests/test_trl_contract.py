@@ -42,6 +42,8 @@ from grpo_family.trainers import gpg as family_gpg
 
 TRAINERS_DIR = Path(family_base.__file__).parent
 PACKAGE_DIR = TRAINERS_DIR.parent
+# Where grpo_family reaches into TRL's trainer: the trainers and the infrastructure around them.
+TRL_USERS = [PACKAGE_DIR / name for name in ("trainers", "runtime", "integrations")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -925,13 +927,13 @@ def test_a_moved_helper_is_reported(stock_trainer, monkeypatch):
 
 
 def private_trl_names_used(stock_trainer) -> dict[str, list[str]]:
-    """Every ``<anything>._x`` of grpo_family/trainers whose ``_x`` TRL provides: a ``GRPOTrainer`` method or
+    """Every ``<anything>._x`` of grpo_family/{trainers,runtime,integrations} whose ``_x`` TRL provides: a ``GRPOTrainer`` method or
     attribute (class or instance), or one of its vLLM generation backend's."""
     from trl.generation.vllm_generation import VLLMGeneration
 
     provided = set(dir(GRPOTrainer)) | set(vars(stock_trainer)) | set(dir(VLLMGeneration))
     used: dict[str, list[str]] = collections.defaultdict(list)
-    for path in sorted(TRAINERS_DIR.glob("*.py")):
+    for path in sorted(p for folder in TRL_USERS for p in folder.glob("*.py")):
         for match in re.finditer(r"\.(_(?!_)\w+)", path.read_text(encoding="utf-8")):
             if match.group(1) in provided and path.name not in used[match.group(1)]:
                 used[match.group(1)].append(path.name)
@@ -945,7 +947,7 @@ def test_every_private_trl_name_is_pinned(stock_trainer):
     assert {"_step", "_metrics", "_calculate_rewards", "_iter_named_params"} <= set(used)  # the scan finds them
     missing = {name: files for name, files in used.items() if name not in pinned}
     assert not missing, (
-        f"grpo_family/trainers uses private TRL names that no contract fact pins: {missing}. Add a Fact to FACTS "
+        f"grpo_family (trainers, runtime, integrations) uses private TRL names that no contract fact pins: {missing}. Add a Fact to FACTS "
         "for each (what the code relies on, and its value in the installed TRL)."
     )
 

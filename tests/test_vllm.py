@@ -39,7 +39,7 @@ except ImportError:
 
 from test_vllm_batch import METHOD_METRIC  # noqa: E402
 
-from grpo_family.trainers import vllm_cpu  # noqa: E402
+from grpo_family.integrations import vllm_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"]

@@ -27,8 +27,8 @@ from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from grpo_family import METHODS  # noqa: E402
+from grpo_family.integrations import vllm_cpu  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset  # noqa: E402
-from grpo_family.trainers import vllm_cpu  # noqa: E402
 
 METHOD_OVERRIDES = {"sgpo": {"judge_type": "programmatic"}, "gpg": {"beta_th": None}}
 

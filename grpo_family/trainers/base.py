@@ -9,17 +9,17 @@ here trains bit-for-bit like stock TRL.
 The base class also contains trouble instead of letting it corrupt a run; each part lives in its own module:
 
 * rows with an empty prompt, or reward functions that need a missing column, stop the run at init
-  (:mod:`.setup_checks`), before any generation;
-* reward functions (sync or async) are guarded (:mod:`.reward_guards`): an exception or a non-finite or
+  (:mod:`grpo_family.runtime.setup_checks`), before any generation;
+* reward functions (sync or async) are guarded (:mod:`grpo_family.runtime.reward_guards`): an exception or a non-finite or
   non-numeric value on some completions turns them into "unscorable" (NaN reward, zero advantage) with a warning
   and a ``reward_errors/<name>`` metric; so does a non-finite value of a reward model; a function that fails on
   *every* completion of the first batch (or returns the wrong number of values, or no number at all) is a set-up
   bug and stops the run before any update, with its name in the message;
-* runs that cannot learn stop or warn (:mod:`.unlearnable`);
+* runs that cannot learn stop or warn (:mod:`grpo_family.runtime.unlearnable`);
 * a step whose gradients are not finite is skipped (no parameter changes) and counted in ``skipped_steps``
-  (:mod:`.nonfinite_guard`);
-* checkpoints resume exactly (:mod:`.resume`), the hub token never reaches disk (:mod:`.redaction`), and the
-  model card lists the method's hyperparameters (:mod:`.model_card`).
+  (:mod:`grpo_family.runtime.nonfinite_guard`);
+* checkpoints resume exactly (:mod:`grpo_family.runtime.resume`), the hub token never reaches disk (:mod:`grpo_family.runtime.redaction`), and the
+  model card lists the method's hyperparameters (:mod:`grpo_family.runtime.model_card`).
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.estimators import get_estimator
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum, zero_std_mask
+from ..integrations.vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 from ..rewards.timeout import with_timeout
-from .model_card import ModelCardMixin
-from .nonfinite_guard import NonFiniteStepGuardMixin
-from .redaction import _UnpickledSecret
-from .resume import COMPLETE_MARKER, EpochAlignedSampler, ResumableTrainerMixin, latest_complete_checkpoint
-from .reward_guards import AsyncGuardedReward, GuardedReward, RewardFunctionError
-from .setup_checks import check_prompts, check_reward_columns, is_empty_prompt
+from ..runtime.model_card import ModelCardMixin
+from ..runtime.nonfinite_guard import NonFiniteStepGuardMixin
+from ..runtime.redaction import _UnpickledSecret
+from ..runtime.resume import COMPLETE_MARKER, EpochAlignedSampler, ResumableTrainerMixin, latest_complete_checkpoint
+from ..runtime.reward_guards import AsyncGuardedReward, GuardedReward, RewardFunctionError
+from ..runtime.setup_checks import check_prompts, check_reward_columns, is_empty_prompt
+from ..runtime.unlearnable import LearnablePolicyMixin, UnlearnableRunError
 from .stages import GenerationStage, local_rows, padded_local_rows, stage_generator
-from .unlearnable import LearnablePolicyMixin, UnlearnableRunError
-from .vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 
 logger = logging.getLogger(__name__)
 

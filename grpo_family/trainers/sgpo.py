@@ -5,7 +5,7 @@ asks a step-wise judge for the first wrong step ``k`` of each of those completio
 trajectory score ``RTS = (k - 1) / K`` and the partial credit ``sigmoid(beta * (RTS - gamma))``, strictly between
 0 and 1, and feeds that to the unchanged GRPO advantage and loss. Groups with a correct answer stay binary GRPO
 and are never judged; judging is switched on only during the first ``sgpo_num_epochs`` epochs. Maths in
-:mod:`grpo_family.algorithms.sgpo`, judges in :mod:`grpo_family.rewards.judges`, ``docs/methods/sgpo.md``.
+:mod:`grpo_family.algorithms.sgpo`, judges in :mod:`grpo_family.judges`, ``docs/methods/sgpo.md``.
 
 Data flow per generation batch (the rewards are already gathered from every process, docs/methods/sgpo.md §3.6 adapted so
 that the judge is asked once per completion, not once per process):
@@ -15,7 +15,7 @@ that the judge is asked once per completion, not once per process):
 2. every process sends the whole text of its own to-be-judged completions (reasoning included, also where TRL
    parsed it into ``reasoning_content``; docs/methods/sgpo.md §2.2), with problem, gold answer and reference solution from
    its dataset rows, to the main process (``gather_object``);
-3. the main process splits each into steps (:func:`~grpo_family.rewards.steps.split_steps`), calls the judge
+3. the main process splits each into steps (:func:`~grpo_family.judges.steps.split_steps`), calls the judge
    once for the whole batch (concurrently inside the judge), under a deadline, and broadcasts the verdicts
    (``broadcast_object_list``);
 4. every process builds the same rewards: the correctness column is replaced by the SGPO reward in judged
@@ -51,8 +51,7 @@ from ..algorithms.sgpo import (
     trajectory_score,
     verdict_grid,
 )
-from ..rewards.extract import completion_message, completion_text
-from ..rewards.judges import (
+from ..judges import (
     HeuristicReferenceJudge,
     JudgeRequest,
     OpenAICompatibleJudge,
@@ -60,7 +59,8 @@ from ..rewards.judges import (
     TransformersJudge,
     has_final_answer,
 )
-from ..rewards.steps import SPLITTERS, split_steps
+from ..judges.steps import SPLITTERS, split_steps
+from ..rewards.extract import completion_message, completion_text
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class SGPOConfig(GRPOFamilyConfig):
             "paper; default) or 'last_step' (k = K, RTS = (K-1)/K, for a response that states a final answer, which "
             "is wrong by definition; one without an answer, e.g. truncated, keeps RTS = 1). 'States a final answer' "
             "is read from the judged text outside its <think> block: a complete \\boxed{}, an <answer></answer> "
-            "block, an 'Answer:' line, 'the final answer is ...' or '#### ...' (grpo_family.rewards.judges."
+            "block, an 'Answer:' line, 'the final answer is ...' or '#### ...' (grpo_family.judges."
             "has_final_answer). docs/methods/sgpo.md §7, §12 A12."
         },
     )
@@ -235,7 +235,7 @@ class SGPOConfig(GRPOFamilyConfig):
         metadata={
             "help": "Judge prompt template file ([system] / [user] sections, placeholders {problem}, "
             "{reference_solution}, {gold_answer}, {steps}, {num_steps}); None = the library's "
-            "grpo_family/rewards/judge_prompt.txt."
+            "grpo_family/judges/judge_prompt.txt."
         },
     )
 
@@ -497,7 +497,7 @@ class SGPOTrainer(GRPOFamilyTrainer):
     arXiv 2505.11595): judge-based partial credit in all-negative groups, GRPO everywhere else.
 
     Args (beyond :class:`~trl.GRPOTrainer`'s):
-        judge: a step judge object (``judge(requests) -> verdicts``, see :mod:`grpo_family.rewards.judges`); by
+        judge: a step judge object (``judge(requests) -> verdicts``, see :mod:`grpo_family.judges`); by
             default one is built from the config's ``judge_*`` fields. Only the main process calls it.
 
     Evaluation batches are scored as plain GRPO (correctness only): the judge is a training signal.

@@ -10,7 +10,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerFast
 
 from grpo_family.rewards.extract import completion_text
-from grpo_family.rewards.judges import ProgrammaticJudge
+from grpo_family.judges import ProgrammaticJudge
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
 
 sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
