@@ -38,7 +38,6 @@ from trl.trainer.utils import RepeatSampler
 
 from grpo_family.trainers import base as family_base
 from grpo_family.trainers import d3s as family_d3s
-from grpo_family.trainers import gpg as family_gpg
 
 TRAINERS_DIR = Path(family_base.__file__).parent
 PACKAGE_DIR = TRAINERS_DIR.parent
@@ -558,7 +557,7 @@ FACTS: tuple[Fact, ...] = (
     # --- what the generation step produces
     Fact(
         "keys of _generate_and_score_completions' output",
-        "GPG._merge_rounds (pads each known key, refuses unknown ones), base.FORWARD_KEYS (multimodal inputs)",
+        "base._merge_round_outputs (GPG's rounds: pads each known key, refuses unknown ones), base.FORWARD_KEYS (multimodal inputs)",
         output_keys,
         tuple(
             sorted(
@@ -581,7 +580,7 @@ FACTS: tuple[Fact, ...] = (
     ),
     Fact(
         "padding sides and values of the generation output",
-        "GPG._merge_rounds: prompts padded on the left, completions on the right, tool_mask with 1",
+        "base._merge_round_outputs: prompts padded on the left, completions on the right, tool_mask with 1",
         padding,
         (
             ("completion_ids", "'right'", "self._tokenizer.pad_token_id"),
@@ -595,7 +594,7 @@ FACTS: tuple[Fact, ...] = (
     ),
     Fact(
         "num_items_in_batch formula",
-        "GPG._merge_rounds recomputes it for the assembled batch; D3S inverts TRL's use of it",
+        "base._merge_round_outputs recomputes it for the assembled batch; D3S inverts TRL's use of it",
         lambda t: assignments(GRPOTrainer, GEN, "loss_mask", "num_items_in_batch"),
         {
             "loss_mask": ["completion_mask if tool_mask is None else completion_mask * tool_mask"],
@@ -953,7 +952,7 @@ def test_every_private_trl_name_is_pinned(stock_trainer):
 
 
 def test_the_gpg_merge_keys_are_the_pinned_output_keys():
-    """GPG pads by key: its sets must cover every non-multimodal key TRL may return."""
-    known = family_gpg._LEFT_PADDED | family_gpg._RIGHT_PADDED | family_gpg._PER_ROW | {"num_items_in_batch"}
+    """The merge of generation rounds (GPG) pads by key: its sets must cover every non-multimodal key TRL may return."""
+    known = family_base.LEFT_PADDED | family_base.RIGHT_PADDED | family_base.PER_ROW | {"num_items_in_batch"}
     pinned = set(next(f for f in FACTS if f.name.startswith("keys of")).pinned)
     assert pinned - set(family_base.FORWARD_KEYS) == known

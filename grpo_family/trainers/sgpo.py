@@ -7,8 +7,9 @@ trajectory score ``RTS = (k - 1) / K`` and the partial credit ``sigmoid(beta * (
 and are never judged; judging is switched on only during the first ``sgpo_num_epochs`` epochs. Maths in
 :mod:`grpo_family.algorithms.sgpo`, judges in :mod:`grpo_family.judges`, ``docs/methods/sgpo.md``.
 
-Data flow per generation batch (the rewards are already gathered from every process, docs/methods/sgpo.md §3.6 adapted so
-that the judge is asked once per completion, not once per process):
+Data flow per generation batch, in the reward-transform stage (``transform_rewards``; the rewards are already gathered
+from every process, docs/methods/sgpo.md §3.6 adapted so that the judge is asked once per completion, not once per
+process):
 
 1. correctness ``c`` = the correctness reward function's value ``>= correctness_threshold`` (NaN = incorrect);
    which groups are judged (``judge_scope``) is decided on the gathered values, identically everywhere;
@@ -19,8 +20,8 @@ that the judge is asked once per completion, not once per process):
    once for the whole batch (concurrently inside the judge), under a deadline, and broadcasts the verdicts
    (``broadcast_object_list``);
 4. every process builds the same rewards: the correctness column is replaced by the SGPO reward in judged
-   places, failures are NaN (advantage 0), and GRPO's group advantage runs on the result, stored in
-   ``batch["rewards"]`` so the logged reward describes what was trained on.
+   places, failures are NaN (advantage 0), and GRPO's group advantage runs on the result (``batch.rewards``,
+   which is also the logged reward, so it describes what was trained on).
 
 A judge that is down, slow or talking nonsense costs at most ``judge_batch_timeout`` seconds per generation batch
 and turns into NaN rewards (zero advantage) with a warning and the ``sgpo/judge_failures`` metric; training goes on.
@@ -62,6 +63,7 @@ from ..judges import (
 from ..judges.steps import SPLITTERS, split_steps
 from ..rewards.extract import completion_message, completion_text
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .stages import GenerationBatch
 
 logger = logging.getLogger(__name__)
 
@@ -555,16 +557,19 @@ class SGPOTrainer(GRPOFamilyTrainer):
             return False
         return args.sgpo_max_steps is None or self.state.global_step < args.sgpo_max_steps
 
-    # ------------------------------------------------------------------ advantage stage
-    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        if batch["mode"] != "train":  # evaluation reports plain correctness; the judge is a training signal
-            return super()._compute_advantages(rewards, batch)
+    # ------------------------------------------------------------------ reward-transform stage
+    def transform_rewards(self, batch: GenerationBatch) -> None:
+        """Partial credit from the judge in the judged groups (docs/methods/sgpo.md §2): the correctness column of
+        ``batch.rewards_per_func`` and ``batch.rewards`` replaced where the judge scored; GRPO's advantage runs on the
+        result. Evaluation batches and batches outside the judging window keep their rewards."""
+        if batch.mode != "train":  # evaluation reports plain correctness; the judge is a training signal
+            return
         if not self.sgpo_active():
-            self.log_method_metric("active", 0.0)
-            return super()._compute_advantages(rewards, batch)
+            batch.log("active", 0.0)
+            return
         args = self.args
-        per_func = batch["rewards_per_func"]
-        num_generations = batch["num_generations"]
+        per_func = batch.rewards_per_func
+        num_generations = batch.num_generations
         column = per_func[:, self._correct_index].view(-1, num_generations)
         correct = column >= args.correctness_threshold  # NaN -> False: unscorable counts as incorrect
         judged_groups = groups_to_judge(correct, scope=args.judge_scope)
@@ -590,37 +595,34 @@ class SGPOTrainer(GRPOFamilyTrainer):
         new_rewards = weighted_reward_sum(new_per_func, self.reward_weights.to(per_func.device))
         failed = (scored & torch.isnan(credit)).reshape(-1)
         new_rewards[failed] = torch.nan  # a failed verdict leaves the completion unscorable (advantage 0)
-        new_rewards = new_rewards.view_as(rewards)
-        batch["rewards_per_func"] = new_per_func
-        batch["rewards"] = new_rewards
+        new_rewards = new_rewards.view_as(batch.rewards)
+        batch.rewards_per_func = new_per_func
+        batch.rewards = new_rewards
 
-        self._log_sgpo(correct, scored, failed.view_as(scored), new_rewards, verdicts, stats)
+        self._log_sgpo(batch, correct, scored, failed.view_as(scored), new_rewards, verdicts, stats)
         if bool(scored.any()) and int(failed.sum()) == int(scored.sum()):
             # Every judged completion failed (the judge refuses or garbles every request): decided on gathered
             # verdicts, so alike on every process; the base class counts it like a reward function failing on every
             # completion (the policy for runs that cannot learn).
-            batch.setdefault("stage_extras", {}).setdefault("failing", []).append("SGPO judge")
-        return super()._compute_advantages(new_rewards, batch)
+            batch.failed_scorers.append("SGPO judge")
 
-    def _judge_candidates(self, candidates: torch.Tensor, batch: dict[str, Any]) -> tuple[dict, dict]:
+    def _judge_candidates(self, candidates: torch.Tensor, batch: GenerationBatch) -> tuple[dict, dict]:
         """Verdicts per global flat index of the gathered ``candidates`` (P * G bools) and the judge's stats: each
         process sends its own candidates to the main process, which judges them in one call and broadcasts."""
         if not bool(candidates.any()):  # a global decision: every process takes part in the collectives below, or none
             return {}, {"requests": 0, "calls": 0, "latency": None, "skipped": 0}
-        rows = batch["inputs"]
+        rows = batch.inputs
         start = self.accelerator.process_index * len(rows)
         mine = candidates[start : start + len(rows)].tolist()  # one device-to-host copy
-        local = [
-            judge_item(start + i, row, batch["completions"][i], self.args) for i, row in enumerate(rows) if mine[i]
-        ]
+        local = [judge_item(start + i, row, batch.completions[i], self.args) for i, row in enumerate(rows) if mine[i]]
         items = gather_object(local)
         payload = [judge_items(self.judge, items, self.args) if self.accelerator.is_main_process else None]
         payload = broadcast_object_list(payload)[0]
         return payload["results"], payload["stats"]
 
     # ------------------------------------------------------------------ metrics
-    def _log_sgpo(self, correct, scored, failed, rewards, verdicts: dict, stats: dict) -> None:
-        log = self.log_method_metric
+    def _log_sgpo(self, batch, correct, scored, failed, rewards, verdicts: dict, stats: dict) -> None:
+        log = batch.log
         log("active", 1.0)
         log("frac_all_negative", float((~correct.any(dim=1)).float().mean()))
         judged = scored.any(dim=1)
