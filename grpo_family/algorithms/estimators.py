@@ -24,7 +24,7 @@ import torch
 
 from .gpg import F_NORMS, gpg_advantages
 from .grpo import group_advantages
-from .ms_grpo import multiscale_advantages, validate_multiscale_options
+from .ms_grpo import MultiscaleCache, multiscale_advantages, validate_multiscale_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +112,9 @@ def _validate_multiscale(num_generations: int, **options: Any) -> None:
     validate_multiscale_options(num_generations, **options)
 
 
-@register_estimator("ms_grpo", _validate_multiscale, sampled=True)
-def ms_grpo_estimator(rewards: torch.Tensor, *, generator=None, **options: Any) -> torch.Tensor:
-    return multiscale_advantages(rewards, generator=generator, **options)
+@register_estimator("ms_grpo", _validate_multiscale, sampled=True, new_cache=MultiscaleCache)
+def ms_grpo_estimator(rewards: torch.Tensor, *, generator=None, cache=None, **options: Any) -> torch.Tensor:
+    return multiscale_advantages(rewards, generator=generator, cache=cache, **options)
 
 
 @register_estimator("gpg", lambda num_generations, **options: _validate_gpg(num_generations, **options))
