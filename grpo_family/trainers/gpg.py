@@ -37,12 +37,13 @@ from ..algorithms.gpg import (
     degenerate_groups,
     gpg_advantages,
     gpg_alpha,
+    gpg_loss,
     informative_fraction,
     loss_row_weights,
     scale_grad,
 )
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
-from .stages import GenerationBatch, RoundAssembly
+from .stages import GenerationBatch, RoundAssembly, stage_generator
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +196,10 @@ class GPGTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "gpg"
+    summary = "plain policy gradient (no ratio, clip, KL or reference model) scaled by a batch-level factor alpha"
+    reported_result = (
+        "R1-Distill-Qwen-1.5B, 5 math benchmarks: average 55.7 vs Open-RS1 (GRPO) 53.1; no critic/reference/KL"
+    )
     _tag_names = ["trl", "grpo", "grpo_family", "gpg"]
     _name = "GPG"
     _paper = {
@@ -271,13 +276,12 @@ class GPGTrainer(GRPOFamilyTrainer):
     def _draw_prompts(self, round_index: int) -> list[dict[str, Any]]:
         """This process's inputs for an extra generation round, in TRL's ``RepeatSampler`` layout.
 
-        The prompts are a deterministic function of (seed, optimizer step, round), identical on every process and
-        needing no state for resuming from a checkpoint; each process takes its slice of the repeated layout.
+        The prompts are drawn from the one seeding helper (:func:`~grpo_family.trainers.stages.stage_generator`)
+        keyed by (seed, optimizer step, round): identical on every process and needing no state for resuming from a
+        checkpoint; each process takes its slice of the repeated layout.
         """
         num_groups = self.args.generation_batch_size // self.num_generations
-        generator = torch.Generator().manual_seed(
-            (self.args.seed * 1_000_003 + self.state.global_step * 10_007 + round_index) % (2**63 - 1)
-        )
+        generator = stage_generator("gpg_resample", self.args.seed, self.state.global_step, round_index)
         size = len(self.train_dataset)
         if size >= num_groups:
             prompts = torch.randperm(size, generator=generator)[:num_groups]
@@ -329,15 +333,17 @@ class GPGTrainer(GRPOFamilyTrainer):
         rows = self.micro_batch(inputs)
         mask = rows.loss_mask
         per_token_logps, entropies = self.policy_forward(model, rows)
-        advantages = rows.advantages
-        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-        per_token = -advantages * per_token_logps  # REINFORCE: no ratio, no clip, no KL
-        if rows.importance_sampling_ratio is not None:  # only with vllm_importance_sampling_correction=True
-            per_token = per_token * rows.importance_sampling_ratio
-        # torch.where, not a product: a non-finite log-prob on padding must not reach the loss or its gradient.
-        per_token = torch.where(mask.bool(), per_token, torch.zeros_like(per_token))
-        weights = rows.get("row_weights").to(per_token.dtype)
-        loss = (per_token.sum(dim=1) * weights).sum() * self.accelerator.num_processes
+        # REINFORCE (no ratio, clip or KL) with the global row weights; TRL's vLLM importance-sampling ratio only with
+        # vllm_importance_sampling_correction=True.
+        loss = gpg_loss(
+            per_token_logps,
+            rows.advantages,
+            mask,
+            self.num_generations,
+            row_weights=rows.get("row_weights"),
+            token_scale=rows.importance_sampling_ratio,
+        )
+        loss = loss * self.accelerator.num_processes
 
         local = torch.stack([(entropies * mask).sum(), mask.sum()]).detach().float()
         totals = self.accelerator.reduce(local, reduction="sum")
