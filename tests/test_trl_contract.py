@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import inspect
 import linecache
+import math
 import re
 import textwrap
 from collections.abc import Callable, Iterator
@@ -956,3 +957,29 @@ def test_the_gpg_merge_keys_are_the_pinned_output_keys():
     known = family_base.LEFT_PADDED | family_base.RIGHT_PADDED | family_base.PER_ROW | {"num_items_in_batch"}
     pinned = set(next(f for f in FACTS if f.name.startswith("keys of")).pinned)
     assert pinned - set(family_base.FORWARD_KEYS) == known
+
+
+# ------------------------------------------------------------------------------------------------ the loss-term seam
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_aggregate_token_loss_is_trls_aggregation(stock_trainer, loss_type, train):
+    """A loss term's per-token loss is added to TRL's loss as TRL aggregates its own (algorithms.losses.
+    aggregate_token_loss): with the policy at the old one (ratio 1) TRL's loss of per-token advantages A is the
+    aggregation of -A, for every clipped-ratio loss type, with accumulation and steps_per_generation in training."""
+    from grpo_family.algorithms.losses import aggregate_token_loss
+
+    advantages = torch.tensor([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]])
+    batch = loss_batch([], advantages=advantages, num_items=12.0)
+    batch["completion_mask"] = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    trl = run_loss(stock_trainer, batch, loss_type=loss_type, train=train, accumulation=4, spg=2)
+    ours = aggregate_token_loss(
+        -advantages,
+        batch["completion_mask"],
+        loss_type,
+        num_items_in_batch=12.0,
+        num_processes=1,
+        accumulation=4 if train else 1,
+        steps_per_generation=2 if train else 1,
+        max_completion_length=stock_trainer.max_completion_length,
+    )
+    assert trl != 0 and math.isclose(trl, float(ours), rel_tol=1e-6), (trl, float(ours))

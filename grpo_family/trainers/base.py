@@ -186,6 +186,12 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, GRPOTrainer):
     """
 
     method_name = "grpo"
+    # What the method changes, and the paper's headline result at its own scale: one line each, for the tables the
+    # documentation and the benchmarks write from METHODS (docs/generate.py, benchmarks/learning.py).
+    summary = (
+        "nothing: the baseline, bit-for-bit TRL's `GRPOTrainer` (except two float edge cases, docs/methods/grpo.md §3)"
+    )
+    reported_result = "the baseline every paper compares against"
     selects_rows = False  # a method that overrides select_rows sets it: its batches are scored before TRL's forwards
     loss_term: str | None = None  # a registered loss term (algorithms.losses) applied in every loss call
     loss_forward_fix = "Use the TRL version this package pins (tests/test_trl_contract.py checks it)."

@@ -182,6 +182,8 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "cw_grpo"
+    summary = "a Gaussian kernel down-weights tokens whose log-prob/advantage covariance is extreme"
+    reported_result = "R1-Distill-Qwen-1.5B, 5 math benchmarks: average 55.3 vs GRPO 52.6; steadier entropy (Figure 1)"
     _tag_names = ["trl", "grpo", "grpo_family", "cw_grpo"]
     _name = "CW-GRPO"
     _paper = {

@@ -75,6 +75,7 @@ from ..algorithms.d3s import (
     token_keep_mask_over_parts,
 )
 from ..algorithms.estimators import validate_estimator
+from ..algorithms.losses import TOKEN_SUM_LOSS_TYPES  # "token sum / num_items_in_batch": the denominator D3S controls
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch, LossCall, MicroBatch, estimator_options, gather_padded
 
@@ -82,8 +83,6 @@ logger = logging.getLogger(__name__)
 
 SAMPLE_SCOPES = ("pooled", "group")
 TOKEN_SCOPES = ("batch", "micro", "sequence")
-# TRL loss types whose aggregation is "token sum / num_items_in_batch": the denominator D3S controls.
-TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")
 
 
 @dataclass
@@ -274,6 +273,10 @@ class D3STrainer(GRPOFamilyTrainer):
     """
 
     method_name = "d3s"
+    summary = "trains on the rollouts with the largest advantage variance and the tokens with the largest \\|A\\|·entropy, on a schedule"
+    reported_result = (
+        "Qwen2.5-Math-7B, 7 math benchmarks: average pass@1 34.3 vs GRPO 29.8, on a fraction of rollouts/tokens"
+    )
     selects_rows = True
     _tag_names = ["trl", "grpo", "grpo_family", "d3s"]
     _name = "D3S"
@@ -417,7 +420,7 @@ class D3STrainer(GRPOFamilyTrainer):
             table, calls, self.args.d3s_loss_normalization
         )
         return {
-            "num_items_in_batch": (denominator.clamp_min(1.0) * scale).float(),
+            "denominator": (denominator.clamp_min(1.0) * scale).float(),
             "kept_tokens": kept_tokens,
             "num_rollouts": num_rollouts,
             "rows_with_tokens": rows_with_tokens,
@@ -429,7 +432,7 @@ class D3STrainer(GRPOFamilyTrainer):
         # The loss call's advantages are its own (TRL reuses the buffered micro-batch when num_iterations > 1); the
         # "batch" scope's mask of the first loss call on a one-micro-step batch is kept in the buffered micro-batch.
         counts = self._window_denominators(call)
-        call.num_items_in_batch = counts["num_items_in_batch"]
+        call.num_items_in_batch = counts["denominator"]
         super().transform_loss_forward(call)
         logps, entropies = call.logps, call.entropies
         keep, weight = self._token_weights(call, entropies.detach(), counts)

@@ -134,6 +134,8 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "ms_grpo"
+    summary = "advantage = average of z-scores over every subgroup (of many sizes) of the group; exact, exact-fast for few-valued rewards, or sampled (M scales, K diverse subgroups)"
+    reported_result = "AIME24 pass@1 +5.5 points over GRPO (mean over 6 models); math 5-benchmark average +3.5"
     _tag_names = ["trl", "grpo", "grpo_family", "ms_grpo"]
     _name = "MS-GRPO"
     _paper = {

@@ -510,6 +510,8 @@ class SGPOTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "sgpo"
+    summary = "a step-wise judge gives partial credit inside groups where every answer is wrong"
+    reported_result = "R1-Distill-Qwen-7B, 9 math benchmarks: overall 66.2 (best judge) vs GRPO 63.7"
     _tag_names = ["trl", "grpo", "grpo_family", "sgpo"]
     _name = "SGPO"
     _paper = {
