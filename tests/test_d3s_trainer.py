@@ -615,3 +615,23 @@ def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
     (loss / total_kept).backward()
     for rank in ranks:
         assert_grads_close(rank["grads"], {n: p.grad for n, p in model.named_parameters()})
+
+
+@pytest.mark.multiprocess
+def test_a_process_without_kept_rows_logs_the_true_kl_and_entropy(tiny_model_dir, tmp_path):
+    """Was: rank 1 kept no rollout, its inert padding rows were trimmed to one completion column, and TRL's loss read
+    the one-column KL and entropy as per-sequence values, ignoring the mask: the logged ``kl`` was 0.405 at step 1
+    (policy = reference) and ``entropy`` the mean over padding too. Now both are the real tokens' values."""
+    launch("d3s_logging.py", tiny_model_dir, str(tmp_path), str(TESTS))
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    kept = ranks[0]["kept"]
+    assert torch.equal(kept, ranks[1]["kept"]) and kept.numel() > 0
+    assert not ((kept >= 8) & (kept < 16)).any(), "rank 1 kept rollouts: the inert-only path was not exercised"
+    assert not ranks[1]["calls"][0]["mask"].any()  # rank 1 trains on padding rows only
+    (log,) = [h for h in ranks[0]["logs"] if "kl" in h]
+    other = next(h for h in ranks[1]["logs"] if "kl" in h)
+    assert (log["kl"], log["entropy"]) == (other["kl"], other["entropy"])  # reduced over both ranks
+    assert abs(log["kl"]) < 1e-6  # step 1: the policy is the reference
+    entropy = sum((c["entropies"] * c["mask"]).sum() for r in ranks for c in r["calls"])
+    tokens = sum(c["mask"].sum() for r in ranks for c in r["calls"])
+    assert math.isclose(log["entropy"], float(entropy / tokens), rel_tol=1e-5)

@@ -677,11 +677,15 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, GRPOTrainer):
 
     def _trim_completion_columns(self, output: dict[str, Any]) -> None:
         """Drop trailing completion columns that only held dropped rollouts' tokens (right padding: the positions of
-        the remaining tokens, hence their log-probs, do not change)."""
+        the remaining tokens, hence their log-probs, do not change).
+
+        At least two columns stay: TRL 1.16's loss reads a one-column tensor as one value per sequence and then
+        ignores the mask (``global_masked_mean``), so a process whose rows are all inert padding would log their KL
+        and entropy as if they were real tokens."""
         mask = output["completion_mask"]
         width = mask.size(1)
         used = mask.any(0).nonzero()
-        new = int(used.max()) + 1 if used.numel() else 1
+        new = max(int(used.max()) + 1 if used.numel() else 1, 2)
         if self.pad_to_multiple_of:
             new = min(width, -(-new // self.pad_to_multiple_of) * self.pad_to_multiple_of)
         if new >= width:
