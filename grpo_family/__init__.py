@@ -23,6 +23,7 @@ _METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
     "d3s": (".trainers.d3s", "D3SConfig", "D3STrainer"),
     "sgpo": (".trainers.sgpo", "SGPOConfig", "SGPOTrainer"),
     "gpg": (".trainers.gpg", "GPGConfig", "GPGTrainer"),
+    "kl_cov": (".trainers.kl_cov", "KLCovConfig", "KLCovTrainer"),
 }
 
 # Public name -> (module, attribute), imported on first access.
