@@ -24,6 +24,7 @@ _METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
     "sgpo": (".trainers.sgpo", "SGPOConfig", "SGPOTrainer"),
     "gpg": (".trainers.gpg", "GPGConfig", "GPGTrainer"),
     "kl_cov": (".trainers.kl_cov", "KLCovConfig", "KLCovTrainer"),
+    "clip_cov": (".trainers.clip_cov", "ClipCovConfig", "ClipCovTrainer"),
 }
 
 # Public name -> (module, attribute), imported on first access.
