@@ -89,8 +89,8 @@ STAGES: tuple[Stage, ...] = (
         "finish_generation_batch",
         "once per generation batch, after the rows were kept, before TRL shuffles and splits the batch",
         "(batch: GenerationBatch) -> None",
-        "per-row values the loss needs, with batch.set(name, tensor): CW-GRPO's row tags, D3S's rollout index, "
-        "GPG's row weights and alpha",
+        "per-row values the loss needs, with batch.set(name, tensor): D3S's rollout index, GPG's row weights and "
+        "alpha",
     ),
     Stage(
         "prepare_micro_batches",
@@ -429,9 +429,8 @@ def stage_table(overrides: dict[str, list[str]] | None = None) -> str:
     ]
     for number, stage in enumerate(STAGES, 1):
         methods = ", ".join(f"`{m}`" for m in (overrides or {}).get(stage.hook, [])) or "-"
-        lines.append(
-            f"| {number} | `{stage.hook}` | {stage.runs} | `{stage.signature}` | {stage.purpose} | {methods} |"
-        )
+        cells = [str(number), f"`{stage.hook}`", stage.runs, f"`{stage.signature}`", stage.purpose, methods]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
 
