@@ -41,13 +41,13 @@ from grpo_family.judges import (
     parse_verdict,
     strip_reasoning,
 )
+from grpo_family.judges.batch import _clean_verdict
 from grpo_family.judges.steps import split_steps
 from grpo_family.rewards import get_reward_funcs, reward_names
 from grpo_family.rewards.math import MathAccuracyReward
 from grpo_family.rewards.timeout import RewardTimeoutError, get_runner, with_timeout
 from grpo_family.runtime.reward_guards import GuardedReward
 from grpo_family.runtime.setup_checks import is_empty_prompt
-from grpo_family.trainers.sgpo import _clean_verdict
 
 MB = 1_000_000
 

@@ -3,6 +3,7 @@ that is down / slow / talking nonsense, and a 2-process run where the judge is a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import socket
@@ -22,15 +23,18 @@ from transformers import PreTrainedTokenizerFast, TrainerState
 from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.judges import (
     HeuristicReferenceJudge,
+    JudgeConfig,
     JudgeVerdict,
     OpenAICompatibleJudge,
     ProgrammaticJudge,
     TransformersJudge,
+    make_judge,
 )
+from grpo_family.judges.batch import check_judge_columns
 from grpo_family.judges.steps import split_steps
 from grpo_family.rewards.extract import completion_text
 from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, check_steps, split_into_steps
-from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, check_judge_columns, make_judge
+from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
 from grpo_family.trainers.stages import GenerationBatch
 
 PROBLEM = "Compute 2+3*4."
@@ -212,6 +216,25 @@ def test_make_judge_from_config(tmp_path, tiny_model_dir):
         SGPOConfig(**tiny_config_kwargs(tmp_path, judge_type="transformers", judge_model=tiny_model_dir))
     )
     assert isinstance(local, TransformersJudge) and local.temperature == 0.0
+
+
+def test_judge_settings_are_one_object_read_from_the_flat_fields(tmp_path):
+    """``SGPOConfig.judge`` is the JudgeConfig of the flat ``judge_*`` fields: every JudgeConfig field names an
+    SGPOConfig field with the same default, a flat value set after construction is what the judge code reads, and a
+    bad setting is refused when the config is built, naming the flag."""
+    config = SGPOConfig(**tiny_config_kwargs(tmp_path))
+    sgpo_fields = {f.name: f for f in dataclasses.fields(SGPOConfig)}
+    for field in dataclasses.fields(JudgeConfig):
+        flag = field.metadata["flag"]
+        assert flag in sgpo_fields, flag
+        assert sgpo_fields[flag].default == field.default, flag
+    assert config.judge == JudgeConfig()
+    config.judge_answer_column, config.num_judge_votes = "final_answer", 3
+    assert (config.judge.answer_column, config.judge.num_votes) == ("final_answer", 3)
+    with pytest.raises(ValueError, match="judge_max_steps must be >= 1"):
+        SGPOConfig(**tiny_config_kwargs(tmp_path, judge_max_steps=0))
+    with pytest.raises(ValueError, match="judge_type must be one of"):
+        JudgeConfig(type="oracle")
 
 
 def test_trainer_set_up_errors(tiny_model_dir, config_kwargs):
@@ -557,13 +580,13 @@ def test_judge_answer_column_is_checked_against_the_training_set(caplog):
     prompt = [{"role": "user", "content": PROBLEM}]
     trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"], "solution": [SOLUTION]})
     with pytest.raises(ValueError, match="judge_answer_column 'answer' is not a training-set column"):
-        check_judge_columns(trainer.args, trainer.train_dataset, None)
+        check_judge_columns(trainer.args.judge, trainer.train_dataset, None)
     trainer.args.judge_answer_column = "final_answer"
-    check_judge_columns(trainer.args, trainer.train_dataset, None)  # the right column: fine
+    check_judge_columns(trainer.args.judge, trainer.train_dataset, None)  # the right column: fine
     # No reference column: the warning names the gold-answer column the judge sees instead, which exists.
     trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"]})
-    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
-        check_judge_columns(trainer.args, trainer.train_dataset, None)
+    with caplog.at_level(logging.WARNING, logger="grpo_family.judges.batch"):
+        check_judge_columns(trainer.args.judge, trainer.train_dataset, None)
     assert "gold answer (column 'final_answer')" in caplog.text
     # ... and the judge is sent that column's value.
     judge = RecordingJudge()

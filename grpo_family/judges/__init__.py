@@ -4,12 +4,16 @@
   the four judges: ``OpenAICompatibleJudge`` (vLLM / hosted APIs), ``TransformersJudge`` (a local model),
   ``ProgrammaticJudge`` (the bundled task, exact) and ``HeuristicReferenceJudge`` (numbers checked against the
   reference solution; crude, for smoke tests and CI);
-* :mod:`.steps` -- the one step splitter every judge sees the response through.
+* :mod:`.steps` -- the one step splitter every judge sees the response through;
+* :mod:`.config` -- the judge's settings as one object (:class:`JudgeConfig`, what ``SGPOConfig.judge`` holds) and
+  :func:`make_judge`;
+* :mod:`.batch` -- judging a generation batch: the items each completion becomes, one call under a deadline.
 
 Importing this package needs only the standard library (torch and transformers are imported when a verdict is
 voted or a local model is used), so :mod:`grpo_family.rewards` re-exports the judges without getting heavier.
 """
 
+from .config import JUDGE_TYPES, JudgeConfig, make_judge
 from .step_judges import (
     DEFAULT_PROMPT_PATH,
     FAIL,
@@ -33,8 +37,10 @@ from .steps import SPLITTERS, merge_steps, number_steps, split_steps
 __all__ = [
     "DEFAULT_PROMPT_PATH",
     "FAIL",
+    "JUDGE_TYPES",
     "SPLITTERS",
     "HeuristicReferenceJudge",
+    "JudgeConfig",
     "JudgeRequest",
     "JudgeVerdict",
     "OpenAICompatibleJudge",
@@ -44,6 +50,7 @@ __all__ = [
     "TransformersJudge",
     "final_answer_step",
     "has_final_answer",
+    "make_judge",
     "merge_steps",
     "number_steps",
     "parse_verdict",
