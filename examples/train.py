@@ -20,25 +20,41 @@ import json
 import logging
 import os
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# torch.distributed.elastic reads LOGLEVEL when transformers imports it and fails on anything but an upper-case level
+# name (`LOGLEVEL=debug` was "ValueError: Unknown level"): a name is upper-cased here; any other value is kept from
+# torch and checked in __main__ (grpo_family.launch.log_level, which also takes a number).
+if os.environ.get("LOGLEVEL", "").strip().upper() in logging.getLevelNamesMapping():
+    os.environ["LOGLEVEL"] = os.environ["LOGLEVEL"].strip().upper()
+elif "LOGLEVEL" in os.environ:
+    os.environ["_GRPO_FAMILY_LOGLEVEL"] = os.environ.pop("LOGLEVEL")
+
 import torch
-from tqdm.auto import tqdm
-from transformers import AutoTokenizer, TrainerCallback, set_seed
+from transformers import AutoTokenizer, set_seed
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config
-from trl.models import unwrap_model_for_generation
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
+from grpo_family.bounds import check_bounds
 from grpo_family.collator import DatasetFormatError
+from grpo_family.eval import EvalData, EvalSetupError, EvaluationCallback
+from grpo_family.integrations.vllm_cpu import shutdown_colocated_vllm
+from grpo_family.launch import (
+    check_config_keys,
+    check_flags_apply,
+    check_precision,
+    given_flags,
+    has_accelerator,
+    load_config_file,
+    log_level,
+    stop_with_launcher,
+)
 from grpo_family.preflight import PreflightError
+from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")
-# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses the old names, so
-# every run would print four deprecation notices that are not the user's to act on.
-warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 @dataclass
@@ -95,8 +111,16 @@ class TrainScriptArguments(ScriptArguments):
     held_out_every: int = field(
         default=25,
         metadata={
-            "help": "Also score the held-out set every this many optimizer steps during training (0: only before and "
-            "after). The scores go into the logs as `held_out_accuracy` and onto the plot."
+            "help": "Also evaluate the held-out set every this many optimizer steps during training (0: only before and "
+            "after). Greedy accuracy goes into the logs and the report_to backends as `held_out_accuracy` (and onto "
+            "the plot), sampled pass@k / avg@n as `held_out/pass@k`, ... (grpo_family.eval.EvaluationCallback)."
+        },
+    )
+    held_out_samples: int = field(
+        default=0,
+        metadata={
+            "help": "Samples per held-out problem for pass@k / avg@n / maj@n at the training temperature, top_p and "
+            "top_k (0: greedy accuracy only; the embedded default uses 4: pass@1 and pass@4)."
         },
     )
     task_difficulty: str = field(default="default", metadata={"help": "Bundled task difficulty (embedded default)."})
@@ -109,11 +133,9 @@ def _pre_parse(argv: list[str]) -> argparse.Namespace:
     for flag in ("--method", "--config", "--model_name_or_path", "--dataset_name"):
         pre.add_argument(flag, default=None)
     known, _ = pre.parse_known_args(argv)
+    known.recipe = {}
     if known.config:
-        import yaml
-
-        with open(known.config) as f:
-            recipe = yaml.safe_load(f) or {}
+        known.recipe = recipe = load_config_file(known.config)  # a mapping without duplicate keys, or an error
         for key in ("method", "model_name_or_path", "dataset_name"):
             if getattr(known, key) is None:
                 setattr(known, key, recipe.get(key))
@@ -127,16 +149,25 @@ def parse_args(argv: list[str] | None = None):
     known = _pre_parse(argv)
     config_cls, trainer_cls = get_method(known.method)
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig, DatasetMixtureConfig))
+    if known.config:
+        check_config_keys(known.recipe, (action.dest for action in parser._actions), known.config)
     if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
         parser.set_defaults(bf16=False, dataloader_pin_memory=False)
-    if known.model_name_or_path is None and known.dataset_name is None:
+    if not has_accelerator():  # CPU training arguments, so that a multi-process launch trains as one run (gloo)
+        parser.set_defaults(use_cpu=True)
+    embedded = known.model_name_or_path is None and known.dataset_name is None
+    check_flags_apply(given_flags(argv, known.recipe), embedded)  # a flag the chosen path would ignore is refused
+    if embedded:
         # Embedded default: the bundled task's tuned settings as defaults, before the config's own checks run (so
         # `--num_generations 16` is checked against the demo's batch of 64, not TRL's 8); the YAML and the command
         # line still win.
         from grpo_family.tasks import DEFAULT_GRPO_ARGS
 
-        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
+        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}", held_out_samples=4)
     script_args, training_args, model_args, mixture = parser.parse_args_and_config(argv)
+    for config in (script_args, model_args, mixture):  # the method's config checked its own fields when built
+        check_bounds(config)
+    check_precision(training_args)
     script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:
         from grpo_family.preflight import resolve_reward_funcs
@@ -151,7 +182,6 @@ def preflight(script_args, training_args, model_args) -> dict:
     from grpo_family import preflight as checks
     from grpo_family.collator import filter_rows
 
-    checks.check_batch_size(training_args)
     checks.check_vllm(training_args)
     checks.probe_judge(training_args)
     checks.check_hub_reachable(training_args.push_to_hub)
@@ -175,6 +205,7 @@ def preflight(script_args, training_args, model_args) -> dict:
         raise PreflightError("Give --dataset_name (or a `datasets:` mixture in the --config YAML).")
     train = filter_rows(checks.check_split(raw, script_args.dataset_train_split, name), script_args.dataset_filters,
                         name=f"{name} [{script_args.dataset_train_split}]")  # fmt: skip
+    checks.check_enough_rows(train, training_args)  # fewer rows than one generation batch trains no step
     test = raw[script_args.dataset_test_split] if script_args.dataset_test_split in raw else None
     if training_args.eval_strategy != "no":
         test = checks.check_split(raw, script_args.dataset_test_split, name)
@@ -200,7 +231,7 @@ def load_real(script_args, training_args, model_args, checked: dict):
     from datasets import Dataset, IterableDataset
 
     from grpo_family.collator import prepare_dataset
-    from grpo_family.rewards import check_golds
+    from grpo_family.preflight import check_gold_answers
 
     # trust_remote_code stays off (only architectures transformers itself ships are loaded) unless asked for with
     # --trust_remote_code (or trust_remote_code in --model_init_kwargs), which runs Python code from the model
@@ -243,46 +274,22 @@ def load_real(script_args, training_args, model_args, checked: dict):
     reward_funcs = checked["reward_funcs"]
     # Unreadable golds: reported, or fail fast (a stream: judged on its first rows).
     sample = Dataset.from_list(list(train.take(1000))) if isinstance(train, IterableDataset) else train
-    check_golds(sample, reward_funcs, max_unreadable=script_args.max_unreadable_golds)
+    check_gold_answers(sample, reward_funcs, script_args.answer_column or "answer", script_args.max_unreadable_golds)
     if script_args.reward_model_name_or_path:
         reward_funcs = [script_args.reward_model_name_or_path, *reward_funcs]
     return model_args.model_name_or_path, tokenizer, train, evaluation, eval_dataset, reward_funcs
 
 
-def held_out_accuracy(model, tokenizer, dataset, reward_func, max_new_tokens: int) -> float:
-    """Mean reward of greedy completions on the held-out set (unscorable rows excluded)."""
-    from grpo_family.tasks import generate_completions
-
-    completions = generate_completions(model, tokenizer, list(dataset["prompt"]), max_new_tokens=max_new_tokens)
-    columns = {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
-    scores = [
-        s for s in reward_func(completions=completions, prompts=list(dataset["prompt"]), **columns) if s is not None
-    ]
-    return sum(scores) / max(1, len(scores))
-
-
-class HeldOutAccuracy(TrainerCallback):
-    """Scores the held-out set every ``every`` steps into the log history as `held_out_accuracy` (``score`` runs on
-    every process and returns the accuracy on the main one, None elsewhere);
-    the score before training (``initial``) goes in at step 0 (``train()`` starts a new log history)."""
-
-    def __init__(self, score, every: int, label: str):
-        self.score, self.every, self.label, self.initial = score, every, label, None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            record_accuracy(state, self.initial, self.label)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.every and state.global_step % self.every == 0 and state.global_step < state.max_steps:
-            record_accuracy(state, self.score(), self.label)
+def _accuracy(metrics: dict | None) -> float | None:
+    return None if metrics is None else metrics.get("held_out_accuracy")
 
 
 def record_accuracy(state, accuracy: float | None, label: str) -> None:
+    """The held-out accuracy after a run that trained no step (a finished run resumed) into the log history."""
     if accuracy is None:
         return
     state.log_history.append({"step": state.global_step, "held_out_accuracy": accuracy})
-    tqdm.write(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")  # keeps the progress bar
+    print(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")
 
 
 def skip_deepspeed_cpu_shm_op() -> None:
@@ -299,11 +306,31 @@ def skip_deepspeed_cpu_shm_op() -> None:
 def main(argv: list[str] | None = None) -> dict:
     skip_deepspeed_cpu_shm_op()  # before anything starts DeepSpeed
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
+    # One run per output folder: the main process holds the folder's lock until the run ends (a second run into it
+    # is refused; a lock left by a killed run is taken over); every process learns the outcome.
+    lock = OutputFolderLock(training_args.output_dir, is_main_process=training_args.process_index == 0)
+    lock.acquire()
+    try:
+        return run(script_args, training_args, model_args, trainer_cls)
+    finally:
+        lock.release()
+
+
+def run(script_args, training_args, model_args, trainer_cls) -> dict:
     set_seed(training_args.seed)
     has_data = script_args.dataset_name is not None or bool(getattr(script_args.mixture, "datasets", None))
     embedded = model_args.model_name_or_path is None and not has_data
     if not embedded and (model_args.model_name_or_path is None or not has_data):
         raise PreflightError("Give both --model_name_or_path and --dataset_name, or neither (embedded default).")
+    # A checkpoint to resume must be of this method and batch layout; one that already reached the end is left alone.
+    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if checkpoint is not None:
+        try:
+            check_resume(checkpoint, training_args, script_args.method, training_args.world_size)
+        except RunFinishedError as finished:
+            print(f"[{script_args.method}] {finished}")
+            return {"method": script_args.method, "finished": True}
+        training_args.resume_from_checkpoint = checkpoint
     checked = preflight(script_args, training_args, model_args)
     eval_dataset, quantization_config = None, checked.get("quantization_config")
     if embedded:
@@ -315,19 +342,18 @@ def main(argv: list[str] | None = None) -> dict:
     held_out_reward = next((f for f in reward_funcs if callable(f)), None)
 
     label = script_args.method
-    max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
-    trainer = None
-
-    def score() -> float | None:  # called on every process
-        if evaluation is None or held_out_reward is None:
-            return None
-        # Under DeepSpeed ZeRO-3 each process holds a shard of every weight (a forward outside TRL's context fails)
-        # and its hooks run collectives in every forward: every process enters TRL's context, which gathers the
-        # weights (a no-op without ZeRO-3), and generates the same greedy completions; the main process scores.
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-            accuracy = held_out_accuracy(model, tokenizer, evaluation, held_out_reward, max_new_tokens)
-        return accuracy if trainer.accelerator.is_main_process else None
-
+    held_out = EvaluationCallback(
+        None if held_out_reward is None else EvalData.held_out(evaluation, held_out_reward),
+        held_out_reward,
+        every=script_args.held_out_every,
+        max_new_tokens=script_args.eval_max_new_tokens or training_args.max_completion_length,
+        num_samples=script_args.held_out_samples,
+        temperature=training_args.temperature,
+        top_p=training_args.top_p,
+        top_k=training_args.top_k or 0,
+        seed=training_args.seed,
+        label=label,
+    )
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
@@ -337,41 +363,51 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         quantization_config=quantization_config,
         peft_config=get_peft_config(model_args),
-        callbacks=[held_out := HeldOutAccuracy(score, script_args.held_out_every, label)],
+        callbacks=[held_out],
     )
-    results = {"method": label, "accuracy_before": score()}
-    held_out.initial = results["accuracy_before"]
+    held_out.bind(trainer)
+    # Every process evaluates (under ZeRO-3 each holds a shard of every weight: all enter TRL's generation context,
+    # which gathers them); the main process scores, and every process gets its numbers.
+    held_out.initial = held_out.evaluate()
+    results = {"method": label, "accuracy_before": _accuracy(held_out.initial), "held_out_before": held_out.initial}
     # `--resume_from_checkpoint <dir>` (or `true` for the latest in output_dir) continues an interrupted run.
     resume = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resume in ("true", "True") else resume)
-    results["accuracy_after"] = score()
-    record_accuracy(trainer.state, results["accuracy_after"], label)
+    after = held_out.history.get(trainer.state.global_step)  # evaluated at the last step, inside training
+    if after is None:  # no step trained now (a finished run resumed): evaluate here
+        after = held_out.evaluate()
+        record_accuracy(trainer.state, _accuracy(after), label)
+    results.update(accuracy_after=_accuracy(after), held_out_after=after)
 
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
     if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
+        results = json_ready(results)  # plain numbers; an unscored (NaN) or missing score is null
         before, after = results["accuracy_before"], results["accuracy_after"]
         title = f"{label}: held-out accuracy {before:.3f} -> {after:.3f}" if None not in (before, after) else label
         plot_training_curve(trainer.state.log_history, out / "reward_curve.png", title)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / "results.json").write_text(json.dumps(results, indent=2, allow_nan=False))
         if None not in (before, after):
             print(f"[{label}] held-out accuracy: {before:.3f} before training, {after:.3f} after")
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=checked.get("dataset_name", script_args.dataset_name))
+    shutdown_colocated_vllm(trainer)  # before the process group goes: vLLM destroys its own groups first
     trainer.accelerator.end_training()  # trackers finished, process group destroyed before the interpreter exits
     return results
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"))
+    stop_with_launcher()  # under `accelerate launch` / torchrun: stop when the launcher dies, never outlive it
     try:
+        logging.basicConfig(level=log_level(os.environ.pop("_GRPO_FAMILY_LOGLEVEL", os.environ.get("LOGLEVEL"))))
         main()
     except (
         PreflightError,
         DatasetFormatError,
         UnlearnableRunError,
         RewardFunctionError,
+        EvalSetupError,
     ) as error:  # the message says it all
         sys.exit(f"error: {error}")

@@ -31,6 +31,7 @@ from .step_judges import (
     reference_numbers,
     stated_results,
     strip_reasoning,
+    verdict_schema,
 )
 from .steps import SPLITTERS, merge_steps, number_steps, split_steps
 
@@ -58,4 +59,5 @@ __all__ = [
     "split_steps",
     "stated_results",
     "strip_reasoning",
+    "verdict_schema",
 ]

@@ -3,22 +3,21 @@
 ``SGPOConfig`` keeps the settings as flat ``judge_*`` fields, because TRL's ``TrlParser`` (transformers'
 ``HfArgumentParser``) makes command-line flags and recipe keys from flat dataclass fields only (a dataclass-typed
 field's flag is handed whole, as one string, to the class); ``SGPOConfig.judge`` is a :class:`JudgeConfig` built from them on each read, which is all the
-judging code reads. Here the settings are checked together, with messages that name the flags a user sets.
+judging code reads. The settings are checked against their flags' bounds (:mod:`grpo_family.bounds`), with
+messages that name the flags a user sets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import re
 
+from ..bounds import check_bounds
 from .step_judges import HeuristicReferenceJudge, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
-from .steps import SPLITTERS
 
 logger = logging.getLogger(__name__)
 
-JUDGE_TYPES = ("programmatic", "openai", "transformers", "heuristic")
+JUDGE_TYPES = ("programmatic", "openai", "transformers", "heuristic")  # what make_judge builds
 GRACE_S = 1.0  # beyond batch_timeout, for a judge that honours the deadline itself to hand back its results
 
 
@@ -34,7 +33,8 @@ class JudgeConfig:
 
     * the judge: ``type`` (``judge_type``), ``base_url``, ``model``, ``api_key_env`` (the *name* of the variable
       holding the key), ``num_votes`` (``num_judge_votes``), ``temperature``, ``max_tokens``, ``timeout``,
-      ``max_retries``, ``concurrency``, ``prompt_template_path``;
+      ``max_retries``, ``concurrency``, ``prompt_template_path``, ``structured_output`` (verdicts constrained to
+      JSON by the server; ``openai`` only);
     * a batch: ``batch_timeout`` (what is still pending then is a failure), ``step_splitter``, ``max_steps``
       (``judge_max_steps``);
     * the data: ``problem_column``, ``answer_column``, ``reference_column``, ``require_reference``.
@@ -58,6 +58,7 @@ class JudgeConfig:
     answer_column: str = _flag("answer", "judge_answer_column")
     reference_column: str = _flag("solution", "judge_reference_column")
     require_reference: bool = _flag(False, "require_reference")
+    structured_output: bool = _flag(False, "judge_structured_output")
 
     @classmethod
     def from_flags(cls, config) -> JudgeConfig:
@@ -66,30 +67,11 @@ class JudgeConfig:
         return cls(**{f.name: getattr(config, f.metadata["flag"]) for f in dataclasses.fields(cls)})
 
     def __post_init__(self):
-        for name, value, allowed in (
-            ("judge_type", self.type, JUDGE_TYPES),
-            ("step_splitter", self.step_splitter, SPLITTERS),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"judge_max_steps must be >= 1 or None, got {self.max_steps}.")
-        if self.num_votes < 1 or self.concurrency < 1 or self.max_retries < 0:
+        check_bounds(self)  # each setting against its flag's bound (grpo_family.bounds); the error names the flag
+        if self.structured_output and self.type != "openai":
             raise ValueError(
-                "num_judge_votes and judge_concurrency must be >= 1 and judge_max_retries >= 0 (got "
-                f"{self.num_votes}, {self.concurrency}, {self.max_retries})."
+                f"judge_structured_output applies to judge_type='openai' (a served judge), not {self.type!r}."
             )
-        if not (self.timeout > 0 and self.batch_timeout > 0 and self.max_tokens >= 1):
-            raise ValueError("judge_timeout and judge_batch_timeout must be > 0 and judge_max_tokens >= 1.")
-        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
-            # Not echoed: this is most likely the key itself, which must not reach a log or a traceback.
-            raise ValueError(
-                "judge_api_key_env must be the NAME of the environment variable holding the judge API key (default "
-                "'JUDGE_API_KEY'), not the key itself: export the key (e.g. `export JUDGE_API_KEY=...`) and pass "
-                "the variable's name. The value given is not a valid variable name."
-            )
-        if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"judge_temperature must be finite and >= 0, or None, got {self.temperature}.")
 
 
 def make_judge(config: JudgeConfig):
@@ -119,6 +101,7 @@ def make_judge(config: JudgeConfig):
             concurrency=config.concurrency,
             batch_timeout=config.batch_timeout,
             prompt_template=config.prompt_template_path,
+            structured=config.structured_output,
         )
     if not config.model:
         raise ValueError("judge_type='transformers' needs judge_model (a model path or Hub id), or pass judge=...")

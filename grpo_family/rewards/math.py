@@ -260,6 +260,12 @@ def _score_span(span: str, source: str, gold: Any) -> tuple[str, float | None]:
     return OK, float(verify(gold_parsed, answer_parsed, timeout_seconds=None))
 
 
+def _worker_warm_up() -> None:
+    """Run by a reward worker before it reports ready (:mod:`grpo_family.rewards.timeout`): math-verify builds its
+    LaTeX parser on first use (0.1-0.5 s), which belongs to the worker's start-up, not to an answer's deadline."""
+    verify(_parse_bare("1"), _parse_span("1", "anchor"), timeout_seconds=None)
+
+
 def score_math(text: str, gold: Any, timeout_reward: float | None = 0.0) -> tuple[str, float | None]:
     """``(status, reward)`` for one completion text: ``(OK, 1.0 | 0.0)``, ``(BAD_GOLD, None)``,
     ``(BAD_ANSWER, 0.0)``, ``(HEDGED, 0.0)`` or ``(TOO_EXPENSIVE, timeout_reward)``. No deadline here; the reward

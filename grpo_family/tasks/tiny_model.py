@@ -13,22 +13,20 @@ a policy that can already solve most problems but does so inconsistently, which 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
 import random
-import shutil
 import string
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from ..cache import load_cached
 from .arithmetic import (
     DEFAULT_DIFFICULTY,
     _format_solution,
@@ -71,9 +69,10 @@ TINY_MODEL_DEFAULTS = {  # 0.34M parameters; head_dim 128 / 4 = 32 (vLLM's CPU a
 # Supervised warm start: AdamW on the train split's chat-formatted prompt + a teacher's solution, loss on the
 # completion only. The teacher evaluates left to right (`left_to_right`) in `left_to_right_share` of its solutions
 # (a wrong order only where the problem needs precedence), else in the right order; its arithmetic is always right.
-# 1000 steps take about 80 s on one core; the result solves 42 of the 43 problems among the first 400 held-out ones
-# that need no precedence, greedily (and 0.22 of those that do). At a share of 0.7 the warm start's
-# greedy answer is right on ~0.29 of the held-out problems; at 0.8, RL took several times longer to flip the order.
+# 1000 steps took 158 s of one core (10 min wall on a busy 2-core machine); the result solves 42 of the 43
+# problems among the first 400 held-out ones that need no precedence, greedily (and 0.22 of those that do). At a
+# share of 0.7 the warm start's greedy answer is right on ~0.29 of the held-out problems; at 0.8, RL took several
+# times longer to flip the order.
 WARM_START_DEFAULTS = {
     "num_steps": 1000,
     "left_to_right_share": 0.7,
@@ -86,11 +85,23 @@ WARM_START_DEFAULTS = {
 }
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
     """Character-level tokenizer: specials, newline and the printable ASCII characters, one token each, plus a few
-    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line."""
+    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line.
+
+    `vocab_size` pads the vocabulary to exactly that many tokens with pieces of two, then three, printable
+    characters, as a real BPE vocabulary holds: encoding never produces them (this BPE has no merges) and decoding
+    writes them out, so a model of a real vocabulary's shape (embedding and logits) trains on the bundled task
+    (`benchmarks/gpu.py`)."""
     chars = ["\n"] + [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
+    pieces = SPECIAL_TOKENS + chars
+    if vocab_size is not None:
+        padding = vocab_size - len(pieces) - len(WORD_TOKENS)
+        if padding < 0:
+            raise ValueError(f"vocab_size={vocab_size} is below the {len(pieces) + len(WORD_TOKENS)} tokens it needs.")
+        longer = ("".join(p) for n in (2, 3) for p in itertools.product(chars[1:], repeat=n))
+        pieces += list(itertools.islice(longer, padding))
+    vocab = {tok: i for i, tok in enumerate(pieces)}
     # A BPE with no merges splits text into single characters; Fuse joins them back without separators.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     backend.decoder = decoders.Fuse()
@@ -141,6 +152,12 @@ def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_ove
         "difficulty": DEFAULT_DIFFICULTY.name,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def warm_start_dir(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> Path:
+    """The warm start's cache folder (a model folder once :func:`load_warm_start` has built it): what
+    ``python -m grpo_family.eval --model`` takes to evaluate the demo's starting policy."""
+    return _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
 
 
 def teacher_solutions(dataset, left_to_right_share: float, seed: int = 0) -> list[str]:
@@ -229,6 +246,7 @@ def _train_warm_start(
 
 
 def _is_complete(path: Path) -> bool:
+    """A cache written before manifests existed (grpo_family.cache): its last files are there."""
     return (path / "config.json").exists() and (path / "tokenizer_config.json").exists()
 
 
@@ -244,82 +262,55 @@ def load_warm_start(
 
     `cache_dir` defaults to `$GRPO_FAMILY_CACHE/tiny-arith-<hash>` (else `~/.cache/grpo_family/...`), the hash
     covering the model config, training settings, seed and `WARM_START_VERSION`. `train_overrides` override
-    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Concurrency: the process that wins an exclusive lock
-    file trains and publishes via a temp dir + `os.replace`, so a reader never sees a half-written cache; other
-    processes wait (up to `timeout` seconds) for the directory to appear.
+    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Built once across processes (`grpo_family.cache`): the
+    process holding `<cache_dir>.lock` trains and publishes the folder whole; the others wait up to `timeout` seconds
+    for it, and take over at once if that process was killed (its PID is gone). A cache that is incomplete or does
+    not load is named in a warning and rebuilt.
     """
     if cache_dir is None:
-        cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
-    path = Path(cache_dir)
-    if not _is_complete(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = path.with_name(path.name + ".lock")
-        deadline = time.monotonic() + timeout
-        while not _is_complete(path):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                # Another process is training; a lock older than `timeout` is left over from a crash.
-                with contextlib.suppress(FileNotFoundError):
-                    if time.time() - lock.stat().st_mtime > timeout:
-                        lock.unlink()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"waited {timeout:.0f}s for another process to write {path}") from None
-                time.sleep(0.5)
-                continue
-            try:
-                os.close(fd)
-                if not _is_complete(path):
-                    steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
-                    print(
-                        f"Building the warm start once ({steps} supervised steps of the tiny model, about "
-                        f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {path}",
-                        flush=True,
-                    )
-                    model, tokenizer = train_warm_start(
-                        seed, model_overrides, log_every=max(1, steps // 5), **train_overrides
-                    )
-                    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
-                    model.save_pretrained(tmp)
-                    tokenizer.save_pretrained(tmp)
-                    if path.exists():  # an incomplete leftover
-                        shutil.rmtree(path)
-                    os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    lock.unlink()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
-    model = Qwen2ForCausalLM.from_pretrained(path)
-    model.eval()
-    return model, tokenizer
+        cache_dir = warm_start_dir(seed, model_overrides, train_overrides)
+
+    def build(folder: Path) -> None:
+        steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
+        print(
+            f"Building the warm start once ({steps} supervised steps of the tiny model, about "
+            f"{max(1, round(steps * 0.16 / 60))} min on one CPU core); cached in {cache_dir}",
+            flush=True,
+        )
+        model, tokenizer = train_warm_start(seed, model_overrides, log_every=max(1, steps // 5), **train_overrides)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    def load(folder: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+        tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
+        model = Qwen2ForCausalLM.from_pretrained(folder)
+        model.eval()
+        return model, tokenizer
+
+    return load_cached(
+        cache_dir, build, load, what="The tiny model's warm start", timeout=timeout, legacy_complete=_is_complete
+    )
 
 
-@torch.no_grad()
 def generate_completions(
     model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
 ) -> list[str]:
-    """Decoded assistant completions (special tokens stripped) for conversational prompts."""
-    was_training = model.training
-    model.eval()
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    out: list[str] = []
-    for i in range(0, len(texts), batch_size):
-        enc = tokenizer(
-            texts[i : i + batch_size], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-        ).to(model.device)
-        ids = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            **({} if do_sample else {"temperature": None, "top_p": None, "top_k": None}),
-            **gen,
-        )
-        out.extend(tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
-    model.train(was_training)
-    return out
+    """Decoded assistant completions (special tokens stripped) for conversational prompts, one per prompt: greedy,
+    or sampled from torch's global generator with ``temperature`` / ``top_p`` / ``top_k`` from ``gen``
+    (transformers' defaults 1.0 / 1.0 / 50 where not given). The evaluation package's ``generate`` backend
+    (:class:`grpo_family.eval.GenerateBackend`: batches of ``batch_size``, left padding) does the work."""
+    from grpo_family.eval.generation import generate_texts
+    from grpo_family.eval.presets import Decoding
+
+    unknown = set(gen) - {"temperature", "top_p", "top_k"}
+    if unknown:
+        raise TypeError(f"generate_completions: unsupported generation arguments {sorted(unknown)}")
+    decoding = Decoding(max_new_tokens=max_new_tokens)
+    if do_sample:
+        settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, **gen}
+        decoding = Decoding(num_samples=1, max_new_tokens=max_new_tokens, **settings)
+    return generate_texts(model, tokenizer, prompts, decoding, batch_size=batch_size, seed=None)
 
 
 def evaluate_accuracy(

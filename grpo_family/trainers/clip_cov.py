@@ -5,12 +5,12 @@ log-probability/advantage covariance lies in a band detached (Cui et al., 2025; 
 
 from __future__ import annotations
 
-import math
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithms import clip_cov  # noqa: F401 - registers the "clip_cov" loss term
+from ..bounds import Float
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 
@@ -23,27 +23,28 @@ class ClipCovConfig(GRPOFamilyConfig):
         default=2e-4,
         metadata={
             "help": "r: tokens detached per loss call, as a share of its valid tokens (at least one), in (0, 1]. "
-            "Default 2e-4 (verl's default)."
+            "Default 2e-4 (verl's default).",
+            "bounds": Float(0, 1, min_open=True),
         },
     )
     clip_cov_lower: float = field(
         default=1.0,
-        metadata={"help": "omega_low: a token is a candidate when its covariance is > this. Default 1.0 (verl's)."},
+        metadata={
+            "help": "omega_low: a token is a candidate when its covariance is > this. Default 1.0 (verl's).",
+            "bounds": Float(),
+        },
     )
     clip_cov_upper: float = field(
         default=5.0,
-        metadata={"help": "omega_high: ... and < this (> clip_cov_lower). Default 5.0 (verl's)."},
+        metadata={"help": "omega_high: ... and < this (> clip_cov_lower). Default 5.0 (verl's).", "bounds": Float()},
     )
 
     def __post_init__(self):
-        super().__post_init__()
-        if not 0.0 < self.clip_cov_ratio <= 1.0:
-            raise ValueError(f"clip_cov_ratio must be in (0, 1] (default 2e-4), got {self.clip_cov_ratio!r}.")
-        bounds = (self.clip_cov_lower, self.clip_cov_upper)
-        if not (all(math.isfinite(b) for b in bounds) and self.clip_cov_lower < self.clip_cov_upper):
+        super().__post_init__()  # single values: the bounds in the fields' metadata (grpo_family.bounds)
+        if not self.clip_cov_lower < self.clip_cov_upper:
             raise ValueError(
-                f"clip_cov_lower < clip_cov_upper must both be finite (default 1.0 < 5.0), got {bounds!r}; an empty "
-                "band would detach nothing."
+                f"clip_cov_lower < clip_cov_upper is needed (default 1.0 < 5.0), got "
+                f"{(self.clip_cov_lower, self.clip_cov_upper)!r}; an empty band would detach nothing."
             )
         if self.importance_sampling_level != "token":
             raise ValueError(

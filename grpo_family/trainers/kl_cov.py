@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..algorithms import kl_cov  # noqa: F401 - registers the "kl_cov" loss term
+from ..bounds import AnyOf, Float, OneOf
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 
@@ -23,7 +24,8 @@ class KLCovConfig(GRPOFamilyConfig):
         default=math.inf,
         metadata={
             "help": "Ratio clip of the surrogate. Default inf: no clipping, as in KL-Cov (the paper's loss and "
-            "verl's kl_cov); a finite value clips as well (not in the paper)."
+            "verl's kl_cov); a finite value clips as well (not in the paper).",
+            "bounds": AnyOf((Float(0, 1, max_open=True), OneOf((math.inf,)))),
         },
     )
     kl_cov_ratio: float = field(
@@ -31,20 +33,20 @@ class KLCovConfig(GRPOFamilyConfig):
         metadata={
             "help": "k: share of the loss call's valid tokens (at least one) with the largest log-prob/advantage "
             "covariance that get the KL penalty, in (0, 1]. Default 2e-4 (verl's default); the paper tunes it per "
-            "model size."
+            "model size.",
+            "bounds": Float(0, 1, min_open=True),
         },
     )
     kl_cov_coef: float = field(
         default=1.0,
-        metadata={"help": "beta: weight of |logp - logp_old| on the selected tokens, >= 0. Default 1.0 (verl's)."},
+        metadata={
+            "help": "beta: weight of |logp - logp_old| on the selected tokens, >= 0. Default 1.0 (verl's).",
+            "bounds": Float(0),
+        },
     )
 
     def __post_init__(self):
-        super().__post_init__()
-        if not 0.0 < self.kl_cov_ratio <= 1.0:
-            raise ValueError(f"kl_cov_ratio must be in (0, 1] (default 2e-4), got {self.kl_cov_ratio!r}.")
-        if not (math.isfinite(self.kl_cov_coef) and self.kl_cov_coef >= 0):
-            raise ValueError(f"kl_cov_coef must be a finite number >= 0 (default 1.0), got {self.kl_cov_coef!r}.")
+        super().__post_init__()  # single values: the bounds in the fields' metadata (grpo_family.bounds)
         if self.importance_sampling_level != "token":
             raise ValueError(
                 "KL-Cov penalises tokens one by one: importance_sampling_level must be 'token' (the default), got "

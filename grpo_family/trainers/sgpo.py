@@ -39,9 +39,6 @@ from accelerate.utils import broadcast_object_list, gather_object
 
 from ..algorithms.grpo import is_constant, weighted_reward_sum
 from ..algorithms.sgpo import (
-    MODES,
-    NO_ERROR_POLICIES,
-    SCOPES,
     groups_to_judge,
     sgpo_rewards,
     trajectory_score,
@@ -203,6 +200,14 @@ class SGPOConfig(GRPOFamilyConfig):
         default=16384,
         metadata={"help": "Judge completion budget per vote (reasoning judges need many). Default 16384."},
     )
+    judge_structured_output: bool = field(
+        default=False,
+        metadata={
+            "help": "judge_type='openai': constrain each verdict to the JSON {\"first_error_step\": j or null} "
+            "(j within the response's steps) with the OpenAI API's response_format JSON schema, enforced by vLLM's "
+            "structured outputs; no unparseable verdicts, but no written reasoning before the verdict. Default off."
+        },
+    )
     judge_timeout: float = field(
         default=600.0, metadata={"help": "Seconds for one judge HTTP request. Default 600 (reasoning judges)."}
     )
@@ -232,25 +237,8 @@ class SGPOConfig(GRPOFamilyConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (self.sgpo_beta > 0 and math.isfinite(self.sgpo_beta) and math.isfinite(self.sgpo_gamma)):
-            raise ValueError(
-                f"sgpo_beta must be finite and > 0 and sgpo_gamma finite (got {self.sgpo_beta}, {self.sgpo_gamma}); "
-                "the paper's values are sgpo_beta=10, sgpo_gamma=0.5."
-            )
-        for name, value, allowed in (
-            ("partial_credit_mode", self.partial_credit_mode, MODES),
-            ("judge_scope", self.judge_scope, SCOPES),
-            ("sgpo_no_error_policy", self.sgpo_no_error_policy, NO_ERROR_POLICIES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}.")
-        if self.sgpo_num_epochs is not None and not self.sgpo_num_epochs >= 0:
-            raise ValueError(f"sgpo_num_epochs must be >= 0 or None (always on), got {self.sgpo_num_epochs}.")
-        if self.sgpo_max_steps is not None and self.sgpo_max_steps < 0:
-            raise ValueError(f"sgpo_max_steps must be >= 0 or None, got {self.sgpo_max_steps}.")
-        if not math.isfinite(self.correctness_threshold):
-            raise ValueError(f"correctness_threshold must be finite, got {self.correctness_threshold}.")
-        JudgeConfig.from_flags(self)  # checks the judge's settings together
+        # Single values are checked by grpo_family.bounds (GRPOFamilyConfig.__post_init__); here, across fields.
+        JudgeConfig.from_flags(self)  # e.g. judge_structured_output needs judge_type='openai'
         if self.judge_batch_timeout + GRACE_S >= self.ddp_timeout:
             raise ValueError(
                 f"judge_batch_timeout ({self.judge_batch_timeout:g}s) must stay below ddp_timeout ({self.ddp_timeout}s): "
