@@ -66,6 +66,26 @@ def test_every_field_of_every_config_has_a_bound(name):
 
 
 @pytest.mark.parametrize("method", list(METHOD_CONFIGS))
+def test_every_method_config_parses_from_the_command_line_with_its_bounds(method, tmp_path):
+    """TrlParser (transformers' HfArgumentParser) makes a flag of every field, passing each field's metadata to
+    argparse, so a bound kept in the metadata would break every command line of the method; bounds a config declares
+    itself (``field_bounds``) are still applied to parsed values."""
+    from trl import TrlParser
+
+    cls = METHOD_CONFIGS[method]
+    base = ["--output_dir", str(tmp_path), "--bf16", "false", "--use_cpu", "true"]  # this machine has no GPU
+    (config,) = TrlParser((cls,)).parse_args_into_dataclasses(base)
+    assert type(config) is cls
+    for klass in cls.__mro__:
+        for name, bound in vars(klass).get("field_bounds", {}).items():
+            assert bound_for(cls, name) is bound
+            # a number out of range (a wrong type is argparse's own error)
+            value = next(v for v in bound.bad_values() if isinstance(v, int | float) and not isinstance(v, bool))
+            with pytest.raises(BoundsError, match=f"--{name} must be"):
+                TrlParser((cls,)).parse_args_into_dataclasses([*base, f"--{name}", str(value)])
+
+
+@pytest.mark.parametrize("method", list(METHOD_CONFIGS))
 def test_every_out_of_bounds_value_is_refused_when_the_config_is_built(method, tmp_path):
     """Each field of the method's config, set to each value its bound refuses (out of range, wrong type, None where
     None is not allowed), fails at construction with a BoundsError naming the flag -- before TRL's __post_init__

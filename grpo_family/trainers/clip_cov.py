@@ -7,40 +7,46 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..algorithms import clip_cov  # noqa: F401 - registers the "clip_cov" loss term
-from ..bounds import Float
+from ..bounds import Bound, Float
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 
 @dataclass
 class ClipCovConfig(GRPOFamilyConfig):
-    """``GRPOConfig`` plus Clip-Cov's options (``docs/methods/clip_cov.md`` §4). The surrogate's clip is TRL's
-    ``epsilon`` / ``epsilon_high``, which also decides which tokens are already clipped (never detached again)."""
+    """``GRPOConfig`` plus the options of Clip-Cov (Cui et al., 2025, "The Entropy Mechanism of Reinforcement
+    Learning for Reasoning Language Models", arXiv 2505.22617; ``docs/methods/clip_cov.md`` §4). The surrogate's
+    clip is TRL's ``epsilon`` / ``epsilon_high``, which also decides which tokens are already clipped (never
+    detached again)."""
+
+    field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
+        "clip_cov_ratio": Float(0, 1, min_open=True),
+        "clip_cov_lower": Float(),
+        "clip_cov_upper": Float(),
+    }
 
     clip_cov_ratio: float = field(
         default=2e-4,
         metadata={
             "help": "r: tokens detached per loss call, as a share of its valid tokens (at least one), in (0, 1]. "
-            "Default 2e-4 (verl's default).",
-            "bounds": Float(0, 1, min_open=True),
+            "Default 2e-4 (the paper's and verl's).",
         },
     )
     clip_cov_lower: float = field(
         default=1.0,
         metadata={
-            "help": "omega_low: a token is a candidate when its covariance is > this. Default 1.0 (verl's).",
-            "bounds": Float(),
+            "help": "omega_low: a token is a candidate when its covariance is > this. Default 1.0 (the paper's and verl's).",
         },
     )
     clip_cov_upper: float = field(
         default=5.0,
-        metadata={"help": "omega_high: ... and < this (> clip_cov_lower). Default 5.0 (verl's).", "bounds": Float()},
+        metadata={"help": "omega_high: ... and < this (> clip_cov_lower). Default 5.0 (the paper's and verl's)."},
     )
 
     def __post_init__(self):
-        super().__post_init__()  # single values: the bounds in the fields' metadata (grpo_family.bounds)
+        super().__post_init__()  # single values: field_bounds and grpo_family.bounds.BOUNDS
         if not self.clip_cov_lower < self.clip_cov_upper:
             raise ValueError(
                 f"clip_cov_lower < clip_cov_upper is needed (default 1.0 < 5.0), got "

@@ -8,45 +8,49 @@ import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..algorithms import kl_cov  # noqa: F401 - registers the "kl_cov" loss term
-from ..bounds import AnyOf, Float, OneOf
+from ..bounds import AnyOf, Bound, Float, OneOf
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 
 
 @dataclass
 class KLCovConfig(GRPOFamilyConfig):
-    """``GRPOConfig`` plus KL-Cov's options (``docs/methods/kl_cov.md`` §4). KL-Cov has no ratio clipping, so
-    ``epsilon`` defaults to ``inf`` here; its penalty replaces the clip on the tokens that matter."""
+    """``GRPOConfig`` plus the options of KL-Cov (Cui et al., 2025, "The Entropy Mechanism of Reinforcement Learning
+    for Reasoning Language Models", arXiv 2505.22617; ``docs/methods/kl_cov.md`` §4). KL-Cov has no ratio clipping,
+    so ``epsilon`` defaults to ``inf`` here; its penalty replaces the clip on the tokens that matter."""
+
+    field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
+        "epsilon": AnyOf((Float(0, 1, max_open=True), OneOf((math.inf,)))),
+        "kl_cov_ratio": Float(0, 1, min_open=True),
+        "kl_cov_coef": Float(0),
+    }
 
     epsilon: float = field(
         default=math.inf,
         metadata={
             "help": "Ratio clip of the surrogate. Default inf: no clipping, as in KL-Cov (the paper's loss and "
             "verl's kl_cov); a finite value clips as well (not in the paper).",
-            "bounds": AnyOf((Float(0, 1, max_open=True), OneOf((math.inf,)))),
         },
     )
     kl_cov_ratio: float = field(
         default=2e-4,
         metadata={
             "help": "k: share of the loss call's valid tokens (at least one) with the largest log-prob/advantage "
-            "covariance that get the KL penalty, in (0, 1]. Default 2e-4 (verl's default); the paper tunes it per "
-            "model size.",
-            "bounds": Float(0, 1, min_open=True),
+            "covariance that get the KL penalty, in (0, 1]. Default 2e-4, the paper's value for Qwen2.5-32B and verl's "
+            "default; the paper uses 2e-3 for Qwen2.5-7B (its authors' recipe/entropy/7b_kl_cov.sh).",
         },
     )
     kl_cov_coef: float = field(
         default=1.0,
         metadata={
-            "help": "beta: weight of |logp - logp_old| on the selected tokens, >= 0. Default 1.0 (verl's).",
-            "bounds": Float(0),
+            "help": "beta: weight of |logp - logp_old| on the selected tokens, >= 0. Default 1.0 (the paper's and verl's).",
         },
     )
 
     def __post_init__(self):
-        super().__post_init__()  # single values: the bounds in the fields' metadata (grpo_family.bounds)
+        super().__post_init__()  # single values: field_bounds and grpo_family.bounds.BOUNDS
         if self.importance_sampling_level != "token":
             raise ValueError(
                 "KL-Cov penalises tokens one by one: importance_sampling_level must be 'token' (the default), got "
