@@ -33,6 +33,7 @@ from grpo_family.bounds import (
     check_bounds,
     problems,
 )
+from grpo_family.judges import JudgeConfig
 from grpo_family.preflight import PreflightError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ import train  # noqa: E402
 METHOD_CONFIGS = {method: config for method, (config, _) in METHODS.items()}
 OTHER_CONFIGS = {"ModelConfig": ModelConfig, "DatasetMixtureConfig": DatasetMixtureConfig,
                  "TrainScriptArguments": train.TrainScriptArguments}  # fmt: skip
-ALL_CONFIGS = {**METHOD_CONFIGS, **OTHER_CONFIGS}
+ALL_CONFIGS = {**METHOD_CONFIGS, **OTHER_CONFIGS, "JudgeConfig": JudgeConfig}  # SGPO's judge settings, by their flags
 
 
 def _fields(cls) -> list[dataclasses.Field]:
