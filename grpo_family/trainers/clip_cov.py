@@ -5,13 +5,13 @@ log-probability/advantage covariance lies in a band detached (Cui et al., 2025; 
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..algorithms import clip_cov  # noqa: F401 - registers the "clip_cov" loss term
 from ..bounds import Bound, Float
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
+from .kl_cov import KLCovTrainer
 
 
 @dataclass
@@ -79,18 +79,7 @@ class ClipCovTrainer(GRPOFamilyTrainer):
     reported_result = "Qwen2.5 7B and 32B on math: the entropy no longer collapses and accuracy ends above GRPO's (the abstract); CW-GRPO's paper: 53.6 vs GRPO 52.6 (1.5B)"
     _tag_names = ["trl", "grpo", "grpo_family", "clip_cov"]
     _name = "Clip-Cov"
-    _paper = {
-        "title": "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models",
-        "id": "2505.22617",
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @article{cui2025entropy,
-                title        = {{The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models}},
-                author       = {Ganqu Cui and Yuchen Zhang and Jiacheng Chen and Lifan Yuan and Zhi Wang and Yuxin Zuo and Haozhan Li and Yuchen Fan and Huayu Chen and Weize Chen and Zhiyuan Liu and Hao Peng and Lei Bai and Wanli Ouyang and Yu Cheng and Bowen Zhou and Ning Ding},
-                year         = 2025,
-                eprint       = {arXiv:2505.22617},
-            }"""),
-    }
+    _paper = KLCovTrainer._paper  # one paper, one citation
 
     def loss_term_options(self) -> dict[str, Any]:
         a = self.args
