@@ -53,7 +53,7 @@ def _fields(cls) -> list[dataclasses.Field]:
 
 @pytest.mark.parametrize("name", list(ALL_CONFIGS))
 def test_every_field_of_every_config_has_a_bound(name):
-    """A field with no entry in grpo_family.bounds.BOUNDS (or metadata["bounds"]) fails here; a field declared
+    """A field with no entry in grpo_family.bounds.BOUNDS (or the config class's field_bounds) fails here; a field declared
     Unchecked must say why."""
     cls = ALL_CONFIGS[name]
     missing = [f.name for f in _fields(cls) if bound_for(cls, f.name) is None]
