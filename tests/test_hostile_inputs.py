@@ -112,6 +112,11 @@ TEXTS = list(HOSTILE_TEXTS.values())
 REWARD_COLUMNS = {
     "choice_accuracy": {"answer": "A"},
     "code_tests": {"test_cases": [{"input": "", "output": "4\n"}]},
+    "reasoning_gym": {  # a reasoning-gym entry as the dataset stores it (grpo_family.tasks.reasoning_gym)
+        "reasoning_gym_entry": json.dumps(
+            {"question": "2 + 2 =", "answer": "4", "metadata": {"source_dataset": "basic_arithmetic"}}
+        )
+    },
 }
 
 
