@@ -48,7 +48,7 @@ def run_backend(python: str, backend: str, args, out: Path, *decoding: str) -> d
         cmd += ["--limit", str(args.limit)]
     if args.dataset_options:
         cmd += ["--dataset_options", args.dataset_options]
-    from grpo_family.trainers.vllm_cpu import engine_env
+    from grpo_family.integrations.vllm_cpu import engine_env
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()

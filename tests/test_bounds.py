@@ -33,6 +33,7 @@ from grpo_family.bounds import (
     check_bounds,
     problems,
 )
+from grpo_family.judges import JudgeConfig
 from grpo_family.preflight import PreflightError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ import train  # noqa: E402
 METHOD_CONFIGS = {method: config for method, (config, _) in METHODS.items()}
 OTHER_CONFIGS = {"ModelConfig": ModelConfig, "DatasetMixtureConfig": DatasetMixtureConfig,
                  "TrainScriptArguments": train.TrainScriptArguments}  # fmt: skip
-ALL_CONFIGS = {**METHOD_CONFIGS, **OTHER_CONFIGS}
+ALL_CONFIGS = {**METHOD_CONFIGS, **OTHER_CONFIGS, "JudgeConfig": JudgeConfig}  # SGPO's judge settings, by their flags
 
 
 def _fields(cls) -> list[dataclasses.Field]:
@@ -52,7 +53,7 @@ def _fields(cls) -> list[dataclasses.Field]:
 
 @pytest.mark.parametrize("name", list(ALL_CONFIGS))
 def test_every_field_of_every_config_has_a_bound(name):
-    """A field with no entry in grpo_family.bounds.BOUNDS (or metadata["bounds"]) fails here; a field declared
+    """A field with no entry in grpo_family.bounds.BOUNDS (or the config class's field_bounds) fails here; a field declared
     Unchecked must say why."""
     cls = ALL_CONFIGS[name]
     missing = [f.name for f in _fields(cls) if bound_for(cls, f.name) is None]
@@ -63,6 +64,26 @@ def test_every_field_of_every_config_has_a_bound(name):
             assert len(bound.reason) > 40, f"{field.name}: Unchecked needs a stated reason"
         else:
             assert bound.bad_values(), f"{field.name}: the generated test has no value to try"
+
+
+@pytest.mark.parametrize("method", list(METHOD_CONFIGS))
+def test_every_method_config_parses_from_the_command_line_with_its_bounds(method, tmp_path):
+    """TrlParser (transformers' HfArgumentParser) makes a flag of every field, passing each field's metadata to
+    argparse, so a bound kept in the metadata would break every command line of the method; bounds a config declares
+    itself (``field_bounds``) are still applied to parsed values."""
+    from trl import TrlParser
+
+    cls = METHOD_CONFIGS[method]
+    base = ["--output_dir", str(tmp_path), "--bf16", "false", "--use_cpu", "true"]  # this machine has no GPU
+    (config,) = TrlParser((cls,)).parse_args_into_dataclasses(base)
+    assert type(config) is cls
+    for klass in cls.__mro__:
+        for name, bound in vars(klass).get("field_bounds", {}).items():
+            assert bound_for(cls, name) is bound
+            # a number out of range (a wrong type is argparse's own error)
+            value = next(v for v in bound.bad_values() if isinstance(v, int | float) and not isinstance(v, bool))
+            with pytest.raises(BoundsError, match=f"--{name} must be"):
+                TrlParser((cls,)).parse_args_into_dataclasses([*base, f"--{name}", str(value)])
 
 
 @pytest.mark.parametrize("method", list(METHOD_CONFIGS))
@@ -198,6 +219,7 @@ def test_method_choices_agree_with_the_method_modules(method, constants):
     so the two cannot drift apart)."""
     config = METHOD_CONFIGS[method]
     modules = [importlib.import_module(config.__module__), importlib.import_module(f"grpo_family.algorithms.{method}")]
+    modules += [importlib.import_module("grpo_family.judges")] if method == "sgpo" else []  # its judge settings
     for field, constant in constants.items():
         declared = next(getattr(m, constant) for m in modules if hasattr(m, constant))
         bound = bound_for(config, field)

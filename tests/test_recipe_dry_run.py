@@ -106,6 +106,9 @@ def _cpu_recipe(path: Path, tmp_path: Path, tiny_model_dir: str) -> dict:
         return recipe
     assert name in STAND_INS, f"{path.name}: no local stand-in for dataset {name!r}: add a stand-in to STAND_INS"
     recipe.update(header_cpu_flags(path))
+    if "steps_per_generation" in recipe:  # the recipe's updates per generation batch, at the CPU's accumulation
+        updates = recipe["steps_per_generation"] // recipe.get("gradient_accumulation_steps", 1)
+        recipe["steps_per_generation"] = updates * SIZING["gradient_accumulation_steps"]
     recipe.update(SIZING, output_dir=str(tmp_path / "out"))
     if name is not None:
         config, splits = STAND_INS[name]

@@ -31,7 +31,7 @@ except ImportError:
 
 from test_vllm import _free_port  # noqa: E402
 
-from grpo_family.trainers import vllm_cpu  # noqa: E402
+from grpo_family.integrations import vllm_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
