@@ -6,7 +6,7 @@
 A block is the text between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->`` in README.md or a page of
 docs/. The blocks come from the one list of each thing: the stages (``grpo_family.trainers.stages.STAGES``), the
 methods (``grpo_family.METHODS``: each trainer's ``summary``, paper and stages) and the learning benchmark's results
-(``benchmarks/results/learning.json``), so adding a stage, a method or a benchmark run never means editing a table.
+(``benchmarks/results/learning.json``) and the evaluation presets (``grpo_family.eval.PRESETS``), so adding a stage, a method or a benchmark run never means editing a table.
 """
 
 from __future__ import annotations
@@ -105,11 +105,33 @@ def learning_block() -> str:
     return "\n".join(lines)
 
 
+def presets_block() -> str:
+    """README's table of evaluation presets, from ``grpo_family.eval.PRESETS`` (sources: docs/evaluation.md)."""
+    from grpo_family.eval.presets import PRESETS
+
+    def row(name, paper, decoding, metrics, applies):
+        length = decoding.max_new_tokens or "context"
+        return (f"| `{name}` | {paper} | {applies} | {decoding.temperature:g} | {decoding.top_p:g} | "
+                f"{decoding.num_samples} | {length} | {', '.join(metrics)} |")  # fmt: skip
+
+    lines = ["| preset | paper | applies to | temperature | top_p | samples | max new tokens | metrics |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for preset in PRESETS.values():
+        if preset.small_decoding is None:
+            lines.append(row(preset.name, preset.paper, preset.decoding, preset.metrics, "every benchmark"))
+        else:
+            small = f"benchmarks under {preset.small_below} problems"
+            lines.append(row(preset.name, preset.paper, preset.decoding, preset.metrics, "the rest"))
+            lines.insert(-1, row(preset.name, preset.paper, preset.small_decoding, preset.small_metrics, small))
+    return "\n".join(lines)
+
+
 BLOCKS = {
     "stages": stages_block,
     "methods": methods_block,
     "method-stages": method_stages_block,
     "learning": learning_block,
+    "presets": presets_block,
 }
 
 
