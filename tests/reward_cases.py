@@ -27,6 +27,15 @@ class Case:
     completion: Any
     gold: Any
     grade: float | None
+    # The rule of the answer contract (docs/answer_extraction.md) the completion breaks, "" when it keeps it. A
+    # completion that breaks the contract scores 0 in training mode whatever its grade; so a false negative (grade 1,
+    # score 0) is allowed only where this is set.
+    breaks: str = ""
+
+    @property
+    def expected(self) -> float | None:
+        """The training-mode score: None for an unreadable gold, 0 for a broken contract, else the grade."""
+        return None if self.grade is None else (0.0 if self.breaks else float(self.grade))
 
 
 def _cases(reward: str, prefix: str, rows: list[tuple]) -> list[Case]:
