@@ -342,7 +342,7 @@ QA = _rows("qa_exact_match", "cqa", [
     ("think", "<think>unfinished ... <answer>Paris</answer>", "Paris", 0, "think"),
     ("multi_turn", _turns("<answer>London</answer>", "<answer>Paris</answer>"), "Paris", 1, ""),
     ("multi_turn", _turns("<answer>London</answer>", "<answer>Paris</answer>"), "London", 0, ""),
-    ("multi_turn", _turns("<answer>Paris</answer>", "Let me look that up again."), "Paris", 0, "slots"),
+    ("multi_turn", _turns("<answer>Paris</answer>", "Let me look that up again."), "Paris", 0, "value"),
     ("parts", _parts("<answer>Par", "is</answer>"), "Paris", 1, ""),
     ("format", "<answer>Paris</answer>", "Paris", 1, ""),
     ("format", "Answer: Paris", "Paris", 1, ""),
