@@ -68,8 +68,8 @@ class SlotSpec:
         noun = "|".join(self.nouns)
         one = (
             r"(?:(?:so|thus|therefore|hence|finally)[ \t]*,?[ \t]+)?(?:the[ \t]+)?"
-            rf"(?:(?:final|correct|right|best)[ \t]+)?(?:{noun})[ \t]*[*_]{{0,2}}[ \t]*(?:is\b[ \t]*:?|:|=)"
-            r"(?:[ \t]*[*_]{1,2})?"
+            rf"(?:(?:final|correct|right|best)[ \t]+)?(?:{noun})[ \t]*[*_]{{0,2}}[ \t]*"
+            r"(?:is\b[ \t]*:?|:|=|[-\u2013\u2014](?=[ \t]))(?:[ \t]*[*_]{1,2})?"
         )
         object.__setattr__(self, "_anchor", re.compile(rf"(?i)(?:{one}[ \t]*)+"))
         object.__setattr__(self, "_noun", re.compile(rf"(?i){noun}" + ("|####" if self.hashes else "")))
@@ -256,7 +256,6 @@ def _anchors(text: str, spec: SlotSpec, taken: _Spans) -> list[_Slot]:
                 found.append(_Slot("anchor", pos, line_end, pos + h.end(), line_end))
             continue
         body = pos + _LINE_START.match(line).end()
-        heading = "#" in text[pos:body]
         candidates = [body]
         candidates += [pos + m.end() for m in _SENTENCE_START.finditer(line)]
         candidates += [pos + m.end() for m in _COMMA.finditer(line) if _LEAD_IN.match(text, pos + m.end())]
@@ -266,7 +265,8 @@ def _anchors(text: str, spec: SlotSpec, taken: _Spans) -> list[_Slot]:
             m = spec._anchor.match(text, start, line_end)  # type: ignore[attr-defined]
             if m is not None:
                 value_start, value_end = _anchor_value(text, m.end())
-            elif start == body and heading and spec._heading.match(text, start, line_end):  # type: ignore[attr-defined]
+            elif start == body and spec._heading.match(text, start, line_end):  # type: ignore[attr-defined]
+                # a line that only names the answer ("### Final Answer"): the value is the next non-empty line
                 value_start, value_end = _anchor_value(text, line_end)
             else:
                 continue

@@ -333,6 +333,7 @@ class GoldShape:
         self.letters = frozenset(re.findall(r"[A-Za-z]", no_commands))
         self.words = frozenset(w.lower() for w in re.findall(r"[A-Za-z]{2,}", plain) if not _is_command(plain, w))
         self.numeric = not self.letters and not self.words
+        self.subscripts = bool(re.search(r"\d\s*_", text))
 
 
 def _is_command(text: str, word: str) -> bool:
@@ -399,6 +400,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         return None, "an empty slot", False
     if "?" in text:
         return None, "a question mark in the value", False
+    if re.search(r"\d\s*_", text) and not gold.subscripts:
+        return None, "a subscript on a number (a base, an index: not the number)", False
     for token in _WORD_OR_COMMAND.findall(text):
         if token.startswith("\\") or len(token) == 1:
             continue
