@@ -14,12 +14,9 @@ is missing or is not a single letter of ``letters`` scores **None** (cannot scor
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
-from .contract import CHOICE_SLOTS, check_mode, read_answer
-from .extract import completion_text
+from .contract import CHOICE_SLOTS, AnswerReward, read_answer
 from .values import strip_wrappers, unwrap_text_macros
 
 __all__ = ["ChoiceAccuracyReward", "choice_accuracy_reward", "extract_choice", "gold_letter", "letter_of"]
@@ -70,7 +67,7 @@ def gold_letter(gold: Any, letters: str = DEFAULT_LETTERS) -> str | None:
     return letter if letter in letters else None
 
 
-class ChoiceAccuracyReward:
+class ChoiceAccuracyReward(AnswerReward):
     """TRL reward function: multiple-choice accuracy, 1.0 / 0.0 / None, gold letters in the ``answer`` column.
 
     ``letters`` is the set of valid option letters (default ``"ABCDE"``; e.g. ``"ABCDEFGHIJ"`` for ten options).
@@ -83,45 +80,21 @@ class ChoiceAccuracyReward:
         letters = "".join(dict.fromkeys(letters.upper()))
         if not letters or not letters.isalpha():
             raise ValueError(f"letters must be a non-empty string of letters, got {letters!r}")
+        super().__init__(mode, name)
         self.letters = letters
-        self.mode = check_mode(mode, name)
-        self.__name__ = name
-        self.counts: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"ChoiceAccuracyReward(letters={self.letters!r}, mode={self.mode!r})"
 
-    def __call__(
-        self,
-        completions: list,
-        answer: list | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        mode: str | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        mode = self.mode if mode is None else check_mode(mode, self.__name__)
-        if answer is None:
-            raise ValueError(f"{self.__name__} needs the gold option letters in an 'answer' dataset column")
-        if len(answer) != len(completions):
-            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(answer)} gold answers")
-        rewards: list[float | None] = []
-        batch: Counter[str] = Counter()
-        for completion, gold in zip(completions, answer):
-            g = gold_letter(gold, self.letters)
-            if g is None:
-                batch["unparseable_gold"] += 1
-                rewards.append(None)
-                continue
-            pred = extract_choice(completion_text(completion), self.letters, mode)
-            if pred is None:
-                batch["contract_violations"] += 1
-            rewards.append(float(pred == g))
-        batch["total"] = len(completions)
-        self.counts.update(batch)
-        if log_metric is not None and completions:
-            log_metric(f"{self.__name__}/contract_violations", batch["contract_violations"] / len(completions))
-            log_metric("choice/unparseable_gold", batch["unparseable_gold"] / len(completions))
-        return rewards
+    gold_column = "the gold option letters in an 'answer' dataset column"
+    gold_metric = "choice/unparseable_gold"
+
+    def _gold(self, gold: Any) -> str | None:
+        return gold_letter(gold, self.letters)
+
+    def _score(self, text: str, gold: str, mode: str) -> tuple[float, bool]:
+        pred = extract_choice(text, self.letters, mode)
+        return float(pred == gold), pred is None
 
 
 choice_accuracy_reward = ChoiceAccuracyReward()

@@ -24,12 +24,16 @@ from __future__ import annotations
 import bisect
 import html
 import re
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from .extract import _boxes
+from .extract import _boxes, completion_text
 
 __all__ = [
     "ANSWER_SLOTS",
+    "AnswerReward",
     "CHOICE_SLOTS",
     "END_OF_TURN",
     "MATH_SLOTS",
@@ -54,6 +58,75 @@ def check_mode(mode: object, reward: str = "reward") -> str:
             + (" (a dataset column named 'mode'? rename it)" if isinstance(mode, list) else "")
         )
     return mode  # type: ignore[return-value]
+
+
+class AnswerReward:
+    """What every answer reward shares: its TRL name (``__name__``), its default ``mode`` (``"train"``: the
+    contract; ``"eval"``: the lenient reading), running ``counts`` and the ``<name>/contract_violations`` metric.
+
+    A subclass defines ``_gold`` (the gold as the reward reads it, None when it cannot: the row scores None) and
+    ``_score`` (``(reward, broke_the_contract)`` for one completion text); the TRL call is then this class's.
+    """
+
+    gold_column = "the gold answers in an 'answer' dataset column"
+    gold_metric = ""  # the metric of the share of unreadable golds, e.g. "qa/unparseable_gold"
+
+    def __init__(self, mode: str, name: str):
+        self.mode = check_mode(mode, name)
+        self.__name__ = name
+        self.counts: Counter[str] = Counter()
+
+    def _call_mode(self, mode: str | None) -> str:
+        return self.mode if mode is None else check_mode(mode, self.__name__)
+
+    def _check_golds(self, completions: Sequence, golds: Sequence | None, what: str) -> None:
+        if golds is None:
+            raise ValueError(f"{self.__name__} needs {what}")
+        if len(golds) != len(completions):
+            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(golds)} gold answers")
+
+    def _gold(self, gold: Any) -> Any:
+        raise NotImplementedError
+
+    def _score(self, text: str, gold: Any, mode: str) -> tuple[float, bool]:
+        raise NotImplementedError
+
+    def __call__(
+        self,
+        completions: list,
+        answer: list | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        mode: str | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        mode = self._call_mode(mode)
+        self._check_golds(completions, answer, self.gold_column)
+        rewards: list[float | None] = []
+        batch: Counter[str] = Counter()
+        for completion, raw_gold in zip(completions, answer):
+            gold = self._gold(raw_gold)
+            if gold is None:
+                batch["unparseable_gold"] += 1
+                rewards.append(None)
+                continue
+            reward, broken = self._score(completion_text(completion), gold, mode)
+            batch["contract_violations"] += broken
+            rewards.append(reward)
+        metrics = {self.gold_metric: "unparseable_gold"} if self.gold_metric else {}
+        self._report(batch, len(completions), log_metric, metrics)
+        return rewards
+
+    def _report(
+        self, batch: Counter, n: int, log_metric: Callable[[str, float], None] | None, metrics: dict[str, str]
+    ) -> None:
+        """Add the call's ``batch`` counts to the totals and log, as shares of the ``n`` completions, the contract
+        violations and each ``{metric name: count key}`` of ``metrics``."""
+        batch["total"] = n
+        self.counts.update(batch)
+        if log_metric is not None and n:
+            log_metric(f"{self.__name__}/contract_violations", batch["contract_violations"] / n)
+            for metric, key in metrics.items():
+                log_metric(metric, batch[key] / n)
 
 
 @dataclass(frozen=True)

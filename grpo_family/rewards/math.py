@@ -61,7 +61,7 @@ from typing import Any
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, LatexNormalizationConfig, parse, verify
 
-from .contract import MATH_SLOTS, check_mode, read_answer
+from .contract import MATH_SLOTS, AnswerReward, read_answer
 from .extract import completion_text, solution_gold
 from .timeout import BACKENDS, get_runner
 from .values import GoldShape, normalise_gold, read_math_value
@@ -298,7 +298,7 @@ def _default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-class MathAccuracyReward:
+class MathAccuracyReward(AnswerReward):
     """TRL reward function: math-verify accuracy under the answer contract, 1.0 / 0.0 / None. See the module
     docstring.
 
@@ -343,9 +343,7 @@ class MathAccuracyReward:
         if call_budget is not None and call_budget < 0:
             call_budget = None if timeout is None else 1.5 * timeout
         self.call_budget = call_budget
-        self.mode = check_mode(mode, name)
-        self.__name__ = name
-        self.counts: Counter[str] = Counter()
+        super().__init__(mode, name)
 
     def __repr__(self) -> str:
         return (
@@ -362,15 +360,14 @@ class MathAccuracyReward:
         mode: str | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        mode = self.mode if mode is None else check_mode(mode, self.__name__)
+        mode = self._call_mode(mode)
         golds = answer if answer is not None else solution
-        if golds is None:
-            raise ValueError(
-                f"{self.__name__} needs the gold answers in an 'answer' (or 'solution') dataset column; prepare "
-                "the dataset with grpo_family.collator.prepare_dataset or rename the column"
-            )
-        if len(golds) != len(completions):
-            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(golds)} gold answers")
+        self._check_golds(
+            completions,
+            golds,
+            "the gold answers in an 'answer' (or 'solution') dataset column; prepare the dataset with "
+            "grpo_family.collator.prepare_dataset or rename the column",
+        )
         rewards: list[float | None] = [None] * len(completions)
         batch: Counter[str] = Counter()
         jobs, job_rows = [], []
@@ -409,13 +406,8 @@ class MathAccuracyReward:
                 reward = None
             rewards[row] = reward
 
-        batch["total"] = len(completions)
-        self.counts.update(batch)
-        if log_metric is not None and completions:
-            n = len(completions)
-            log_metric(f"{self.__name__}/{CONTRACT}", batch[CONTRACT] / n)
-            for key in (BAD_GOLD, TOO_EXPENSIVE, "over_budget", "errors"):
-                log_metric(f"math/{key}", batch[key] / n)
+        keys = (BAD_GOLD, TOO_EXPENSIVE, "over_budget", "errors")
+        self._report(batch, len(completions), log_metric, {f"math/{key}": key for key in keys})
         return rewards
 
 

@@ -24,11 +24,9 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
-from .contract import ANSWER_SLOTS, check_mode, read_answer
-from .extract import completion_text
+from .contract import ANSWER_SLOTS, AnswerReward, read_answer
 from .values import strip_wrappers, unwrap_text_macros
 
 __all__ = [
@@ -105,7 +103,7 @@ def gold_aliases(gold: Any) -> list[str]:
     return [text for g in gold if (text := _alias_text(g)) is not None]
 
 
-class QAReward:
+class QAReward(AnswerReward):
     """TRL reward function: ``metric`` ``"em"`` (exact match) or ``"f1"`` against the ``answer`` column,
     maximised over aliases. ``mode``: ``"train"`` (default, the answer contract) or ``"eval"`` (the last slot
     counts, text after it is ignored); a call's ``mode=`` overrides it. Logs ``<name>/contract_violations`` and
@@ -114,48 +112,23 @@ class QAReward:
     def __init__(self, metric: str = "em", *, mode: str = "train", name: str | None = None):
         if metric not in ("em", "f1"):
             raise ValueError(f"unknown QA metric {metric!r}; valid: em, f1")
+        super().__init__(mode, name or ("qa_exact_match" if metric == "em" else "qa_f1"))
         self.metric = metric
-        self.__name__ = name or ("qa_exact_match" if metric == "em" else "qa_f1")
-        self.mode = check_mode(mode, self.__name__)
-        self.counts: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"QAReward({self.metric!r}, mode={self.mode!r})"
 
-    def __call__(
-        self,
-        completions: list,
-        answer: list | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        mode: str | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        mode = self.mode if mode is None else check_mode(mode, self.__name__)
-        if answer is None:
-            raise ValueError(f"{self.__name__} needs the gold answers in an 'answer' dataset column")
-        if len(answer) != len(completions):
-            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(answer)} gold answers")
+    gold_metric = "qa/unparseable_gold"
+
+    def _gold(self, gold: Any) -> list[str] | None:
+        return [a for a in gold_aliases(gold) if normalize_answer(a)] or None
+
+    def _score(self, text: str, gold: list[str], mode: str) -> tuple[float, bool]:
+        pred = extract_qa_answer(text, mode)
+        if not normalize_answer(pred):
+            return 0.0, True
         score = exact_match_score if self.metric == "em" else f1_score
-        rewards: list[float | None] = []
-        batch: Counter[str] = Counter()
-        for completion, gold in zip(completions, answer):
-            aliases = [a for a in gold_aliases(gold) if normalize_answer(a)]
-            if not aliases:
-                batch["unparseable_gold"] += 1
-                rewards.append(None)
-                continue
-            pred = extract_qa_answer(completion_text(completion), mode)
-            if not normalize_answer(pred):
-                batch["contract_violations"] += 1
-                rewards.append(0.0)
-                continue
-            rewards.append(max(score(pred, alias) for alias in aliases))
-        batch["total"] = len(completions)
-        self.counts.update(batch)
-        if log_metric is not None and completions:
-            log_metric(f"{self.__name__}/contract_violations", batch["contract_violations"] / len(completions))
-            log_metric("qa/unparseable_gold", batch["unparseable_gold"] / len(completions))
-        return rewards
+        return max(score(pred, alias) for alias in gold), False
 
 
 qa_exact_match_reward = QAReward("em")

@@ -251,31 +251,9 @@ _UNIT_JOIN_TAIL = re.compile(r"(?:/|\\cdot|\bper)\s*$")
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
 
 
-def split_top_level(text: str, separator: re.Pattern = _SEPARATOR) -> list[str]:
-    """``text`` split at the separators that are outside every bracket (``()``, ``[]``, ``{}``, ``\\{\\}``); an
-    interval's ``(1, 3]`` counts as brackets."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
-            depth += 1 if text[i + 1] == "{" else -1
-            i += 2
-            continue
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-        elif depth == 0 and (m := separator.match(text, i)) is not None:
-            parts.append(text[start:i])
-            start = i = m.end()
-            continue
-        i += 1
-    parts.append(text[start:])
-    return parts
-
-
-def _relations(text: str) -> list[re.Match]:
-    """The relation symbols of ``text`` outside brackets."""
+def _top_level(text: str, pattern: re.Pattern) -> list[re.Match]:
+    """The matches of ``pattern`` in ``text`` outside every bracket (``()``, ``[]``, ``{}``, ``\\{\\}``; an
+    interval's ``(1, 3]`` counts as brackets)."""
     found, depth, i = [], 0, 0
     while i < len(text):
         ch = text[i]
@@ -287,12 +265,25 @@ def _relations(text: str) -> list[re.Match]:
             depth += 1
         elif ch in ")]}":
             depth = max(0, depth - 1)
-        elif depth == 0 and (m := _RELATION.match(text, i)) is not None:
+        elif depth == 0 and (m := pattern.match(text, i)) is not None:
             found.append(m)
             i = m.end()
             continue
         i += 1
     return found
+
+
+def split_top_level(text: str, separator: re.Pattern = _SEPARATOR) -> list[str]:
+    """``text`` split at the separators outside every bracket (``"2, 3"`` -> two parts, ``"(2, 3)"`` -> one)."""
+    cuts = [(m.start(), m.end()) for m in _top_level(text, separator)]
+    starts = [0] + [end for _, end in cuts]
+    ends = [start for start, _ in cuts] + [len(text)]
+    return [text[a:b] for a, b in zip(starts, ends)]
+
+
+def _relations(text: str) -> list[re.Match]:
+    """The relation symbols of ``text`` outside brackets."""
+    return _top_level(text, _RELATION)
 
 
 def _is_name(side: str) -> bool:

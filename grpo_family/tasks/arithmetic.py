@@ -23,15 +23,13 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from datasets import Dataset
 
-from grpo_family.rewards.contract import ANSWER_SLOTS, check_mode, read_answer
+from grpo_family.rewards.contract import ANSWER_SLOTS, AnswerReward, read_answer
 from grpo_family.rewards.extract import completion_text
 from grpo_family.rewards.values import read_number
 
@@ -224,7 +222,7 @@ def _to_int(digits: str) -> int | None:
     return int(digits) if len(digits.strip()) <= 1000 else None
 
 
-class ArithmeticReward:
+class ArithmeticReward(AnswerReward):
     """TRL reward function of the bundled task: 1.0 if the completion's one answer (see `read_arithmetic_answer`)
     equals the gold integer, else 0.0.
 
@@ -237,44 +235,17 @@ class ArithmeticReward:
     """
 
     def __init__(self, *, mode: str = "train", name: str = "arithmetic_reward"):
-        self.mode = check_mode(mode, name)
-        self.__name__ = name
-        self.counts: Counter[str] = Counter()
+        super().__init__(mode, name)
 
     def __repr__(self) -> str:
         return f"ArithmeticReward(mode={self.mode!r})"
 
-    def __call__(
-        self,
-        completions: list,
-        answer: list | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        mode: str | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        mode = self.mode if mode is None else check_mode(mode, self.__name__)
-        if answer is None or len(answer) != len(completions):
-            raise ValueError(
-                f"{self.__name__}: {len(completions)} completions but "
-                f"{'no' if answer is None else len(answer)} gold answers (the 'answer' column)"
-            )
-        rewards: list[float | None] = []
-        batch: Counter[str] = Counter()
-        for completion, gold in zip(completions, answer):
-            gold_value = None if isinstance(gold, bool) else _to_int(str(gold).strip())
-            if gold_value is None:
-                batch["unparseable_gold"] += 1
-                rewards.append(None)
-                continue
-            number, violation = read_arithmetic_answer(completion_text(completion), mode)
-            if violation:
-                batch["contract_violations"] += 1
-            rewards.append(1.0 if number == gold_value else 0.0)
-        batch["total"] = len(completions)
-        self.counts.update(batch)
-        if log_metric is not None and completions:
-            log_metric(f"{self.__name__}/contract_violations", batch["contract_violations"] / len(completions))
-        return rewards
+    def _gold(self, gold: Any) -> int | None:
+        return None if isinstance(gold, bool) else _to_int(str(gold).strip())
+
+    def _score(self, text: str, gold: int, mode: str) -> tuple[float, bool]:
+        number, violation = read_arithmetic_answer(text, mode)
+        return (1.0 if number == gold else 0.0), bool(violation)
 
 
 arithmetic_reward = ArithmeticReward()
