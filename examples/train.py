@@ -24,6 +24,14 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# torch.distributed.elastic reads LOGLEVEL when transformers imports it and fails on anything but an upper-case level
+# name (`LOGLEVEL=debug` was "ValueError: Unknown level"): a name is upper-cased here; any other value is kept from
+# torch and checked in __main__ (grpo_family.launch.log_level, which also takes a number).
+if os.environ.get("LOGLEVEL", "").strip().upper() in logging.getLevelNamesMapping():
+    os.environ["LOGLEVEL"] = os.environ["LOGLEVEL"].strip().upper()
+elif "LOGLEVEL" in os.environ:
+    os.environ["_GRPO_FAMILY_LOGLEVEL"] = os.environ.pop("LOGLEVEL")
+
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, TrainerCallback, set_seed
@@ -31,8 +39,20 @@ from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, g
 from trl.models import unwrap_model_for_generation
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
+from grpo_family.bounds import check_bounds
 from grpo_family.collator import DatasetFormatError
+from grpo_family.launch import (
+    check_config_keys,
+    check_flags_apply,
+    check_precision,
+    given_flags,
+    has_accelerator,
+    load_config_file,
+    log_level,
+    stop_with_launcher,
+)
 from grpo_family.preflight import PreflightError
+from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")
@@ -109,11 +129,9 @@ def _pre_parse(argv: list[str]) -> argparse.Namespace:
     for flag in ("--method", "--config", "--model_name_or_path", "--dataset_name"):
         pre.add_argument(flag, default=None)
     known, _ = pre.parse_known_args(argv)
+    known.recipe = {}
     if known.config:
-        import yaml
-
-        with open(known.config) as f:
-            recipe = yaml.safe_load(f) or {}
+        known.recipe = recipe = load_config_file(known.config)  # a mapping without duplicate keys, or an error
         for key in ("method", "model_name_or_path", "dataset_name"):
             if getattr(known, key) is None:
                 setattr(known, key, recipe.get(key))
@@ -127,9 +145,15 @@ def parse_args(argv: list[str] | None = None):
     known = _pre_parse(argv)
     config_cls, trainer_cls = get_method(known.method)
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig, DatasetMixtureConfig))
+    if known.config:
+        check_config_keys(known.recipe, (action.dest for action in parser._actions), known.config)
     if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
         parser.set_defaults(bf16=False, dataloader_pin_memory=False)
-    if known.model_name_or_path is None and known.dataset_name is None:
+    if not has_accelerator():  # CPU training arguments, so that a multi-process launch trains as one run (gloo)
+        parser.set_defaults(use_cpu=True)
+    embedded = known.model_name_or_path is None and known.dataset_name is None
+    check_flags_apply(given_flags(argv, known.recipe), embedded)  # a flag the chosen path would ignore is refused
+    if embedded:
         # Embedded default: the bundled task's tuned settings as defaults, before the config's own checks run (so
         # `--num_generations 16` is checked against the demo's batch of 64, not TRL's 8); the YAML and the command
         # line still win.
@@ -137,6 +161,9 @@ def parse_args(argv: list[str] | None = None):
 
         parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
     script_args, training_args, model_args, mixture = parser.parse_args_and_config(argv)
+    for config in (script_args, model_args, mixture):  # the method's config checked its own fields when built
+        check_bounds(config)
+    check_precision(training_args)
     script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:
         from grpo_family.preflight import resolve_reward_funcs
@@ -151,7 +178,6 @@ def preflight(script_args, training_args, model_args) -> dict:
     from grpo_family import preflight as checks
     from grpo_family.collator import filter_rows
 
-    checks.check_batch_size(training_args)
     checks.check_vllm(training_args)
     checks.probe_judge(training_args)
     checks.check_hub_reachable(training_args.push_to_hub)
@@ -175,6 +201,7 @@ def preflight(script_args, training_args, model_args) -> dict:
         raise PreflightError("Give --dataset_name (or a `datasets:` mixture in the --config YAML).")
     train = filter_rows(checks.check_split(raw, script_args.dataset_train_split, name), script_args.dataset_filters,
                         name=f"{name} [{script_args.dataset_train_split}]")  # fmt: skip
+    checks.check_enough_rows(train, training_args)  # fewer rows than one generation batch trains no step
     test = raw[script_args.dataset_test_split] if script_args.dataset_test_split in raw else None
     if training_args.eval_strategy != "no":
         test = checks.check_split(raw, script_args.dataset_test_split, name)
@@ -200,7 +227,7 @@ def load_real(script_args, training_args, model_args, checked: dict):
     from datasets import Dataset, IterableDataset
 
     from grpo_family.collator import prepare_dataset
-    from grpo_family.rewards import check_golds
+    from grpo_family.preflight import check_gold_answers
 
     # trust_remote_code stays off (only architectures transformers itself ships are loaded) unless asked for with
     # --trust_remote_code (or trust_remote_code in --model_init_kwargs), which runs Python code from the model
@@ -243,7 +270,7 @@ def load_real(script_args, training_args, model_args, checked: dict):
     reward_funcs = checked["reward_funcs"]
     # Unreadable golds: reported, or fail fast (a stream: judged on its first rows).
     sample = Dataset.from_list(list(train.take(1000))) if isinstance(train, IterableDataset) else train
-    check_golds(sample, reward_funcs, max_unreadable=script_args.max_unreadable_golds)
+    check_gold_answers(sample, reward_funcs, script_args.answer_column or "answer", script_args.max_unreadable_golds)
     if script_args.reward_model_name_or_path:
         reward_funcs = [script_args.reward_model_name_or_path, *reward_funcs]
     return model_args.model_name_or_path, tokenizer, train, evaluation, eval_dataset, reward_funcs
@@ -299,11 +326,31 @@ def skip_deepspeed_cpu_shm_op() -> None:
 def main(argv: list[str] | None = None) -> dict:
     skip_deepspeed_cpu_shm_op()  # before anything starts DeepSpeed
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
+    # One run per output folder: the main process holds the folder's lock until the run ends (a second run into it
+    # is refused; a lock left by a killed run is taken over); every process learns the outcome.
+    lock = OutputFolderLock(training_args.output_dir, is_main_process=training_args.process_index == 0)
+    lock.acquire()
+    try:
+        return run(script_args, training_args, model_args, trainer_cls)
+    finally:
+        lock.release()
+
+
+def run(script_args, training_args, model_args, trainer_cls) -> dict:
     set_seed(training_args.seed)
     has_data = script_args.dataset_name is not None or bool(getattr(script_args.mixture, "datasets", None))
     embedded = model_args.model_name_or_path is None and not has_data
     if not embedded and (model_args.model_name_or_path is None or not has_data):
         raise PreflightError("Give both --model_name_or_path and --dataset_name, or neither (embedded default).")
+    # A checkpoint to resume must be of this method and batch layout; one that already reached the end is left alone.
+    checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if checkpoint is not None:
+        try:
+            check_resume(checkpoint, training_args, script_args.method, training_args.world_size)
+        except RunFinishedError as finished:
+            print(f"[{script_args.method}] {finished}")
+            return {"method": script_args.method, "finished": True}
+        training_args.resume_from_checkpoint = checkpoint
     checked = preflight(script_args, training_args, model_args)
     eval_dataset, quantization_config = None, checked.get("quantization_config")
     if embedded:
@@ -351,10 +398,11 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
     if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
+        results = json_ready(results)  # plain numbers; an unscored (NaN) or missing score is null
         before, after = results["accuracy_before"], results["accuracy_after"]
         title = f"{label}: held-out accuracy {before:.3f} -> {after:.3f}" if None not in (before, after) else label
         plot_training_curve(trainer.state.log_history, out / "reward_curve.png", title)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        (out / "results.json").write_text(json.dumps(results, indent=2, allow_nan=False))
         if None not in (before, after):
             print(f"[{label}] held-out accuracy: {before:.3f} before training, {after:.3f} after")
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
@@ -365,8 +413,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"))
+    stop_with_launcher()  # under `accelerate launch` / torchrun: stop when the launcher dies, never outlive it
     try:
+        logging.basicConfig(level=log_level(os.environ.pop("_GRPO_FAMILY_LOGLEVEL", os.environ.get("LOGLEVEL"))))
         main()
     except (
         PreflightError,

@@ -31,14 +31,6 @@ class PreflightError(ValueError):
     """A problem found before training: the message names it and says how to fix it."""
 
 
-def check_batch_size(args: Any) -> None:
-    """Batch sizes of at least 1 (``0`` used to fail in the DataLoader after the first evaluation)."""
-    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-        value = getattr(args, name, 1)
-        if value is not None and value < 1:
-            raise PreflightError(f"--{name} must be at least 1, got {value}.")
-
-
 def check_vllm(args: Any) -> None:
     """A vLLM setting this machine cannot run (server mode without CUDA, sleep mode on vLLM's CPU backend)."""
     from .trainers.vllm_cpu import check_vllm_settings
@@ -52,13 +44,49 @@ def check_vllm(args: Any) -> None:
 def check_model_path(name: str | None, what: str = "--model_name_or_path") -> None:
     """A model given as a local path must exist. Anything written as a path (absolute, ``./``, ``../``, ``~``, or
     with more than one ``/``) is one; ``org/name`` is a Hub id, left to the Hub."""
-    if not name or os.path.isdir(os.path.expanduser(name)):
+    if not name:
+        return
+    if os.path.isdir(os.path.expanduser(name)):
+        check_model_folder(os.path.expanduser(name), what)
         return
     if _looks_local(name):
         problem = "is a file, not a model directory" if os.path.isfile(name) else "no such directory"
         raise PreflightError(
             f"{what} {name}: {problem}. Give the directory holding config.json and the weights (as written by "
             "save_pretrained), or a Hub id of the form 'org/name'."
+        )
+
+
+# Files one of which every tokenizer transformers can load from a folder holds.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")  # fmt: skip
+
+
+def check_model_folder(folder: str, what: str = "--model_name_or_path") -> None:
+    """A local model folder must hold a model and its tokenizer: a PEFT adapter folder (``adapter_config.json``, no
+    ``config.json``) used to fail with "Should have a model_type key", and a folder without tokenizer files loaded a
+    one-token tokenizer whose error spoke of the chat template."""
+    names = set(os.listdir(folder))
+    if "adapter_config.json" in names and "config.json" not in names:
+        import json
+
+        try:
+            with open(os.path.join(folder, "adapter_config.json")) as f:
+                base = json.load(f).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            base = None
+        base_text = f"its base model is {base!r}" if base else "its adapter_config.json names no base model"
+        raise PreflightError(
+            f"{what} {folder} holds a PEFT adapter (adapter_config.json), not a model: {base_text}. Pass the base model "
+            f"as {what} (and --use_peft to train a new adapter), or merge the adapter into it first: "
+            "`PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).merge_and_unload()"
+            ".save_pretrained(out)` with the tokenizer saved to `out` too, then pass `out`."
+        )
+    if "config.json" in names and not names & set(TOKENIZER_FILES):
+        raise PreflightError(
+            f"{what} {folder} holds a model but no tokenizer (none of {', '.join(TOKENIZER_FILES)}). Save the tokenizer "
+            "the model was trained with into the folder: `AutoTokenizer.from_pretrained(<its source>)"
+            f".save_pretrained('{folder}')`."
         )
 
 
@@ -271,6 +299,59 @@ def check_split(data: Any, split: str, name: str) -> Any:
     if empty:
         raise PreflightError(f"The {split!r} split of {name} has no rows.")
     return rows
+
+
+def check_enough_rows(dataset: Any, args: Any, name: str = "training set") -> None:
+    """A training set smaller than one generation batch's prompts trains 0 steps (TRL's sampler yields whole
+    generation batches only) and used to end with exit code 0: refuse it, with the arithmetic."""
+    if dataset is None or not hasattr(dataset, "__len__") or not getattr(args, "generation_batch_size", None):
+        return
+    prompts = args.generation_batch_size // args.num_generations
+    if len(dataset) >= prompts:
+        return
+    raise PreflightError(
+        f"The {name} has {len(dataset)} row(s), fewer than the {prompts} prompts of one generation batch "
+        f"(generation_batch_size {args.generation_batch_size} = per_device_train_batch_size "
+        f"{args.per_device_train_batch_size} x {args.world_size} process(es) x steps_per_generation "
+        f"{args.steps_per_generation}, over num_generations {args.num_generations}), so training would take no step. "
+        "Add rows, or lower --per_device_train_batch_size (or --steps_per_generation / --gradient_accumulation_steps)."
+    )
+
+
+def check_gold_values(rows: Any, reward_funcs: Sequence[Any], column: str, max_examples: int = 5) -> None:
+    """Gold answers a reward cannot take as they are: ``math_accuracy`` reads one answer per row, so a list-valued
+    gold (``["48", "49"]``) was read as the interval [48, 49] and correct answers scored 0 with no warning. Fails
+    naming the rows and the column, and the rewards that do take a list of accepted answers."""
+    from .rewards import MathAccuracyReward
+
+    names = [getattr(f, "__name__", type(f).__name__) for f in reward_funcs if isinstance(f, MathAccuracyReward)]
+    if not names or "answer" not in (getattr(rows, "column_names", None) or ()):
+        return
+    golds = rows["answer"] if hasattr(rows, "__len__") else [row["answer"] for _, row in zip(range(1000), rows)]
+    bad = [(i, g) for i, g in enumerate(golds) if isinstance(g, list | tuple | dict | set)]  # None: check_golds
+    if bad:
+        examples = "; ".join(f"row {i}: {g!r:.60}" for i, g in bad[:max_examples])
+        raise PreflightError(
+            f"{len(bad)} of {len(golds)} gold answers in the column {column!r} are not one answer ({examples}), but "
+            f"{', '.join(names)} reads one answer per row (a list would be read as an interval). Give one answer per "
+            "row (a string or a number), or use qa_exact_match / qa_f1, which accept a list of accepted answers."
+        )
+
+
+def check_gold_answers(rows: Any, reward_funcs: Sequence[Any], column: str, max_unreadable: float) -> None:
+    """Every gold answer read once as each reward will (:func:`grpo_family.rewards.check_golds`, which warns per
+    reward); more than ``max_unreadable`` of them unreadable fails, naming the reward, the column and the rows."""
+    from .rewards import check_golds
+
+    check_gold_values(rows, reward_funcs, column)
+    for name, (bad, total, examples) in check_golds(rows, reward_funcs, max_unreadable=1.0).items():
+        if total and bad / total > max_unreadable:
+            shown = "; ".join(f"row {i}: {g!r:.60}" for i, g in examples)
+            raise PreflightError(
+                f"{name} cannot read {bad} of {total} gold answers in the column {column!r} (more than "
+                f"--max_unreadable_golds {max_unreadable:g}; {shown}). Check the answer column mapping "
+                "(--answer_column / --dataset_preset) or the reward functions chosen."
+            )
 
 
 def check_gsm8k_markers(rows: Any, preset: str, answer_column: str | None = None, max_examples: int = 5) -> None:

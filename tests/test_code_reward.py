@@ -16,6 +16,9 @@ import socket
 import sys
 import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +33,7 @@ from grpo_family.rewards.code import (
     extract_code,
     normalize_output,
     parse_test_cases,
-    plan_assert_test,
+    prompt_helpers,
 )
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the code sandbox is Linux-only")
@@ -159,9 +162,11 @@ def test_parse_stdin_stdout_formats():
 
 def test_parse_assert_formats():
     cases = parse_test_cases("import math\nassert f(1) == 1\nx = 2\nassert f(x) == 4\n")
+    # A later case runs the asserts above it too, as expressions whose outcome is not its own (issue 30: a list
+    # sorted in place by an earlier call is sorted for a later assert, as in plain Python).
     assert [c.test_code for c in cases] == [
         "import math\nassert f(1) == 1\n",
-        "import math\nx = 2\nassert f(x) == 4\n",
+        "import math\ntry:\n    f(1) == 1\nexcept Exception:\n    pass\nx = 2\nassert f(x) == 4\n",
     ]
     assert len(parse_test_cases(["assert f(1) == 1", "assert f(2) == 4"])) == 2
     humaneval = "def check(candidate):\n    assert candidate(1) == 1\ncheck(f)\n"
@@ -338,16 +343,21 @@ CONNECT = (
 )
 
 
+def _accepted(server: socket.socket) -> bool:
+    """Whether a connection is waiting on our non-blocking listening ``server`` (accepted and closed)."""
+    try:
+        server.accept()[0].close()
+        return True
+    except BlockingIOError:
+        return False
+
+
 def _connect_attempt(sandbox):
     server = _listening_socket()
     try:
         result = run_bounded(sandbox, CONNECT.format(port=server.getsockname()[1]))
         time.sleep(0.2)
-        try:
-            server.accept()[0].close()
-            reached = True
-        except BlockingIOError:
-            reached = False
+        reached = _accepted(server)
     finally:
         server.close()
     return result, reached
@@ -608,27 +618,33 @@ def test_assert_forms_graded_outside_the_program(tmp_root):
     assert reward([fenced(square), fenced(wrong)], test_cases=[humaneval] * 2) == [1.0, 0.0]
     pairs = "def f(x):\n    return (x, [x], {x}, {'k': x}, float(x) / 2, b'x', None, x > 1)\n"
     tests = [
-        "assert f(1) == (1, [1], {1}, {'k': 1}, 0.5, b'x', None, False)",  # decided here
-        "expected = (2, [2])\nassert f(2)[:2] == expected",  # decided by the judge
+        "assert f(1) == (1, [1], {1}, {'k': 1}, 0.5, b'x', None, False)",
+        "expected = (2, [2])\nassert f(2)[:2] == expected",
         "assert f(3)[7] is True",
         "assert sorted(f(4)[2]) == [4] and f(4)[4] > 1",
         "assert f(5)[0] == 6",  # fails
     ]
     assert reward([fenced(pairs)], test_cases=[tests]) == [pytest.approx(4 / 5)]
-    # A value that is not a plain builtin (here a generator) fails its test; nothing of it reaches a comparison.
+    # A value that is not a plain builtin reaches the test only as a reference: a generator is iterated through the
+    # program and its items compared here (before issue 30 this scored 0.0; plain Python passes it), while an
+    # object's own __eq__ is never asked (GAMING["always_equal_object"]).
     assert reward([fenced("def f(x):\n    return (i for i in [x])\n")], test_cases=[["assert list(f(1)) == [1]"]]) == [
-        0.0
+        1.0
     ]
 
 
-def test_assert_tests_that_cannot_be_graded_outside_are_left_out():
-    assert plan_assert_test("assert all(f(i) == i for i in range(3))") is None  # a comprehension's variable
-    assert plan_assert_test("for i in range(3):\n    assert f(i) == i\n") is None  # an assert in a loop
-    assert plan_assert_test("r = f(2)\nassert r == 4") is None  # setup calling into the program
-    plan = plan_assert_test("import math\nx = 2\nexpected = 4\nassert f(x) == expected")
-    assert plan.probes == ("f(x)",) and plan.program_setup == "x = 2" and "expected" in plan.judge_setup
-    reward = CodeTestsReward(timeout_s=TIMEOUT)
-    assert reward(["def f(x):\n    return x"], test_cases=[["assert all(f(i) == i for i in range(3))"]]) == [None]
+def test_assert_forms_the_old_planner_left_out_are_judged(tmp_root):
+    """Before issue 30 these rows were left out (None): the judge now runs the test as ordinary Python, calls into
+    the program included, so loops, comprehensions and setup that calls the program are judged like the rest."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    tests = [
+        "assert all(f(i) == i for i in range(3))",
+        "for i in range(3):\n    assert f(i) == i\n",
+        "r = f(2)\nassert r == 2",
+        "assert [f(x) for x in (1, 2)] == [1, 2]\nassert (lambda g: g(5))(f) == 5",
+    ]
+    assert reward([fenced("def f(x):\n    return x\n")], test_cases=[tests]) == [1.0]
+    assert reward([fenced("def f(x):\n    return 0\n")], test_cases=[tests]) == [0.0]
 
 
 # ----------------------------------------------------------------------------------------------- kernel-enforced limits
@@ -645,13 +661,21 @@ ESCAPES = {
         "pid = libc.syscall(56, 0x10000000 | signal.SIGCHLD, 0, 0, 0, 0)\n"
         "if pid == 0:\n    os._exit(0)\nif pid > 0:\n    os.waitpid(pid, 0)\n    print('ESCAPED')\n"
     ),
-    "system_v_shared_memory": (
-        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "if libc.shmget(0, 1 << 20, 0o1600) >= 0:\n    print('ESCAPED')\n"
+    "system_v_shared_memory": (  # removed again: in the control without namespaces it would outlive the run
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nsegment = libc.shmget(0, 1 << 20, 0o1600)\n"
+        "if segment >= 0:\n    libc.shmctl(segment, 0, None)\n    print('ESCAPED')\n"
     ),
     "exec_a_fresh_interpreter_without_the_audit_hook": "import os\nos.execv('/bin/echo', ['echo', 'ESCAPED'])\n",
     "ptrace": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.ptrace(0, 0, 0, 0) == 0:\n    print('ESCAPED')\n",
     "inet_socket_with_no_network_namespace": "import socket\nsocket.socket()\nprint('ESCAPED')\n",
+    # per-user kernel allowances a fresh uid would get whole: ~190k inotify watches, tens of thousands of timers
+    "inotify_watches": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.inotify_init() >= 0:\n    print('ESCAPED')\n"
+    ),
+    "posix_timers": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\ntimer = ctypes.c_void_p()\n"
+        "if libc.timer_create(1, None, ctypes.byref(timer)) == 0:\n    print('ESCAPED')\n"
+    ),
 }
 
 
@@ -667,9 +691,14 @@ def test_the_syscall_filter_refuses_kernel_interfaces(tmp_root, full_isolation, 
     assert "ESCAPED" not in result.stdout, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("escape", ["memfd_create", "system_v_shared_memory", "ptrace"])
+@pytest.mark.parametrize(
+    "escape", ["memfd_create", "system_v_shared_memory", "ptrace", "inotify_watches", "posix_timers"]
+)
 def test_control_without_the_syscall_filter_the_escape_works(tmp_root, escape):
-    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, syscall_filter=False)
+    # System V: the run's own IPC namespace allows no segment either (issue 30), so its control has no namespaces.
+    isolation = "minimal" if escape == "system_v_shared_memory" else "auto"
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, syscall_filter=False,
+                      isolation=isolation, outer_sandbox=True)  # fmt: skip
     result = run_bounded(sandbox, ESCAPES[escape])
     assert result.isolation["syscall_filter"] is False
     assert "ESCAPED" in result.stdout, result.stdout + result.stderr
@@ -715,3 +744,502 @@ def test_minimal_mode_refuses_without_a_declared_outer_sandbox():
     with pytest.raises(ValueError, match="outer_sandbox=True"):
         CodeTestsReward(isolation="minimal")
     assert Sandbox(isolation="minimal", outer_sandbox=True).isolation == "minimal"
+
+
+# ----------------------------------------------------------------------------------------------- issue 30: routes
+# Each test below failed on the code before issue 30 (the outcome it had is in its docstring). The routes are data
+# (ROUTES, the program constants) so that benchmarks/code_sandbox.py runs the same attacks on the code before and
+# after and writes both outcomes into benchmarks/results/hostile_inputs.md.
+
+
+@dataclass(frozen=True)
+class Route:
+    """An attack through the reward: each program (as a completion) with its test cases (and prompt), and the
+    rewards plain Python gives them."""
+
+    programs: tuple[str, ...]
+    tests: tuple
+    expected: tuple
+    prompts: tuple | None = None
+
+    def rewards(self, reward) -> list:
+        completions = [fenced(program) for program in self.programs]
+        prompts = None if self.prompts is None else list(self.prompts)
+        return reward(completions, test_cases=list(self.tests), prompts=prompts)
+
+
+ISCLOSE = "assert math.isclose(area(2), 12.566, rel_tol=0.001)\n"  # MBPP's shape: the test never imports math
+CYCLIC_PROMPT = '''def encode_cyclic(s: str):
+    """returns encoded string by cycling groups of three characters."""
+    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]
+    groups = [(group[1:] + group[0]) if len(group) == 3 else group for group in groups]
+    return "".join(groups)
+
+
+def decode_cyclic(s: str):
+    """
+    takes as input string encoded with encode_cyclic function. Returns decoded string.
+    """
+'''
+CYCLIC_CHAT = ({"role": "system", "content": "Complete the function."}, {"role": "user", "content": CYCLIC_PROMPT})
+CYCLIC_TEST = (
+    "def check(candidate):\n    assert candidate(encode_cyclic('abcdefgh')) == 'abcdefgh'\n"
+    "    assert candidate(encode_cyclic('hello world')) == 'hello world'\n\ncheck(decode_cyclic)\n"
+)
+CYCLIC_TEST_WITH_A_LOOP = (  # HumanEval/38's own shape: random strings in a loop
+    "def check(candidate):\n    from random import randint, choice\n    import string\n\n"
+    "    letters = string.ascii_lowercase\n    for _ in range(100):\n"
+    "        str = ''.join(choice(letters) for i in range(randint(10, 20)))\n"
+    "        encoded_str = encode_cyclic(str)\n        assert candidate(encoded_str) == str\n\ncheck(decode_cyclic)\n"
+)
+CYCLIC_PROGRAMS = (
+    "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n",  # the identity pair
+    "def decode_cyclic(s):\n    return encode_cyclic(encode_cyclic(s))\n",  # relies on the prompt's helper
+    CYCLIC_PROMPT + "    return encode_cyclic(encode_cyclic(s))\n",  # the prompt completed
+)
+TABLE = (
+    "cases = [((1, 2), 3), ((30, 4), 34), ((5, -6), -1)]\n"
+    "assert add(*cases[0][0]) == cases[0][1]\nassert add(*cases[1][0]) == cases[1][1]\n"
+    "assert add(*cases[2][0]) == cases[2][1]\n"
+)
+TABLE_READER = (
+    "import gc\ndef add(*args):\n    for o in gc.get_objects():\n"
+    "        if isinstance(o, list) and o and all(isinstance(c, tuple) and len(c) == 2 for c in o):\n"
+    "            for c in o:\n                if c[0] == args:\n                    return c[1]\n    return None\n"
+)
+SAME_CONFIG = "assert get_config() is get_config()\n"
+COLLIDING = "M = (1 << 61) - 1\ndef f():\n    return [k * M for k in range(1, 30001)]\n"  # 30,000 ints, one hash
+PLAIN_PYTHON_PASSES = {
+    # name: (program, test) -- each passes when run as plain Python (program, then test, in one namespace)
+    "counter_against_a_dict_literal": (
+        "from collections import Counter\ndef count(s):\n    return Counter(s)\n",
+        "assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\n",
+    ),
+    "bytearray_against_bytes": ("def raw(s):\n    return bytearray(s, 'ascii')\n", "assert raw('ab') == b'ab'\n"),
+    "in_place_sort_checked_by_a_later_assert": (
+        "def sort_in_place(a):\n    a.sort()\n",
+        "a = [3, 1, 2]\nassert sort_in_place(a) is None\nassert a == [1, 2, 3]\n",
+    ),
+    "result_over_4300_digits": (
+        "def fact(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r\n",
+        "import math\nassert fact(2000) == math.factorial(2000)\n",
+    ),
+}
+ROUTES = {
+    "free_name_math": Route(
+        (
+            "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n",
+            "import math\ndef area(r):\n    return math.pi * r * r\n",
+            "def area(r):\n    return 3.14159265 * r * r\n",  # relies on the test's own math
+        ),
+        (ISCLOSE,) * 3,
+        (0.0, 1.0, 1.0),
+    ),
+    "free_name_numpy": Route(
+        ("class numpy:\n    allclose = staticmethod(lambda *a, **k: True)\ndef area(r):\n    return 0\n",),
+        ("assert numpy.allclose(area(2), 12.566)",),
+        (0.0,),
+    ),
+    "prompt_helper": Route(CYCLIC_PROGRAMS, (CYCLIC_TEST,) * 3, (0.0, 1.0, 1.0), (CYCLIC_CHAT,) * 3),
+    "prompt_helper_in_a_loop": Route(
+        CYCLIC_PROGRAMS, (CYCLIC_TEST_WITH_A_LOOP,) * 3, (0.0, 1.0, 1.0), (CYCLIC_CHAT,) * 3
+    ),
+    "setup_table": Route((TABLE_READER, "def add(a, b):\n    return a + b\n"), (TABLE,) * 2, (0.0, 1.0)),
+    "identical_calls": Route(
+        (
+            "def get_config():\n    return {}\n",
+            "CONFIG = {}\ndef get_config():\n    return CONFIG\n",
+            "n = 0\ndef tick():\n    global n\n    n += 1\n    return n\n",
+        ),
+        (SAME_CONFIG, SAME_CONFIG, "assert tick() != tick()\nassert tick() == 3\n"),
+        (0.0, 1.0, 1.0),
+    ),
+    "colliding_values_in_the_judge": Route(
+        ("def f():\n    return [3, 1, 2]\n", COLLIDING, "def f():\n    return [3, 1, 2]\n"),
+        ("assert set(f()) == {1, 2, 3}",) * 3,
+        (1.0, 0.0, 1.0),
+    ),
+    **{name: Route((program,), (test,), (1.0,)) for name, (program, test) in PLAIN_PYTHON_PASSES.items()},
+}
+
+
+def test_a_free_name_in_a_test_resolves_outside_the_program(tmp_root):
+    """Before: [1.0, 1.0, 0.0]: 1.0 for the fake ``math`` (the free name resolved in the program's namespace), 0.0
+    for a right area() that does not import math; 1.0 for a fake ``numpy`` (a module the sandbox does not have,
+    so no program passes that test honestly)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    for name in ("free_name_math", "free_name_numpy"):
+        assert ROUTES[name].rewards(reward) == list(ROUTES[name].expected)
+    # A function under test named like a standard module is the program's where the test calls it.
+    calendar = "def calendar(year):\n    return year % 4 == 0\n"
+    assert reward([fenced(calendar)], test_cases=["assert calendar(2024) and not calendar(2023)"]) == [1.0]
+    # The prompt's helpers resolve the same way: a helper using math without importing it gets the real one.
+    prompt = "def circle(r):\n    return math.pi * r * r\n\ndef area(r):\n    ...\n"
+    fake = "class math:\n    pi = 0\ndef area(r):\n    return 0\n"
+    assert reward([fenced(fake)], test_cases=["assert area(2) == circle(2)"], prompts=[prompt]) == [0.0]
+
+
+@pytest.mark.parametrize("route", ["prompt_helper", "prompt_helper_in_a_loop"])
+def test_helpers_the_prompt_provides_are_taken_from_the_prompt(tmp_root, route):
+    """Before: [1.0, 0.0, 1.0] on the plain asserts (the identity pair's own ``encode_cyclic`` answered the test;
+    the program relying on the prompt's helper failed); the loop form was left out (None) whatever the program."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert ROUTES[route].rewards(reward) == list(ROUTES[route].expected)
+
+
+def test_prompt_helpers_are_the_prompts_definitions_and_its_stubs_are_the_programs():
+    source, stubs = prompt_helpers(CYCLIC_PROMPT)
+    assert stubs == ("decode_cyclic",) and "def encode_cyclic" in source and "decode_cyclic(" not in source
+    chat = [
+        {"role": "system", "content": "Solve it."},
+        {"role": "user", "content": "Write f.\n```python\nimport math\nK = 3\ndef g(x):\n    return x + K\n\n"
+         "def f(x):\n    ...\n\nclass S:\n    def m(self):\n        raise NotImplementedError\n```\nThanks."},
+    ]  # fmt: skip
+    source, stubs = prompt_helpers(chat)
+    assert stubs == ("f", "S") and source == "import math\n\nK = 3\n\ndef g(x):\n    return x + K"
+    assert prompt_helpers("Write a function that adds two numbers.") == ("", ())
+    parts = [{"role": "user", "content": [{"type": "text", "text": CYCLIC_PROMPT}]}]
+    assert prompt_helpers(parts)[1] == ("decode_cyclic",)
+
+
+def test_a_stub_named_like_a_builtin_is_the_programs(tmp_root):
+    """A name the prompt leaves to the program means the program's, even where a builtin has it; without the
+    prompt the builtin would answer the test (docs/code_sandbox.md says to give such rows a stub)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    prompt = 'def max(xs):\n    """The largest element of xs."""\n'
+    wrong, right = "def max(xs):\n    return 0\n", "def max(xs):\n    return sorted(xs)[-1]\n"
+    tests = ["assert max([1, 3, 2]) == 3"] * 2
+    assert reward([fenced(wrong), fenced(right)], test_cases=tests, prompts=[prompt] * 2) == [0.0, 1.0]
+
+
+def test_test_setup_never_enters_the_programs_namespace(tmp_root):
+    """Before: [1.0, 1.0] (the table reader found the expected values in its memory)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert ROUTES["setup_table"].rewards(reward) == list(ROUTES["setup_table"].expected)
+
+
+def test_every_call_is_its_own_probe(tmp_root):
+    """Before: [1.0, 1.0, 0.0] (the identical calls were merged into one probe: fresh dicts passed ``is``, the
+    counter's two calls were one)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert ROUTES["identical_calls"].rewards(reward) == list(ROUTES["identical_calls"].expected)
+
+
+def test_a_judge_timeout_is_confined_to_the_row_that_caused_it(tmp_root):
+    """Before: [None, None, None] (the shared judge timed out on the colliding values and every row lost its
+    score)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    start = time.monotonic()
+    assert ROUTES["colliding_values_in_the_judge"].rewards(reward) == [1.0, 0.0, 1.0]
+    assert time.monotonic() - start < TIMEOUT + SLACK
+
+
+FORGE = (
+    "import json, os, sys\nM = (1 << 61) - 1\nlines = {{'colliding': json.dumps([['value', {{'set': [k * M for k in "
+    "range(1, 32001)]}}]]), 'empty_lists': json.dumps([['value', [[]] * 275000]])}}\n"
+    "line = b'values ' + lines[{kind!r}].encode() + b'\\n'\nfds = set(range(3, 256))\nframe = sys._getframe(0)\n"
+    "while frame is not None:\n    fds.update(v for k, v in frame.f_locals.items() if k.endswith('fd') and "
+    "isinstance(v, int))\n    frame = frame.f_back\nfor fd in sorted(fds):\n    try:\n        os.write(fd, line)\n"
+    "    except OSError:\n        pass\nos._exit(0)\n"
+)
+
+
+def trainer_side_cost(reward, completions: list, test_cases: list, deadline_s: float = 5.0) -> dict:
+    """Call ``with_timeout(reward, deadline_s)`` and measure what it costs this process: the rewards (or "timed
+    out"), seconds until it returned or raised, the longest stall of another thread of ours, and the peak of our
+    Python memory during the call."""
+    import threading
+    import tracemalloc
+
+    from grpo_family.rewards.timeout import RewardTimeoutError, with_timeout
+
+    gaps, stop = [0.0], threading.Event()
+
+    def ticker():
+        last = time.monotonic()
+        while not stop.wait(0.01):
+            now = time.monotonic()
+            gaps[0] = max(gaps[0], now - last)
+            last = now
+
+    thread = threading.Thread(target=ticker, daemon=True)
+    tracemalloc.start()
+    thread.start()
+    start = time.monotonic()
+    try:
+        rewards = with_timeout(reward, deadline_s)(completions, test_cases=test_cases)
+    except RewardTimeoutError:
+        rewards = "timed out"
+    elapsed = time.monotonic() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    stop.set()
+    thread.join()
+    return {"rewards": rewards, "elapsed_s": elapsed, "stall_s": gaps[0], "peak_mb": peak / 2**20}
+
+
+@pytest.mark.parametrize("kind", ["colliding", "empty_lists"])
+def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_root, kind):
+    """A program writes a forged ``values`` line (32,000 ints sharing one hash; 1.1 MB of empty lists) to every
+    descriptor it can reach, then exits. Before: decoded in the trainer (colliding: ``with_timeout(5 s)`` raised
+    after 17.0 s, another thread of ours stalled 16.8 s; empty lists: our Python memory peaked at 37 MB)."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_output_bytes=2 << 20)
+    reward._check_once()  # the sandbox probe is not part of what is measured
+    cost = trainer_side_cost(reward, [fenced(FORGE.format(kind=kind))], ["assert f(1) == 2"])
+    assert cost["rewards"] == [0.0]
+    assert cost["elapsed_s"] < 5.0 + 1.5, cost
+    assert cost["stall_s"] < 2.0, cost
+    assert cost["peak_mb"] < 16, cost
+
+
+def _guard_off(tmp_root, **kwargs):
+    return Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False, **kwargs)
+
+
+SYSTEM_V = (  # what it makes it removes again (in minimal mode they would outlive the run on the host)
+    "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nmade = []\nq = libc.msgget(0, 0o1600)\n"
+    "if q >= 0:\n    made.append('msgget')\n    libc.msgctl(q, 0, None)\n"
+    "s = libc.semget(0, 1, 0o1600)\nif s >= 0:\n    made.append('semget')\n    libc.semctl(s, 0, 0)\n"
+    "m = libc.shmget(0, 4096, 0o1600)\nif m >= 0:\n    made.append('shmget')\n    libc.shmctl(m, 0, None)\n"
+    "libc.mq_open.restype = ctypes.c_int\n"
+    "if libc.mq_open(b'/grpo_q', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:\n    made.append('mq_open')\n"
+    "    libc.mq_unlink(b'/grpo_q')\nprint('MADE', made)\n"
+)
+
+
+@pytest.mark.parametrize("layer", ["all", "syscall filter only", "ipc namespace only"])
+def test_system_v_and_posix_message_queues_are_refused(tmp_root, full_isolation, layer):
+    """Before: ``msgget``, ``semget`` and ``mq_open`` succeeded (System V queues held ~500 MB of kernel memory)."""
+    if layer != "ipc namespace only":
+        needs_syscall_filter(full_isolation)
+    if layer != "syscall filter only":
+        needs(full_isolation, namespaces=("ipc",))
+    sandbox = _guard_off(
+        tmp_root,
+        syscall_filter=layer != "ipc namespace only",
+        isolation="minimal" if layer == "syscall filter only" else "auto",
+        outer_sandbox=True,
+    )
+    result = run_bounded(sandbox, SYSTEM_V)
+    assert result.stdout == "MADE []\n", result.stdout + result.stderr
+    assert result.isolation["ipc_limits"] is (layer != "syscall filter only")  # the layer under test was on
+
+
+def test_control_without_the_syscall_filter_or_namespaces_message_queues_are_made(tmp_root):
+    sandbox = _guard_off(tmp_root, syscall_filter=False, isolation="minimal", outer_sandbox=True)
+    result = run_bounded(sandbox, SYSTEM_V)
+    assert "'msgget'" in result.stdout and "'semget'" in result.stdout, result.stdout + result.stderr
+
+
+UNIX_SOCKETS = (
+    "import socket\nmade = []\nfor kind in ('socketpair', 'unix_socket'):\n    try:\n"
+    "        socket.socketpair() if kind == 'socketpair' else socket.socket(socket.AF_UNIX)\n"
+    "        made.append(kind)\n    except OSError:\n        pass\nprint('MADE', made)\n"
+)
+
+
+def test_unix_socket_pairs_are_refused(tmp_root, full_isolation):
+    """Before: allowed (socket-pair buffers across 8 processes held 448 MB of kernel memory)."""
+    needs_syscall_filter(full_isolation)
+    result = run_bounded(_guard_off(tmp_root), UNIX_SOCKETS)
+    assert result.stdout == "MADE []\n", result.stdout + result.stderr
+
+
+PIPES = (  # 8 processes, each opening pipes until its descriptors run out and filling each, at 1 MB where allowed
+    "import fcntl, os, time\ndef fill():\n    held = 0\n    while True:\n        try:\n            r, w = os.pipe()\n"
+    "        except OSError:\n            return held\n        try:\n            fcntl.fcntl(w, 1031, 1 << 20)\n"
+    "        except OSError:\n            pass\n        os.set_blocking(w, False)\n        while True:\n"
+    "            try:\n                held += os.write(w, b'x' * 65536)\n            except BlockingIOError:\n"
+    "                break\nreport_r, report_w = os.pipe()\nchildren = 0\nfor _ in range(7):\n    try:\n"
+    "        if os.fork() == 0:\n            os.write(report_w, b'%d\\n' % fill())\n            time.sleep(30)\n"
+    "            os._exit(0)\n        children += 1\n    except OSError:\n        break\nheld = fill()\n"
+    "time.sleep(1.0)\nheld += sum(int(x) for x in os.read(report_r, 65536).split())\n"
+    "print(children, held >> 20)\n"
+)
+
+
+def test_pipe_buffers_are_bounded_by_the_runs_own_uid(tmp_root, full_isolation):
+    """Pipes are the kernel memory a run can still hold (socket pairs and message queues are refused): with a fresh
+    uid per run the kernel's per-user pipe limit (``pipe-user-pages-soft``) bounds them, whatever the run forks."""
+    needs(full_isolation, namespaces=("pid",), uid=True)
+    soft_pages = int(Path("/proc/sys/fs/pipe-user-pages-soft").read_text())
+    if soft_pages == 0:
+        pytest.skip("this kernel sets no per-user pipe limit")
+    result = run_bounded(Sandbox(timeout_s=10, tmp_root=str(tmp_root), python_guard=False), PIPES)
+    children, held_mb = map(int, result.stdout.split())
+    assert children == 7  # 8 processes filled pipes
+    # The soft limit, then 2 pages for each further pipe (at most 8 processes x 256 descriptors).
+    assert 16 < held_mb <= soft_pages * 4096 / 2**20 + 8 * 128 * 8192 / 2**20, result.stdout
+
+
+@contextmanager
+def host_directory():
+    """A world-readable directory on the host outside /tmp (where a service's socket or a dataset could be)."""
+    import shutil
+
+    root = Path("/var/tmp") if os.path.isdir("/var/tmp") else Path.home()
+    path = root / f"grpo_host_{uuid.uuid4().hex}"
+    path.mkdir(mode=0o755)
+    os.chmod(path, 0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def host_dir():
+    with host_directory() as path:
+        yield path
+
+
+REACH_HOST = (
+    "import os, socket\nout = []\ntry:\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({sock!r})\n"
+    "    s.sendall(b'leak')\n    out.append('SOCKET')\nexcept OSError as e:\n    out.append('socket: ' + type(e).__name__)\n"
+    "try:\n    fd = os.open({fifo!r}, os.O_WRONLY | os.O_NONBLOCK)\n    os.write(fd, b'leak')\n    out.append('FIFO')\n"
+    "except OSError as e:\n    out.append('fifo: ' + type(e).__name__)\nprint(out)\n"
+)
+
+
+def reach_host(sandbox, host_dir):
+    """Run REACH_HOST against a 0666 socket and FIFO of ours in ``host_dir``: (result, socket reached, FIFO
+    reached)."""
+    sock_path, fifo_path = str(host_dir / "service.sock"), str(host_dir / "pipe.fifo")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(sock_path)
+    os.chmod(sock_path, 0o666)
+    server.listen(5)
+    server.setblocking(False)
+    os.mkfifo(fifo_path, 0o666)
+    os.chmod(fifo_path, 0o666)
+    fifo = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result = run_bounded(sandbox, REACH_HOST.format(sock=sock_path, fifo=fifo_path))
+        socket_reached = _accepted(server)
+        try:
+            fifo_reached = os.read(fifo, 100) == b"leak"
+        except BlockingIOError:
+            fifo_reached = False
+    finally:
+        server.close()
+        os.close(fifo)
+    return result, socket_reached, fifo_reached
+
+
+def test_host_unix_sockets_and_fifos_are_out_of_reach(tmp_root, full_isolation, host_dir):
+    """Python guard off (it is a tripwire). Before: a 0666 socket and a 0666 FIFO outside /tmp received data."""
+    needs(full_isolation, namespaces=("mnt",))
+    result, socket_reached, fifo_reached = reach_host(_guard_off(tmp_root), host_dir)
+    assert not socket_reached and not fifo_reached, result.stdout + result.stderr
+    assert "socket: " in result.stdout and "fifo: FileNotFoundError" in result.stdout, result.stdout
+
+
+def test_control_without_any_layer_host_sockets_and_fifos_are_reached(tmp_root, host_dir):
+    sandbox = _guard_off(tmp_root, isolation="minimal", outer_sandbox=True, syscall_filter=False)
+    result, socket_reached, fifo_reached = reach_host(sandbox, host_dir)
+    assert socket_reached and fifo_reached, result.stdout + result.stderr
+
+
+READ_HOST = (
+    "out = []\nfor path in {paths!r}:\n    try:\n        out.append(('READ', len(open(path, 'rb').read())))\n"
+    "    except OSError as e:\n        out.append(type(e).__name__)\nprint(out)\n"
+)
+
+
+def test_without_the_private_root_the_host_tree_is_read_only_and_said_so(tmp_root, full_isolation, monkeypatch):
+    """Where the private view cannot be built (here: an impossible pty limit makes its devpts mount fail), the run
+    falls back to the host's tree read-only with a private /tmp, and the report and the warning say so."""
+    needs(full_isolation, namespaces=("mnt",))
+    import grpo_family.rewards.code as code
+
+    monkeypatch.setattr(code, "_MAX_PTYS", -1)
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), python_guard=False)  # the OS layers alone
+    paths = [p for p in _outside_paths() if os.path.isdir(os.path.dirname(p))]
+    result = run_bounded(sandbox, WRITE.format(paths=paths))
+    report = result.isolation
+    assert report["private_root"] is False and report["readonly_root"] is True and report["private_tmp"] is True
+    assert any(note.startswith("no private root") for note in report["notes"]), report["notes"]
+    assert any("private filesystem view" in m and "read-only" in m for m in code.missing_layers(report, sandbox))
+    assert result.stdout.rstrip().endswith("fine") and [p for p in paths if os.path.exists(p)] == []
+
+
+def read_host(sandbox, host_dir):
+    """Run READ_HOST on this file (the checkout) and a world-readable dataset file in ``host_dir``."""
+    dataset = host_dir / "tests.jsonl"
+    dataset.write_text('{"test_cases": "assert f(1) == 2"}\n')
+    os.chmod(dataset, 0o644)
+    return run_bounded(sandbox, READ_HOST.format(paths=[str(Path(__file__).resolve()), str(dataset)]))
+
+
+def test_the_checkout_and_datasets_are_not_readable(tmp_root, full_isolation, host_dir):
+    """Every layer on. Before: this test file (the checkout) and a world-readable dataset file were read."""
+    needs(full_isolation, namespaces=("mnt",))
+    result = read_host(Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root)), host_dir)
+    assert result.stdout == "['FileNotFoundError', 'FileNotFoundError']\n", result.stdout + result.stderr
+    control = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), isolation="minimal", outer_sandbox=True)
+    assert read_host(control, host_dir).stdout.count("READ") == 2
+
+
+@pytest.mark.parametrize("case", list(PLAIN_PYTHON_PASSES))
+def test_comparisons_equal_plain_pythons(tmp_root, case):
+    """Before: 0.0 (Counter, bytearray: not plain values; 4,300+ digits: not encodable) or 0.5 (the in-place
+    sort's later assert judged on a fresh list)."""
+    program, test = PLAIN_PYTHON_PASSES[case]
+    namespace: dict = {}
+    exec(program + test, namespace)  # plain Python passes it
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert ROUTES[case].rewards(reward) == [1.0]
+
+
+def test_program_objects_are_used_as_plain_python_would_but_never_compare_themselves(tmp_root):
+    """Generators, closures and instances work through the program (iteration, calls, attributes); the program's
+    own ``__eq__`` is never asked: an object of the program's equals only itself."""
+    program = (
+        "class Always:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+        "def squares(n):\n    return (i * i for i in range(n))\n"
+        "def adder(k):\n    return lambda x: x + k\n"
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.append(x)\n        return self\n"
+        "def always():\n    return Always()\n"
+    )
+    tests = [
+        "assert list(squares(4)) == [0, 1, 4, 9]",
+        "assert 4 in squares(3) and len(list(squares(5))) == 5",
+        "assert adder(2)(3) == 5",
+        "assert Stack().push(1).push(2).items == [1, 2]",
+        "assert always() == 1",  # fails: the program's __eq__ is never asked
+        "assert always() != always()",  # two objects, neither equal to the other
+    ]
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert reward([fenced(program)], test_cases=[tests]) == [pytest.approx(5 / 6)]
+
+
+# Aimed at the sandbox's own processes only (the program's parent and its other children: the judge), never at the
+# rest of the machine: in minimal mode as root the program could reach every process here.
+TAMPER = (
+    "import json, os, signal\nverdict = (json.dumps({'passed': True, 'calls': 1, 'note': ''}) + '\\n').encode()\n"
+    "reached = []\nfor fd in range(3, 256):\n    try:\n        os.write(fd, verdict)\n        reached.append(fd)\n"
+    "    except OSError:\n        pass\nparent, siblings = os.getppid(), []\nfor pid in os.listdir('/proc'):\n"
+    "    try:\n        with open(f'/proc/{pid}/stat') as stat:\n"
+    "            if int(stat.read().rsplit(')', 1)[1].split()[1]) == parent and int(pid) != os.getpid():\n"
+    "                siblings.append(int(pid))\n    except (OSError, ValueError):\n        pass\n"
+    "for pid in siblings + [parent]:\n"
+    "    for path in [f'/proc/{pid}/mem'] + [f'/proc/{pid}/fd/{n}' for n in range(3, 16)]:\n        try:\n"
+    "            fd = os.open(path, os.O_WRONLY)\n            os.write(fd, verdict)\n            reached.append(path)\n"
+    "        except OSError:\n            pass\nfor pid in siblings:\n    try:\n        os.kill(pid, signal.SIGSTOP)\n"
+    "        reached.append(f'stopped {pid}')\n    except OSError:\n        pass\n"
+    "print(len(siblings), reached, flush=True)\ndef f(x):\n    return -1\n"
+)
+
+
+def test_the_program_cannot_forge_the_judges_verdict(tmp_root, full_isolation):
+    """Guard off. The program writes a passing verdict to every descriptor it holds and to the memory and
+    descriptors of the sandbox's other processes, and tries to stop the judge: the judge runs under another uid and
+    is not dumpable, so none of it lands. (Where no uid can be dropped, a root program reaches the judge: see
+    docs/code_sandbox.md.)"""
+    needs(full_isolation, namespaces=("pid",), uid=True)
+    result = run_bounded(_guard_off(tmp_root), TAMPER, test="assert f(1) == 2\n")
+    assert result.stdout.startswith("1 "), result.stdout + result.stderr  # it found the judge
+    assert result.verdict is False and result.judge["calls"] == 1  # the judge ran the test, untouched
+    reached = result.stdout.strip()
+    assert "mem" not in reached and "stopped" not in reached and "/fd/" not in reached, reached

@@ -35,7 +35,7 @@ def build(trainer_cls, model_dir, config, dataset, reward=digit_share_reward):
     [
         ("cw_scope", "microbatch", r"cw_scope must be one of \('group', 'batch'\)"),
         ("cw_adv_center", "median", r"cw_adv_center must be one of \('token', 'sequence'\)"),
-        ("cw_std_ddof", 2, "cw_std_ddof must be 0"),
+        ("cw_std_ddof", 2, r"cw_std_ddof must be one of \(0, 1\)"),
         ("cw_bandwidth_scale", 0.0, "cw_bandwidth_scale must be > 0"),
         ("cw_bandwidth_scale", -1.0, "cw_bandwidth_scale must be > 0"),
         ("cw_bandwidth_scale", float("nan"), "cw_bandwidth_scale must be > 0"),

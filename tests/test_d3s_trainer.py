@@ -158,14 +158,14 @@ def assert_grads_close(actual, expected):
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("d3s_samples_start", 1, r"d3s_samples_start must be None \(default\) or an integer in \[2, num_generations"),
+        ("d3s_samples_start", 1, r"d3s_samples_start must be an integer >= 2, or None"),
         ("d3s_samples_end", 5, r"d3s_samples_end must be None .* in \[2, num_generations=4\]"),
         ("d3s_token_ratio_start", 0.0, r"d3s_token_ratio_start must be in \(0, 1\]"),
         ("d3s_token_ratio_end", 1.5, r"d3s_token_ratio_end must be in \(0, 1\]"),
         ("d3s_sample_scope", "intra", r"d3s_sample_scope must be one of \('pooled', 'group'\)"),
         ("d3s_token_scope", "token", r"d3s_token_scope must be one of \('batch', 'micro', 'sequence'\)"),
         ("d3s_loss_normalization", "mean", "d3s_loss_normalization must be one of"),
-        ("d3s_base_estimator", "ppo", r"Unknown advantage estimator 'ppo'; registered: \('grpo', 'ms_grpo', 'gpg'"),
+        ("d3s_base_estimator", "ppo", r"d3s_base_estimator must be one of \('grpo', 'ms_grpo', 'gpg'"),
         ("d3s_drop_degenerate_groups", True, "needs d3s_sample_scope='group'"),
         ("loss_type", "grpo", r"loss_type must be one of \('dapo', 'cispo', 'vespo'\).*mask_only_seq"),
         ("top_entropy_quantile", 0.2, "top_entropy_quantile must be 1.0 with D3S"),

@@ -78,7 +78,7 @@ def test_config_defaults_are_the_papers(tmp_path):
         (dict(num_iterations=2), "num_iterations must be 1"),
         (dict(steps_per_generation=2), "steps_per_generation"),
         (dict(loss_aggregation="token"), "loss_aggregation"),
-        (dict(scale_rewards="std"), "F_norm"),
+        (dict(scale_rewards="std"), r"scale_rewards must be one of \('group', 'batch', 'none'"),
         (dict(beta_th=1.5), "beta_th"),
         (dict(beta_th=math.nan), "beta_th"),
         (dict(degenerate_tol=-1e-6), "degenerate_tol"),

@@ -17,11 +17,14 @@ import inspect
 import json
 import logging
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from conftest import digit_share_reward
@@ -367,11 +370,22 @@ class AsyncClassReward:
         return out
 
 
+def _exit(n):
+    sys.exit(0)
+
+
+def numpy_reward(completions, **kwargs):
+    """Scores as a numpy float32 array (numpy values used to reach the checkpoint's JSON and crash its write)."""
+    return np.asarray(digit_share_reward(completions), dtype=np.float32)
+
+
 def hostile_rewards() -> list[Callable]:
     wrong_count_after_first_batch.calls = async_raising_reward.calls = 0
     return [
         digit_share_reward,  # sane, first: SGPO's correctness reward
         counter_reward("raises_reward", _raise),
+        counter_reward("exit_reward", _exit),  # sys.exit(0) on some rows: an error of the reward, not the run's end
+        numpy_reward,
         counter_reward("none_reward", lambda n: None),
         counter_reward("nan_reward", lambda n: math.nan),
         counter_reward("inf_reward", lambda n: math.inf),
@@ -384,7 +398,8 @@ def hostile_rewards() -> list[Callable]:
     ]
 
 
-CONTAINED = ["raises_reward", "nan_reward", "inf_reward", "neg_inf_reward", "string_reward", "list_reward"]
+CONTAINED = ["raises_reward", "exit_reward", "nan_reward", "inf_reward", "neg_inf_reward", "string_reward",
+             "list_reward"]  # fmt: skip
 
 
 def train_and_record(method, model_dir, tokenizer, dataset, config_kwargs, rewards, trainer_kwargs=None, **overrides):
@@ -420,9 +435,11 @@ def logged(trainer, key):
 def test_hostile_rewards_are_contained_in_every_method(
     method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, caplog
 ):
-    """Eleven reward functions at once -- raising, None, NaN, +-inf, a string, a list, the wrong count after the
-    first batch, an async one that raises, an async callable class returning NaN -- through two real steps of each method: training finishes, every advantage
-    and weight stays finite, and each misbehaving function has its ``reward_errors/<name>`` metric and warning."""
+    """Thirteen reward functions at once -- raising, calling sys.exit(0), numpy values, None, NaN, +-inf, a string, a
+    list, the wrong count after the first batch, an async one that raises, an async callable class returning NaN --
+    through two real steps of each method: training finishes, every advantage and weight stays finite, each
+    misbehaving function has its ``reward_errors/<name>`` metric and warning, and the numpy scores arrive as plain
+    floats."""
     with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.base"):
         trainer, initial = train_and_record(
             method, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, hostile_rewards()
@@ -440,23 +457,51 @@ def test_hostile_rewards_are_contained_in_every_method(
     assert sum(logged(trainer, "reward_errors/async_raising_reward")) > 0
     assert sum(logged(trainer, "reward_errors/async_class_reward")) > 0
     assert not logged(trainer, "skipped_steps")  # nothing non-finite reached the gradients
+    numpy_means = logged(trainer, "rewards/numpy_reward/mean")
+    assert numpy_means and all(type(v) is float and math.isfinite(v) for v in numpy_means)
+    assert not logged(trainer, "reward_errors/numpy_reward")  # numbers, not errors
 
 
 @pytest.mark.parametrize(
     "reward, match",
     [
         (counter_reward("always_raises", _raise, every=1), r"always_raises.*failed on every completion.*RuntimeError"),
+        (counter_reward("always_exits", _exit, every=1), r"always_exits.*failed on every completion.*SystemExit"),
         (lambda completions, **kw: [0.5], r"returned 1 values for 8 completions"),
         (counter_reward("all_strings", lambda n: "high", every=1), r"all_strings.*no number.*\['str'\]"),
         (lambda completions, **kw: 0.5, r"returned float values for 8"),
     ],
-    ids=["raises_always", "wrong_count", "all_strings", "not_a_list"],
+    ids=["raises_always", "exits_always", "wrong_count", "all_strings", "not_a_list"],
 )
 def test_unusable_reward_stops_before_any_update(
     reward, match, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs
 ):
     with pytest.raises(RewardFunctionError, match=match):
         train_and_record("grpo", tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, [reward])
+
+
+def test_numpy_values_in_the_log_history_do_not_break_checkpoints(
+    tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs
+):
+    """A numpy float reached trainer_state.json through examples/train.py's held-out scoring (the mean of a reward
+    that returns numpy values, appended to the log history by a callback) and crashed the write of checkpoint-2
+    ("Object of type float32 is not JSON serializable"). The trainer makes its log history plain before every
+    write of its state."""
+    from transformers import TrainerCallback
+
+    class NumpyScore(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            state.log_history.append({"step": state.global_step, "held_out_accuracy": np.float32(0.25)})
+
+    trainer, _ = train_and_record(
+        "grpo", tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, [numpy_reward],
+        trainer_kwargs={"callbacks": [NumpyScore()]}, save_strategy="steps", save_steps=1,
+    )  # fmt: skip
+    for step in (1, 2):
+        state = json.loads((Path(trainer.args.output_dir) / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert [h["held_out_accuracy"] for h in state["log_history"] if "held_out_accuracy" in h][-1] == 0.25
+    trainer.save_state()
+    assert json.loads((Path(trainer.args.output_dir) / "trainer_state.json").read_text())["global_step"] == 2
 
 
 def test_reward_model_inf_logits_are_unscorable(tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs):
@@ -635,7 +680,7 @@ def test_guarded_reward_unit_behaviour():
 BAD_CONFIGS = {
     "grpo": ({"per_device_train_batch_size": 6, "num_generations": 4}, r"divisible by num_generations"),
     "ms_grpo": ({"tau_min": 5, "num_generations": 4}, r"tau_min=5 exceeds num_generations=4; need 2 <= tau_min"),
-    "cw_grpo": ({"cw_bandwidth_scale": 0.0}, r"cw_bandwidth_scale must be > 0 \(1.0 = the paper\).*use method 'grpo'"),
+    "cw_grpo": ({"cw_bandwidth_scale": 0.0}, r"cw_bandwidth_scale must be > 0 .*1.0 = the paper.*use method 'grpo'"),
     "d3s": (
         {"d3s_drop_degenerate_groups": True, "d3s_sample_scope": "pooled"},
         r"d3s_drop_degenerate_groups needs d3s_sample_scope='group'",

@@ -206,7 +206,8 @@ def test_trust_remote_code_is_off_by_default_in_the_training_script():
     _, training_args, model_args, _ = train.parse_args([])
     assert not getattr(model_args, "trust_remote_code", False)
     assert not (training_args.model_init_kwargs or {}).get("trust_remote_code")
-    _, asked, _, _ = train.parse_args(ASK_FOR_REMOTE_CODE)
+    # (the embedded default loads no model by name: the flag applies with --model_name_or_path / --dataset_name)
+    _, asked, _, _ = train.parse_args(["--model_name_or_path", "m", "--dataset_name", "d", *ASK_FOR_REMOTE_CODE])
     assert asked.model_init_kwargs["trust_remote_code"] is True
 
 

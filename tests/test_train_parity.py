@@ -136,7 +136,7 @@ def _main_fails(tiny_model_dir, tmp_path, extra, data=None):
     ("extra", "message"),
     [
         (["--model_name_or_path", "./no/such/model"], r"\./no/such/model: no such directory"),
-        (["--per_device_train_batch_size", "0"], "per_device_train_batch_size must be at least 1"),
+        (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be an integer >= 1; got 0"),
         (["--push_to_hub"], "push_to_hub needs the Hugging Face Hub, but HF_HUB_OFFLINE is set"),
         (["--load_in_4bit"], r"--load_in_4bit (needs the bitsandbytes|quantizes with bitsandbytes)"),
         (["--reward_model_name_or_path", "/no/such/rm"], "--reward_model_name_or_path /no/such/rm: no such"),
@@ -174,6 +174,78 @@ def test_missing_gold_answers_fail_at_start(tiny_model_dir, tmp_path):
     data = _write(tmp_path / "math.jsonl", [{"problem": f"What is {i}+1?", "solution": "Add."} for i in range(8)])
     message = _main_fails(tiny_model_dir, tmp_path, [], data=str(data))
     assert "cannot read 8 of 8 gold answers" in message
+
+
+# ---------------------------------------------------------------------------------------------------- data that cannot train
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_fewer_rows_than_one_generation_batch_fail_at_start(tiny_model_dir, tmp_path, suffix):
+    """A 1-row dataset (or a .json file holding one object) trained 0 steps and exited 0. One generation batch of
+    TINY_RUN holds 2 prompts (8 completions, 4 per prompt)."""
+    path = tmp_path / f"one{suffix}"
+    path.write_text(json.dumps(ROWS[0]) + ("\n" if suffix == ".jsonl" else ""))
+    message = _main_fails(tiny_model_dir, tmp_path, [], data=str(path))
+    assert "The training set has 1 row(s), fewer than the 2 prompts of one generation batch" in message
+    assert "Add rows, or lower --per_device_train_batch_size" in message
+
+
+def test_fewer_rows_than_one_generation_batch_fail_at_trainer_init(tiny_model_dir, tiny_tokenizer, tmp_path):
+    """The same check in the trainer (the Python API): before any generation."""
+    from grpo_family import GRPOFamilyConfig, GRPOFamilyTrainer
+
+    with pytest.raises(PreflightError, match=r"has 3 row\(s\), fewer than the 4 prompts of one generation batch"):
+        GRPOFamilyTrainer(
+            model=tiny_model_dir, reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
+            args=GRPOFamilyConfig(output_dir=str(tmp_path), per_device_train_batch_size=16, num_generations=4,
+                                  use_cpu=True, bf16=False, report_to="none"),
+            train_dataset=Dataset.from_list([{"prompt": f"Compute {i}+1."} for i in range(3)]),
+            processing_class=tiny_tokenizer,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("golds", "reward", "messages"),
+    [
+        # A list-valued gold was read by math_accuracy as an interval: right answers scored 0 with no warning.
+        ({5: ["10", "11"]}, "math_accuracy", ["1 of 8 gold answers in the column 'result' are not one answer "
+                                              "(row 5: ['10', '11'])", "qa_exact_match / qa_f1, which accept a list"]),
+        # Unreadable golds: the reward, the column and the rows named.
+        (dict.fromkeys(range(8), "no idea"), "choice_accuracy",
+         ["choice_accuracy cannot read 8 of 8 gold answers in the column 'result'", "row 0: 'no idea'"]),
+    ],
+    ids=["list_valued", "unreadable"],
+)  # fmt: skip
+def test_golds_the_reward_cannot_read_fail_naming_rows_and_column(tiny_model_dir, tmp_path, golds, reward, messages):
+    rows = [{"question": f"What is {i} plus {i}?", "result": golds.get(i, str(2 * i))} for i in range(8)]
+    data = _write(tmp_path / "d" / "train.jsonl", rows)
+    extra = ["--dataset_preset", "qa", "--answer_column", "result", "--reward_funcs", reward]
+    message = _main_fails(tiny_model_dir, tmp_path, extra, data=str(data))
+    assert all(m in message for m in messages), message
+
+
+def test_a_model_folder_without_tokenizer_or_with_only_an_adapter_fails(tiny_model_dir, tmp_path):
+    """A folder without tokenizer files loaded a one-token tokenizer (the error spoke of the chat template); a LoRA
+    adapter folder gave "Should have a model_type key". Both now say what to pass instead."""
+    import shutil
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copy(Path(tiny_model_dir) / name, bare / name)
+    message = _main_fails(tiny_model_dir, tmp_path, ["--model_name_or_path", str(bare)])
+    assert f"{bare} holds a model but no tokenizer" in message and "save_pretrained" in message
+
+    adapter = tmp_path / "adapter"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter)
+    assert not (adapter / "config.json").exists()
+    message = _main_fails(tiny_model_dir, tmp_path, ["--model_name_or_path", str(adapter)])
+    assert f"{adapter} holds a PEFT adapter (adapter_config.json), not a model" in message
+    assert f"its base model is '{tiny_model_dir}'" in message and "merge_and_unload" in message
+    message = _main_fails(tiny_model_dir, tmp_path, ["--reward_model_name_or_path", str(bare)])
+    assert f"--reward_model_name_or_path {bare} holds a model but no tokenizer" in message
 
 
 # ---------------------------------------------------------------------------------------------------- runs

@@ -1,7 +1,9 @@
 """Code-execution reward: run the model's program against test cases in a sandboxed subprocess.
 
 ``code_tests`` (:class:`CodeTestsReward`) extracts a program from each completion, runs it once per test case in a
-fresh sandboxed interpreter and returns the **fraction of test cases passed** (0.0 .. 1.0).
+fresh sandboxed interpreter and returns the **fraction of test cases passed** (0.0 .. 1.0). ``docs/code_sandbox.md``
+has the whole account: formats, how a test is judged, the sandbox's layers and the threat model (what holds, what is
+bounded, what is out of scope).
 
 What is run
     The program is the last fenced code block labelled ``python`` / ``py`` / ``python3`` (closed with a fence); if
@@ -16,104 +18,68 @@ Test cases: the ``test_cases`` dataset column, one value per row, in either of t
     blank lines are ignored (:func:`normalize_output`; no other whitespace, e.g. NBSP or ``\\x0b``, is forgiven).
 
     *assert statements* (MBPP, HumanEval style): a string of Python (``"assert f(1) == 2\\nassert f(2) == 3"``),
-    or a list of such strings. In a string, every top-level ``assert`` is one test case and is run together with
-    the non-assert statements above it (imports, helpers); a string without a top-level assert (HumanEval's
-    ``def check(candidate): ...`` followed by ``check(f)``) is one test case. A list of strings gives one test
-    case per string. HumanEval's ``check(candidate)`` body counts as top-level asserts.
+    or a list of such strings. In a string, every top-level ``assert`` is one test case, run after every statement
+    above it; the asserts above it run too, as expressions whose outcome is not this case's, so a list an earlier
+    call sorted in place is sorted for a later assert, as in plain Python. A string without a top-level assert
+    (HumanEval's ``def check(candidate): ...`` then ``check(f)``) is one test case; a list of strings gives one
+    test case per string.
 
-    *How an assert test is graded* (:func:`plan_assert_test`): the program's interpreter is the program's to
-    tamper with (builtins, frames, file descriptors, ``exit``), so it never sees an assert. It runs the program,
-    then only the test statements the test's calls need (imports, inputs), evaluates those calls (``f(x)``: the
-    *probes*) and sends their values back as plain builtin data (``_plain_values``). The verdict is reached outside
-    it: in this process for a comparison with a literal (``f(1) == [2, 3]``, ``not f(0)``, ``f(2) is True``), else in
-    a separate sandboxed *judge* interpreter that never ran a program (one per reward call), on the decoded values.
-    So an ``__eq__`` that is always true, a patched ``compile``, a forged status line or an early exit cannot pass
-    a wrong program, and expected values written in the asserts are never in its reach (ones kept in setup
-    variables that the calls do not need are not sent either). A value that is not a plain builtin (a custom
-    object, a generator) fails its test. An assert that cannot be graded this way (inside a loop or branch, a
-    call using a comprehension's or lambda's variable, setup statements that call the program) is left out of
-    the row; a row with none left scores None.
+    *How an assert test is judged.* Never in the program's interpreter, which is the program's to tamper with: a
+    second sandboxed process, the *judge*, runs the test as ordinary Python and writes its verdict on a pipe the
+    program never holds. A name in the test means what the test, the prompt's helpers (:func:`prompt_helpers`, from
+    the ``prompts`` TRL passes), the builtins or a standard module imported by the judge make it mean; only a name
+    none of them defines is the program's, and it stands in the judge for the program's object: calling it (or
+    reading an attribute) is a round trip to the program's process, arguments and results as plain data
+    (:class:`~grpo_family.rewards._plain_values.Wire`: builtin values by value, with their identity and in-place
+    changes; anything else as an opaque reference that equals only itself). Every call is its own call, test setup
+    and expected values never leave the judge, and comparisons are plain Python's on builtin values.
 
 ``None`` versus ``0.0``
     ``None`` (cannot score; TRL leaves the completion out of the advantage statistics) when the row has no usable
     test cases (missing, empty or malformed ``test_cases``; APPS call-based ``fn_name`` tests are not supported) or
     when the sandbox itself failed to start (our failure, not the model's). Everything the program does wrong —
-    syntax error, exception, wrong output, timeout, memory or output limit — fails that test case.
+    syntax error, exception, wrong output, timeout, memory or output limit, a judge left without a verdict —
+    fails that test case.
 
 The sandbox (:class:`Sandbox`), in layers; each run reports which layers were actually applied
-    * A fresh interpreter: ``python -I -S -B -X utf8`` running :mod:`grpo_family.rewards._sandbox_child` by path
-      (isolated mode, no ``site``: the standard library only, no user site-packages, no ``PYTHON*`` variables),
-      started with ``subprocess`` (no ``preexec_fn``, so it is safe from the reward's worker threads), in a new
-      session, with a **minimal environment** (``PATH``, ``LANG``, and ``HOME`` / ``TMPDIR`` set to the run's
-      directory: nothing inherited, so ``HF_TOKEN``, ``OPENAI_API_KEY`` and the like are not visible) and a **fresh temporary directory** as cwd, removed afterwards (also on timeout).
-    * **Resource limits** (``setrlimit`` in the child, before the program runs): ``RLIMIT_CPU`` (about the wall
-      timeout), ``RLIMIT_AS`` (``memory_mb``, per process), ``RLIMIT_FSIZE`` (``disk_mb``), ``RLIMIT_NOFILE``,
-      ``RLIMIT_CORE`` 0 and ``RLIMIT_NPROC`` (``max_processes``; see below), plus ``PR_SET_NO_NEW_PRIVS`` (set-uid
-      programs gain nothing).
-    * A **wall-clock timeout** (``timeout_s``, counted from when the program starts: the sandbox's own start-up is
-      not charged; one that does not start within 30 s is a sandbox failure) after which everything the run started
-      is killed, and **capped output**: stdout and stderr are read incrementally and the run is killed as soon as
-      either exceeds ``max_output_bytes``, so a huge output never reaches our memory.
-    * When running **as root with namespaces available** (a privileged container or a training node; the case tested
-      here): new network, mount, PID, IPC and UTS namespaces. *Network*: the new network namespace has only a
-      down loopback, so every connection fails, 127.0.0.1 included. *PID*: the program runs under a small init
-      process of ours that dies with its parent (``PR_SET_PDEATHSIG``), and the kernel kills every process of a
-      PID namespace when its init dies, so nothing (not even a ``setsid()``-ed grandchild) outlives the run; a fresh
-      ``/proc`` shows only the sandbox's own processes. *Mounts* (private, never propagated to the host): the whole
-      filesystem is remounted read-only (``mount_setattr(AT_RECURSIVE)``, Linux >= 5.12), ``/tmp`` is a fresh
-      size-limited ``tmpfs`` (``disk_mb``) holding the run's directory, and a directory others cannot enter on the
-      way to the interpreter's standard library (e.g. ``/root`` for a pyenv install) is covered by an empty
-      ``tmpfs`` with only the standard library bound back read-only — which also hides the rest of it (tokens in
-      ``~/.cache/huggingface``, ``~/.netrc``). Then the program **drops root** to a fresh, otherwise unused uid/gid
-      (random, >= 2^20), so ``RLIMIT_NPROC`` counts only its own processes and threads and is enforced, and it
-      cannot signal or ``ptrace`` anything of ours.
-    * A **seccomp filter** (``syscall_filter``, unprivileged, every mode; built by libseccomp through
-      ``pyseccomp`` and loaded after ``PR_SET_NO_NEW_PRIVS``, just before the program runs): ``EPERM`` for creating
-      or entering namespaces (``unshare``, ``setns``, ``clone`` with a namespace flag; ``clone3`` says ``ENOSYS``),
-      mounts, ``bpf``, ``perf_event_open``, ``io_uring_*``, keyrings, ``ptrace`` and ``process_vm_*``,
-      ``userfaultfd``, kernel modules, and memory ``RLIMIT_AS`` does not count (``memfd_create``, System V
-      ``shmget``/``shmat``); ``socket`` for anything but ``AF_UNIX``; ``execve`` unless ``allow_subprocesses``
-      (so a child interpreter without the audit hook cannot be started). With the mount namespace, ``/tmp`` and
-      the run's directory are also limited to 1024 inodes (``nr_inodes``) and the run gets its own ``devpts``
-      instance with at most 4 ptys.
-    * A **Python-level guard** (``python_guard``, an audit hook installed before the program runs): blocks
-      socket creation, process creation (``os.fork``, ``os.system``, ``subprocess``, ``os.exec*``,
-      ``os.posix_spawn``) and signals to other processes (unless ``allow_subprocesses``), ``ctypes``, and file writes / renames / deletions /
-      mkdirs outside the run's directory. This is a tripwire, not a boundary: CPython's audit hooks can be bypassed
-      by determined code. It is the only network and write protection where namespaces are unavailable.
+    * A fresh interpreter (``python -I -S -B -X utf8``, standard library only) started with a **minimal
+      environment** (``PATH``, ``LANG``, ``HOME`` / ``TMPDIR`` set to the run's directory) in a **fresh temporary
+      directory**, removed afterwards.
+    * **Resource limits** per process: ``RLIMIT_CPU``, ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_FSIZE``
+      (``disk_mb``), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0, ``RLIMIT_MSGQUEUE`` 0, ``RLIMIT_NPROC``
+      (``max_processes``) and ``PR_SET_NO_NEW_PRIVS``; a **wall-clock timeout** (``timeout_s``, from when the
+      program starts) that kills the whole run; **capped reading** of everything the run sends back (stdout and
+      stderr at ``max_output_bytes``, the report and the verdict at a few kB).
+    * As **root with namespaces** (``CAP_SYS_ADMIN``): new network, mount, PID, IPC and UTS namespaces, and a
+      **private filesystem view** (``pivot_root``): a tree holding only the interpreter's read-only files (its
+      binary, loader, shared libraries and standard library), a private size- and inode-limited ``/tmp``, ``/dev``
+      with a few devices and a devpts of its own (4 ptys), and the PID namespace's ``/proc``. Host sockets, FIFOs,
+      checkouts and datasets do not exist in it. The program and the judge each drop to a fresh uid of their own.
+    * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``): ``EPERM``/``EACCES`` for
+      namespaces, mounts, ``bpf``, ``perf_event_open``, ``io_uring``, keyrings, ``ptrace``, ``userfaultfd``, kernel
+      modules, memory ``RLIMIT_AS`` does not count (``memfd_create``, System V shared memory), System V message
+      queues and semaphores, POSIX message queues, inotify, POSIX timers, every socket and socket pair, and
+      ``execve`` unless ``allow_subprocesses``.
+    * A **Python-level guard** (an audit hook; a tripwire, not a boundary) against sockets, process creation,
+      signals to other processes, ``ctypes`` and writes outside the run's directory.
 
-What it does **not** protect against (it is a process-level sandbox, not a security boundary)
-    Kernel exploits and container escapes (the program shares our kernel); side channels (timing, cache);
-    reading world-readable files (the dataset, checkpoints, other users' world-readable files — a reward-hacking
-    route if expected outputs are readable); ``/proc``-visible host information without a PID namespace; CPU and
-    memory pressure on the machine: there is no cgroup, so a run may hold up to ``max_processes * memory_mb``
-    (address space per process) plus ``disk_mb`` of tmpfs (twice when ``tmp_root`` is outside ``/tmp``) plus
-    small kernel buffers (pipes, at most 256 descriptors per process); with the syscall filter off or unavailable,
-    memfd and System V shared memory are not bounded. **As root without
-    namespaces** (e.g. Docker's default capabilities: no ``CAP_SYS_ADMIN``) there is no network or filesystem
-    isolation beyond the Python guard, the program can read ``/proc/<our pid>/environ`` (our launch environment),
-    a ``setsid()``-ed child escapes the final kill, and ``RLIMIT_NPROC`` is not enforced for root; the uid is still dropped when
-    the standard library is readable by it (then ``RLIMIT_NPROC`` holds). **As a non-root user** nothing can be
-    dropped: ``RLIMIT_NPROC`` is set to the user's current task count plus ``max_processes`` (it counts all of the
-    user's processes), other processes of the user can be signalled, and a ``setsid()``-ed child can outlive the
-    run (a sleeping one indefinitely; a busy one until its CPU limit). Without the mount namespace there is no
-    pty or inode limit. ``isolation="minimal"`` keeps only the environment, the directory, the rlimits, the
-    syscall filter and the audit hook — the hook can be bypassed (its closure cells through ``gc``, writes through
-    ``dir_fd``, hard links, ``fchmod``), so it refuses to run unless ``outer_sandbox=True`` declares a real outer
-    sandbox. For untrusted code in production run the scorer inside a real sandbox (a container
-    with no network and a read-only root, gVisor, nsjail, firejail) or a remote execution service; see the README.
-    ``isolation="strict"`` refuses to run unless the namespaces, the uid drop and the syscall filter are in place.
+    Without namespaces (not root, or no ``CAP_SYS_ADMIN``) the host's files, sockets and FIFOs stay reachable and
+    the judge shares the program's uid (it is non-dumpable, so ``/proc`` gives the program nothing of it, but the
+    program may signal it: its test then fails). ``isolation="auto"`` warns once about every missing layer,
+    ``"strict"`` refuses to run without them, ``"minimal"`` requires ``outer_sandbox=True``. It is a process-level
+    sandbox on your kernel, not a security boundary; see ``docs/code_sandbox.md``.
 
 Parallelism and cost
     Test cases run in a thread pool (``max_workers`` subprocesses at once). Each run costs a Python start-up (tens
-    of milliseconds). Once a program has a syntax error, or (``skip_after_timeout``, default on) has timed out on a
-    test case, its test cases not yet started are counted as failed without running them.
+    of milliseconds); an assert test's judge is a fork of it. Once a program has a syntax error, or
+    (``skip_after_timeout``, default on) has timed out on a test case, its test cases not yet started are counted as
+    failed without running them.
 
 Metrics
     When TRL passes ``log_metric`` the reward logs, per call, the fraction of completions with no usable test
-    cases (``code/no_tests``), a syntax error (``code/syntax_errors``, decided here from the program's text), at least one timeout (``code/timeouts``),
-    output over the cap (``code/output_overflow``) and a sandbox failure (``code/sandbox_errors``). Running totals
-    are kept in ``.counts``.
+    cases (``code/no_tests``), a syntax error (``code/syntax_errors``, decided here from the program's text), at
+    least one timeout (``code/timeouts``), output over the cap (``code/output_overflow``) and a sandbox failure
+    (``code/sandbox_errors``). Running totals are kept in ``.counts``.
 
 Standard library only (no torch, TRL or math-verify), like the rest of :mod:`grpo_family.rewards`. Linux only.
 """
@@ -121,8 +87,8 @@ Standard library only (no torch, TRL or math-verify), like the rest of :mod:`grp
 from __future__ import annotations
 
 import ast
-import builtins
 import errno
+import fcntl
 import functools
 import json
 import logging
@@ -147,8 +113,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import _plain_values
-from ._plain_values import decode_value
 from .extract import completion_text
 
 __all__ = [
@@ -159,6 +123,7 @@ __all__ = [
     "code_tests_reward",
     "extract_code",
     "parse_test_cases",
+    "prompt_helpers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -187,8 +152,8 @@ def extract_code(text: str) -> str:
 
 @dataclass(frozen=True)
 class TestCase:
-    """One test case: ``stdin`` fed to the program and the ``expected`` stdout, or (assert style) ``test_code``
-    run after the program in its namespace."""
+    """One test case: ``stdin`` fed to the program and the ``expected`` stdout, or (assert style) ``test_code``, the
+    Python the judge runs against the program."""
 
     __test__ = False  # not a pytest test class
 
@@ -218,24 +183,33 @@ def _io_cases(inputs: Sequence, outputs: Sequence) -> list[TestCase] | None:
 
 
 def _assert_cases(source: str) -> list[TestCase] | None:
-    """Split a string of Python into one test case per top-level ``assert`` (with the statements above it)."""
+    """Split a string of Python into one test case per top-level ``assert``: the statements above it, with the
+    asserts among them run as expressions whose outcome is not this case's (their calls still happen, so what they
+    change is what plain Python's later asserts see), then the assert itself."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
     if not tree.body:
         return None
     if not any(isinstance(node, ast.Assert) for node in tree.body):
         return [TestCase(test_code=source)]
-    setup: list[str] = []
+    before: list[str] = []
     cases = []
     for node in tree.body:
         segment = ast.get_source_segment(source, node) or ast.unparse(node)
         if isinstance(node, ast.Assert):
-            cases.append(TestCase(test_code="\n".join([*setup, segment]) + "\n"))
+            cases.append(TestCase(test_code="\n".join([*before, segment]) + "\n"))
+            before.append(ast.unparse(_outcome_ignored(node.test)))
         else:
-            setup.append(segment)
+            before.append(segment)
     return cases
+
+
+def _outcome_ignored(expression: ast.expr) -> ast.stmt:
+    """``try: <expression>`` / ``except Exception: pass``."""
+    handler = ast.ExceptHandler(type=ast.Name("Exception", ast.Load()), name=None, body=[ast.Pass()])
+    return ast.fix_missing_locations(ast.Try(body=[ast.Expr(expression)], handlers=[handler], orelse=[], finalbody=[]))
 
 
 def parse_test_cases(value: Any) -> list[TestCase] | None:
@@ -288,208 +262,168 @@ def normalize_output(text: str) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------------------------ assert tests
-
-_BUILTIN_NAMES = frozenset(dir(builtins))
+# ------------------------------------------------------------------------------------------------ the prompt's helpers
 
 
-@dataclass(frozen=True)
-class AssertPlan:
-    """How one assert-style test case is graded without trusting the program's interpreter.
+def _last_user_text(prompt: Any) -> str:
+    """The text of a prompt: the whole string, or its last user message (text parts joined)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        content = users[-1].get("content") if users else None
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
 
-    The program's interpreter runs the program, then ``program_setup`` (the test's statements the probes need:
-    imports, inputs), then evaluates each of ``probes`` (the test's calls into the program, e.g. ``f(x)``) and
-    returns their values as plain data. It never sees the asserts, so it never sees an expected value. Each of
-    ``checks`` is an assert's condition with the probes replaced by ``_probe_<i>``; the trusted side evaluates them
-    on the returned plain values: in this process when a check is a comparison with a literal (``fast``), else in
-    a fresh sandboxed interpreter that never ran the program (the judge), after ``judge_setup``.
+
+def _is_stub(node: ast.stmt) -> bool:
+    """A function whose body is only a docstring, ``pass``, ``...`` or ``raise NotImplementedError``, or a class
+    whose statements all are such (or stub methods)."""
+
+    def empty(statement: ast.stmt) -> bool:
+        if isinstance(statement, ast.Pass):
+            return True
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            return isinstance(statement.value.value, str) or statement.value.value is Ellipsis
+        if isinstance(statement, ast.Raise) and statement.exc is not None:
+            raised = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+            return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+        return False
+
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return all(empty(s) for s in node.body)
+    if isinstance(node, ast.ClassDef):
+        return all(empty(s) or _is_stub(s) for s in node.body)
+    return False
+
+
+_HELPER_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef,
+                      ast.ClassDef)  # fmt: skip
+
+
+def prompt_helpers(prompt: Any) -> tuple[str, tuple[str, ...]]:
+    """The helpers a prompt gives its tests, and its stubs: ``(source, stub names)``.
+
+    The prompt's code is the fenced Python blocks of its last user message (``python`` / ``py`` / ``python3`` or
+    unlabelled) that parse, else the whole message when it parses (HumanEval's prompt is code). Its top-level
+    imports, assignments, and functions and classes with a body are the *helpers*: the judge defines them before
+    the test, so a name the test uses means the prompt's definition whatever the program defines (HumanEval/38's
+    ``encode_cyclic``); the program's namespace gets them too, before the program runs (HumanEval runs prompt +
+    completion). A function whose body is only a docstring, ``pass``, ``...`` or ``raise NotImplementedError`` (a
+    class made of such) is a *stub*: the program's to define, even where its name is a builtin's or a standard
+    module's. A prompt that shows a full implementation of the function under test makes it a helper, so every
+    program passes that row's tests: give such rows a stub.
     """
-
-    program_setup: str
-    probes: tuple[str, ...]
-    judge_setup: str
-    checks: tuple[str, ...]
-    fast: tuple[tuple | None, ...]
-
-
-def _bound_names(statements: Sequence[ast.stmt]) -> set[str]:
-    names: set[str] = set()
-    for statement in statements:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                names.add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.arg):
-                names.add(node.arg)
-    return names
-
-
-def _loaded_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-class _RenameName(ast.NodeTransformer):
-    def __init__(self, old: str, new: str):
-        self.old, self.new = old, new
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
-
-
-class _ExtractProbes(ast.NodeTransformer):
-    """Replace every call into the program (and every bare program name) by ``_probe_<i>``."""
-
-    def __init__(self, program_names: set[str], probes: list[str]):
-        self.program_names, self.probes = program_names, probes
-
-    def _probe(self, node: ast.expr) -> ast.Name:
-        source = ast.unparse(node)
-        if source not in self.probes:
-            self.probes.append(source)
-        return ast.copy_location(ast.Name(f"_probe_{self.probes.index(source)}", ast.Load()), node)
-
-    def visit_Call(self, node: ast.Call) -> ast.expr:
-        if _loaded_names(node.func) & self.program_names:
-            return self._probe(node)
-        return self.generic_visit(node)
-
-    def visit_Name(self, node: ast.Name) -> ast.expr:
-        return self._probe(node) if node.id in self.program_names else node
-
-
-def _fast_check(check: ast.expr) -> tuple | None:
-    """A check this process can decide on a plain value: ``("eq"|"ne", i, literal)``, ``("truthy"|"falsy", i)``,
-    ``("is"|"is not", i, None|True|False)``; None for any other shape (left to the judge)."""
-
-    def probe_index(node: ast.expr) -> int | None:
-        if isinstance(node, ast.Name) and re.fullmatch(r"_probe_\d+", node.id):
-            return int(node.id[len("_probe_") :])
-        return None
-
-    def literal(node: ast.expr) -> tuple[bool, Any]:
+    text = _last_user_text(prompt)
+    blocks = [body for label, body in ((m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text))
+              if label in _PYTHON_LABELS or label == ""]  # fmt: skip
+    helpers: list[str] = []
+    stubs: list[str] = []
+    for source in blocks or [text]:
         try:
-            return True, ast.literal_eval(node)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return False, None
-
-    if probe_index(check) is not None:
-        return ("truthy", probe_index(check))
-    if isinstance(check, ast.UnaryOp) and isinstance(check.op, ast.Not) and probe_index(check.operand) is not None:
-        return ("falsy", probe_index(check.operand))
-    if isinstance(check, ast.Compare) and len(check.ops) == 1:
-        op, left, right = check.ops[0], check.left, check.comparators[0]
-        if probe_index(left) is None:
-            left, right = right, left
-        index = probe_index(left)
-        if index is None:
-            return None
-        is_literal, value = literal(right)
-        if not is_literal:
-            return None
-        if isinstance(op, (ast.Eq, ast.NotEq)):
-            return ("eq" if isinstance(op, ast.Eq) else "ne", index, value)
-        if isinstance(op, (ast.Is, ast.IsNot)) and (value is None or value is True or value is False):
-            return ("is" if isinstance(op, ast.Is) else "is not", index, value)
-    return None
-
-
-def plan_assert_test(source: str) -> AssertPlan | None:
-    """The :class:`AssertPlan` of one assert-style test case, or None when it cannot be graded outside the
-    program's interpreter: no assert at the top level (HumanEval's ``check`` body counts as top level), an assert
-    nested in a loop or branch, a program call that uses a comprehension's or lambda's variable, or a setup
-    statement that calls into the program."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    statements = list(tree.body)
-    # HumanEval: ``def check(candidate): <asserts>`` then ``check(entry_point)``: the asserts, candidate renamed.
-    check_def = next((n for n in statements if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
-    check_calls = [
-        n
-        for n in statements
-        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
-        and n.value.func.id == "check" and len(n.value.args) == 1 and isinstance(n.value.args[0], ast.Name)
-    ]  # fmt: skip
-    if check_def is not None and check_calls and len(check_def.args.args) == 1:
-        rename = _RenameName(check_def.args.args[0].arg, check_calls[0].value.args[0].id)
-        rest = [n for n in statements if n is not check_def and n not in check_calls]
-        statements = rest + [rename.visit(n) for n in check_def.body]
-    asserts = [n for n in statements if isinstance(n, ast.Assert)]
-    setup = [n for n in statements if not isinstance(n, ast.Assert)]
-    if not asserts or any(isinstance(n, ast.Assert) for s in setup for n in ast.walk(s)):
-        return None
-    setup_names = _bound_names(setup)
-    local_names = _bound_names(asserts)  # comprehension, lambda and walrus variables
-    program_names = set().union(*(_loaded_names(a.test) for a in asserts)) - setup_names - _BUILTIN_NAMES - local_names
-    # Setup may not use the program: its results would be computed where the program can tamper with them.
-    if any(_loaded_names(s) - _bound_names([s]) - setup_names - _BUILTIN_NAMES for s in setup):
-        return None
-    probes: list[str] = []
-    extract = _ExtractProbes(program_names, probes)
-    checks = [extract.visit(a.test) for a in asserts]
-    if any(_loaded_names(ast.parse(p, mode="eval")) & local_names for p in probes):
-        return None
-    # The program's interpreter gets only the setup statements the probes need (transitively), so an expected
-    # value kept in a setup variable stays out of its reach.
-    needed = set().union(*(_loaded_names(ast.parse(p, mode="eval")) for p in probes)) if probes else set()
-    chosen: list[ast.stmt] = []
-    changed = True
-    while changed:
-        changed = False
-        for statement in setup:
-            if statement not in chosen and _bound_names([statement]) & needed:
-                chosen.append(statement)
-                needed |= _loaded_names(statement)
-                changed = True
-    program_setup = "\n".join(ast.unparse(s) for s in setup if s in chosen)
-    return AssertPlan(
-        program_setup=program_setup,
-        probes=tuple(probes),
-        judge_setup="\n".join(ast.unparse(s) for s in setup),
-        checks=tuple(ast.unparse(c) for c in checks),
-        fast=tuple(_fast_check(c) for c in checks),
-    )
-
-
-def _fast_verdict(fast: tuple, values: list) -> bool:
-    kind, value = fast[0], values[fast[1]]
-    if kind == "truthy":
-        return bool(value)
-    if kind == "falsy":
-        return not value
-    if kind == "eq":
-        return value == fast[2]
-    if kind == "ne":
-        return value != fast[2]
-    return (value is fast[2]) == (kind == "is")
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        for node in tree.body:
+            if _is_stub(node):
+                stubs.append(node.name)
+            elif isinstance(node, _HELPER_STATEMENTS):
+                helpers.append(ast.get_source_segment(source, node) or ast.unparse(node))
+    return "\n\n".join(helpers), tuple(stubs)
 
 
 # ------------------------------------------------------------------------------------------------ the sandbox
 
-# The sandbox's first process, run by path (``python -I -S -B -X utf8 <file>``): a module of its own, standard
-# library only, so that it starts as fast as a bare interpreter (see its docstring).
+# The sandbox's first process: a module of its own, standard library only, so that it starts as fast as a bare
+# interpreter (see its docstring). ``python -I -S -B -X utf8 -c _BOOTSTRAP <rewards dir>`` loads it and its codec
+# through the interpreter's own source loader, which reads their cached bytecode when it is fresh (compiling them
+# on every run cost ~10 ms of CPU); the directory itself never goes on ``sys.path``.
 _CHILD_PATH = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
+_CODEC_PATH = str(Path(__file__).resolve().with_name("_plain_values.py"))
+_BOOTSTRAP = """import sys
+loader = sys.modules["_frozen_importlib_external"].SourceFileLoader
+def load(name):
+    path = sys.argv[1] + "/" + name + ".py"
+    module = sys.modules[name] = type(sys)(name)
+    module.__file__ = path
+    exec(loader(name, path).get_code(name), module.__dict__)
+    return module
+load("_plain_values")
+load("_sandbox_child").main()
+"""
 
-_STATUS_CAP = 1 << 16
-_CODEC_SOURCE = Path(_plain_values.__file__).read_text(encoding="utf-8")
+
+@functools.lru_cache(maxsize=4096)
+def _module_names(*sources: str) -> list[str]:
+    """The names the test and the prompt's helpers use only as ``name.attribute``: modules they rely on (MBPP's
+    ``math.isclose``, where the test never imports ``math``). The judge never asks the program for these: a
+    standard module of that name, else a NameError, so a program's fake ``math`` or ``numpy`` cannot answer. A
+    standard module's name used otherwise (called: a function under test named ``calendar``) is left to the
+    program."""
+    as_base, bare = set(), set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        bases = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (as_base if id(node) in bases and isinstance(node.ctx, ast.Load) else bare).add(node.id)
+    return sorted(as_base - bare)
+
+
+@functools.lru_cache(maxsize=1024)
+def _statements(source: str) -> list[str]:
+    """The sources of ``source``'s top-level statements (the child runs them one by one and needs no ``ast``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    return [ast.get_source_segment(source, node) or ast.unparse(node) for node in tree.body]
+
+
+@functools.cache
+def _write_bytecode() -> None:
+    """Cache the child's and the codec's bytecode where the child's loader looks (best effort: a read-only
+    install just compiles them on every run)."""
+    import py_compile
+
+    for path in (_CHILD_PATH, _CODEC_PATH):
+        try:
+            py_compile.compile(path, doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            pass
+
+
+# What is read back from a run, at most (bytes): the child's report of its layers, the judge's verdict. Stdout and
+# stderr are capped at max_output_bytes; nothing else the run writes reaches this process.
+_REPORT_CAP = 1 << 14
+_VERDICT_CAP = 1 << 12
+# A message between the judge and the program, at most (bytes; the judge's own memory limit and the deadline bound it
+# too): a call's arguments come back with its result, so a 1 MB list argument is 2 MB of reply.
+_MESSAGE_CAP = 1 << 24
 _TMPFS_INODES = 1024  # files and directories the program may create in its private /tmp
 _MAX_PTYS = 4  # ptys one run may open (its own devpts instance)
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (libseccomp matches one masked value per rule)
 _CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-_AF_UNIX = 1
 # Kernel interfaces a program has no use for and that widen what it can reach: namespaces and mounts, eBPF,
-# perf, io_uring, keyrings, other processes' memory, userfaultfd, kernel modules, and memory that RLIMIT_AS does
-# not count (memfd, System V shared memory). Each fails with EPERM.
+# perf, io_uring, keyrings, other processes' memory, userfaultfd, kernel modules, and kernel memory that RLIMIT_AS
+# does not count (memfd, System V shared memory, message queues and semaphores, POSIX message queues, inotify
+# watches, POSIX timers: each a per-user kernel allowance a fresh uid would get whole). Each fails
+# with EPERM; sockets and socket pairs of every family fail with EACCES (a socket pair's buffers are kernel memory
+# too, and a Unix socket reaches host services by path or abstract name).
 _DENIED_SYSCALLS = (
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
     "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
     "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp", "userfaultfd", "memfd_create", "memfd_secret",
-    "shmget", "shmat", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
+    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+    "mq_getsetattr", "inotify_init", "inotify_init1", "timer_create", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
     "swapon", "swapoff", "acct", "quotactl", "syslog", "name_to_handle_at", "open_by_handle_at", "iopl", "ioperm",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "fanotify_init", "lookup_dcookie", "vhangup",
     "uselib", "personality",
@@ -518,8 +452,9 @@ def syscall_filter_program(allow_subprocesses: bool) -> tuple[bytes | None, str]
         for flag in _CLONE_NAMESPACE_FLAGS:
             program_filter.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
         program_filter.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
-        # Only Unix sockets: no network without a network namespace either.
-        program_filter.add_rule(pyseccomp.ERRNO(errno.EACCES), "socket", pyseccomp.Arg(0, pyseccomp.NE, _AF_UNIX))
+        # No sockets at all: no network without a network namespace either.
+        program_filter.add_rule(pyseccomp.ERRNO(errno.EACCES), "socket")
+        program_filter.add_rule(pyseccomp.ERRNO(errno.EACCES), "socketpair")
         with tempfile.TemporaryFile() as exported:
             program_filter.export_bpf(exported)
             exported.seek(0)
@@ -536,11 +471,11 @@ _STARTUP_TIMEOUT_S = 30.0  # for the sandbox to get ready (not charged to the pr
 class RunResult:
     """What one sandboxed run did. ``stdout`` / ``stderr`` are decoded (invalid UTF-8 replaced) and at most
     ``max_output_bytes`` long; ``completed`` is True when the program finished without an exception or ``exit()``
-    and, for a run with probes, reported their values; ``values`` (probe runs) holds one ``("value", v)`` with a
-    plain builtin ``v`` or ``("error", exception name)`` per probe, None when the program never got that far or
-    sent something malformed; ``syntax_error`` is decided here, before running, from the program's text;
-    ``isolation`` is the child's report of the layers it applied (empty when it never got that far); ``error`` is
-    set when the sandbox itself failed (not the program)."""
+    (stdin/stdout runs) or the judge reached a verdict (test runs); ``verdict`` (test runs) is the judge's: True
+    when the test passed, False when it failed, None when no verdict arrived; ``judge`` is the judge's report
+    (``calls``: how many calls into the program the test made, ``note``: why it failed); ``syntax_error`` is decided
+    here, before running, from the program's text; ``isolation`` is the child's report of the layers it applied
+    (empty when it never got that far); ``error`` is set when the sandbox itself failed (not the program)."""
 
     returncode: int | None = None
     stdout: str = ""
@@ -549,7 +484,8 @@ class RunResult:
     output_overflow: bool = False
     completed: bool = False
     syntax_error: bool = False
-    values: list | None = None
+    verdict: bool | None = None
+    judge: dict = field(default_factory=dict)
     duration_s: float = 0.0
     isolation: dict = field(default_factory=dict)
     error: str | None = None
@@ -597,7 +533,8 @@ class Sandbox:
         max_output_bytes: cap on stdout and on stderr; a run that writes more is killed.
         disk_mb: largest file (``RLIMIT_FSIZE``) and size of the private ``/tmp`` tmpfs.
         isolation: ``"auto"`` (every layer this machine allows, a warning listing the missing ones), ``"strict"``
-            (:meth:`check` raises unless namespaces, the uid drop and the syscall filter are in place) or
+            (:meth:`check` raises unless the namespaces, the private filesystem view, the uid drop and the syscall
+            filter are in place) or
             ``"minimal"`` (no namespaces and no uid drop: environment, temporary directory, rlimits, timeout, output
             cap, syscall filter and Python guard only), refused unless ``outer_sandbox=True``.
         outer_sandbox: declare that the whole process already runs inside a real sandbox (gVisor, a VM, nsjail, a
@@ -630,11 +567,11 @@ class Sandbox:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATION_MODES)}, got {isolation!r}")
         if isolation == "minimal" and not outer_sandbox:
             raise ValueError(
-                "isolation='minimal' runs untrusted code without namespaces or a uid drop: its remaining layers (rlimits, "
-                "the syscall filter, the Python audit hook) leave writes anywhere as this user, reading our "
-                "environment through /proc and processes that outlive the run open to the program. Use it only "
-                "inside a real sandbox (gVisor, a VM, nsjail, a disposable container) and say so with "
-                "outer_sandbox=True; otherwise use isolation='auto' or 'strict'."
+                "isolation='minimal' runs untrusted code without namespaces or a uid drop: its remaining layers "
+                "(rlimits, the syscall filter, the Python audit hook) leave writes anywhere as this user, reading our "
+                "environment through /proc, processes that outlive the run and (as root) the judge's verdict open to "
+                "the program. Use it only inside a real sandbox (gVisor, a VM, nsjail, a disposable container) and "
+                "say so with outer_sandbox=True; otherwise use isolation='auto' or 'strict'."
             )
         for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb), ("max_processes", max_processes),
                             ("max_output_bytes", max_output_bytes), ("disk_mb", disk_mb)):  # fmt: skip
@@ -659,31 +596,42 @@ class Sandbox:
             f"isolation={self.isolation!r}, syscall_filter={self.syscall_filter}, python_guard={self.python_guard})"
         )
 
-    def _settings(self, status_fd: int, setup: str, probes: Sequence[str] | None) -> dict:
+    def _settings(self, fds: dict[str, int], helpers: str, stubs: Sequence[str]) -> dict:
         os_layers = self.isolation != "minimal"
         bpf = syscall_filter_program(self.allow_subprocesses)[0] if self.syscall_filter else None
+        uid = judge_uid = None
+        if os_layers and os.geteuid() == 0:
+            uid = judge_uid = _pick_sandbox_uid()
+            while uid is not None and uid != _NOBODY and judge_uid == uid:
+                judge_uid = _pick_sandbox_uid()
         return {
-            "status_fd": status_fd,
-            "setup": setup,
-            "probes": None if probes is None else list(probes),
+            **{f"{name}_fd": fd for name, fd in fds.items()},
+            "helpers": _statements(helpers),
+            "stubs": list(stubs),
             "syscall_filter": None if bpf is None else bpf.hex(),
             "tmpfs_inodes": _TMPFS_INODES,
             "max_ptys": _MAX_PTYS,
             "os_layers": os_layers,
-            "uid": _pick_sandbox_uid() if os_layers and os.geteuid() == 0 else None,
+            "uid": uid,
+            "judge_uid": judge_uid,
             "cpu_s": math.ceil(self.timeout_s) + 1,
             "memory_mb": self.memory_mb,
             "disk_mb": self.disk_mb,
             "max_processes": self.max_processes,
+            "max_message_bytes": max(_MESSAGE_CAP, self.max_output_bytes),
             "python_guard": self.python_guard,
             "allow_subprocesses": self.allow_subprocesses,
         }
 
-    def run(self, program: str, stdin: str = "", *, setup: str = "", probes: Sequence[str] | None = None) -> RunResult:
-        """Run ``program`` with ``stdin`` in a fresh sandbox; with ``probes`` (expressions), then run ``setup`` in
-        its namespace and report the probes' values as plain data (``RunResult.values``)."""
+    def run(
+        self, program: str, stdin: str = "", *, test: str | None = None, helpers: str = "", stubs: Sequence[str] = ()
+    ) -> RunResult:
+        """Run ``program`` with ``stdin`` in a fresh sandbox. With ``test`` (Python source), the judge runs it
+        against the program (after ``helpers``, the prompt's; ``stubs`` are names the program defines) and
+        ``RunResult.verdict`` is its verdict (see the module docstring)."""
         if sys.platform != "linux":
             raise RuntimeError("the code-execution sandbox needs Linux")
+        _write_bytecode()
         start = time.monotonic()
         result = RunResult()
         try:  # decided here from the text, so nothing the program prints can claim or hide a syntax error
@@ -698,33 +646,43 @@ class Sandbox:
         except OSError as e:
             result.error = f"cannot create a temporary directory: {e}"
             return result
-        status_r = status_w = -1
+        ours: dict[str, int] = {}  # our ends of the run's pipes
+        theirs: dict[str, int] = {}  # the child's ends, closed here once it has them
         proc = None
         try:
-            status_r, status_w = os.pipe()
+            ours["status"], theirs["status"] = os.pipe()
+            if test is not None:
+                theirs["test"], ours["test"] = os.pipe()  # the test, for the judge only
+                ours["verdict"], theirs["verdict"] = os.pipe()
+                fcntl.fcntl(ours["test"], fcntl.F_SETFL, os.O_NONBLOCK)
             with open(os.path.join(workdir, "program.py"), "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(program)
             with open(os.path.join(workdir, "sandbox.json"), "w", encoding="utf-8") as f:
-                json.dump(self._settings(status_w, setup, probes), f)
+                json.dump(self._settings(theirs, helpers, stubs), f)
             stdin_path = os.path.join(workdir, "stdin.txt")
             with open(stdin_path, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(stdin)
             env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
             with open(stdin_path, "rb") as stdin_file:
                 proc = subprocess.Popen(
-                    [self.python, "-I", "-S", "-B", "-X", "utf8", _CHILD_PATH],
+                    [self.python, "-I", "-S", "-B", "-X", "utf8", "-c", _BOOTSTRAP, os.path.dirname(_CHILD_PATH)],
                     stdin=stdin_file,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    pass_fds=(status_w,),
+                    pass_fds=tuple(theirs.values()),
                     cwd=workdir,
                     env=env,
                     start_new_session=True,
                     close_fds=True,
                 )
-            os.close(status_w)
-            status_w = -1
-            self._collect(proc, status_r, start, probes is not None, result)
+            for fd in theirs.values():
+                os.close(fd)
+            theirs.clear()
+            job = None
+            if test is not None:
+                modules = _module_names(test, helpers)
+                job = json.dumps({"test": test, "modules": modules}).encode("utf-8", "surrogatepass")
+            self._collect(proc, ours, start, job, result)
         except OSError as e:
             result.error = f"cannot run the sandbox: {e}"
         finally:
@@ -743,13 +701,14 @@ class Sandbox:
                 proc.wait()
                 if result.returncode is None and not result.timed_out and not result.output_overflow:
                     result.returncode = proc.returncode
-            for fd in (status_r, status_w):
-                if fd >= 0:
-                    os.close(fd)
+            for fd in [*ours.values(), *theirs.values()]:
+                os.close(fd)
             _remove_tree(workdir)
             result.duration_s = time.monotonic() - start
-        if probes is None:
+        if test is None:
             result.completed = result.returncode == 0 and not result.timed_out and not result.output_overflow
+        else:
+            result.completed = result.verdict is not None
         if self.syscall_filter and result.isolation and not result.isolation.get("syscall_filter"):
             result.isolation.setdefault("notes", []).append(syscall_filter_program(self.allow_subprocesses)[1])
         if proc is not None and not result.isolation and not result.timed_out and result.error is None:
@@ -757,11 +716,16 @@ class Sandbox:
             result.error = f"the sandbox failed to start: {result.stderr.strip()[-500:] or 'no output'}"
         return result
 
-    def _collect(self, proc: subprocess.Popen, status_r: int, start: float, probing: bool, result: RunResult) -> None:
-        """Read stdout, stderr and the status pipe until the child exits (or the deadline / output cap)."""
-        buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray(), status_r: bytearray()}
-        caps = {proc.stdout.fileno(): self.max_output_bytes, proc.stderr.fileno(): self.max_output_bytes}
-        status_cap = caps[status_r] = _STATUS_CAP + self.max_output_bytes  # the report, then the probes' values
+    def _collect(self, proc: subprocess.Popen, ours: dict[str, int], start: float, job: bytes | None,
+                 result: RunResult) -> None:  # fmt: skip
+        """Read stdout, stderr, the report and the verdict, each up to its cap, and write the test to the judge,
+        until the child exits (or the deadline / output cap). Nothing read is decoded beyond its cap."""
+        out, err = proc.stdout.fileno(), proc.stderr.fileno()
+        caps = {out: self.max_output_bytes, err: self.max_output_bytes, ours["status"]: _REPORT_CAP}
+        if "verdict" in ours:
+            caps[ours["verdict"]] = _VERDICT_CAP
+        buffers = {fd: bytearray() for fd in caps}
+        pending = memoryview(job) if job is not None else None
         # Start-up (interpreter, namespaces, mounts) is not charged to the program: its clock starts when the child
         # reports that it is about to run it (the status pipe's first line).
         deadline = start + _STARTUP_TIMEOUT_S
@@ -770,7 +734,9 @@ class Sandbox:
         with selectors.DefaultSelector() as selector:
             for fd in buffers:
                 selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map():
+            if pending is not None:
+                selector.register(ours["test"], selectors.EVENT_WRITE)
+            while any(key.events & selectors.EVENT_READ for key in selector.get_map().values()):
                 now = time.monotonic()
                 if now >= deadline:
                     if exited_at is None and program_started:
@@ -779,6 +745,17 @@ class Sandbox:
                         result.error = f"the sandbox did not start within {_STARTUP_TIMEOUT_S:.0f} s"
                     break
                 for key, _ in selector.select(min(deadline - now, 0.05)):
+                    if key.fd == ours.get("test"):
+                        try:
+                            pending = pending[os.write(key.fd, pending[: 1 << 16]) :]
+                        except BlockingIOError:
+                            continue
+                        except OSError:  # the judge is gone
+                            pending = pending[:0]
+                        if not pending:
+                            selector.unregister(key.fd)
+                            os.close(ours.pop("test"))
+                        continue
                     data = os.read(key.fd, 65536)
                     if not data:
                         selector.unregister(key.fd)
@@ -787,10 +764,10 @@ class Sandbox:
                     buf += data
                     if len(buf) > caps[key.fd]:
                         del buf[caps[key.fd] :]
-                        if key.fd != status_r:
+                        if key.fd in (out, err):
                             result.output_overflow = True
                         selector.unregister(key.fd)
-                if not program_started and b"\n" in buffers[status_r]:
+                if not program_started and b"\n" in buffers[ours["status"]]:
                     program_started = True
                     if exited_at is None:
                         deadline = time.monotonic() + self.timeout_s
@@ -800,27 +777,23 @@ class Sandbox:
                     # Give stragglers holding our pipes a moment, then stop reading (they are killed next).
                     exited_at = time.monotonic()
                     deadline = min(deadline, exited_at + 0.5)
-        # The status pipe may hold lines not read yet (we stopped on another pipe's overflow or the deadline).
-        while len(buffers[status_r]) < status_cap and select.select([status_r], [], [], 0)[0]:
-            data = os.read(status_r, 65536)
-            if not data:
-                break
-            buffers[status_r] += data
-        result.stdout = buffers[proc.stdout.fileno()].decode("utf-8", errors="replace")
-        result.stderr = buffers[proc.stderr.fileno()].decode("utf-8", errors="replace")
-        lines = bytes(buffers[status_r]).decode("utf-8", errors="replace").splitlines()
-        if lines:
-            try:
-                result.isolation = json.loads(lines[0])
-            except ValueError:
-                result.isolation = {}
-        # Lines after the report come from the harness or from the program itself (it can reach the pipe): they
-        # can only claim values for the probes, as the program's own return values could.
-        if probing:
-            reported = [line for line in lines[1:] if line.startswith("values ")]
-            if reported:
-                result.values = _decode_probe_values(reported[-1][len("values ") :])
-            result.completed = result.values is not None
+        # The report and the verdict may hold lines not read yet (we stopped on another pipe's overflow or the
+        # deadline).
+        for name in ("status", "verdict"):
+            fd = ours.get(name)
+            while fd is not None and len(buffers[fd]) < caps[fd] and select.select([fd], [], [], 0)[0]:
+                data = os.read(fd, caps[fd])
+                if not data:
+                    break
+                buffers[fd] += data
+        result.stdout = buffers[out].decode("utf-8", errors="replace")
+        result.stderr = buffers[err].decode("utf-8", errors="replace")
+        result.isolation = _first_json_line(buffers[ours["status"]], caps[ours["status"]]) or {}
+        if "verdict" in ours:
+            verdict = _first_json_line(buffers[ours["verdict"]], caps[ours["verdict"]])
+            if verdict is not None and type(verdict.get("passed")) is bool and type(verdict.get("calls")) is int:
+                result.verdict = verdict["passed"]
+                result.judge = {"calls": verdict["calls"], "note": str(verdict.get("note", ""))[:500]}
 
     def check(self) -> dict:
         """Run an empty program and return the isolation report (what this machine allows). Raises RuntimeError
@@ -833,29 +806,19 @@ class Sandbox:
             raise RuntimeError(
                 "isolation='strict' but the code sandbox lacks: " + "; ".join(missing) + ". Run as root with "
                 "CAP_SYS_ADMIN (e.g. a container started with --cap-add SYS_ADMIN, or a VM), or use "
-                "isolation='auto' and an outer sandbox (see the README)."
+                "isolation='auto' and an outer sandbox (see docs/code_sandbox.md)."
             )
         return result.isolation
 
 
-def _decode_probe_values(text: str) -> list | None:
-    """The probes' values sent by the sandbox: a list of ``("value", plain value)`` / ``("error", name)``; None
-    when malformed."""
+def _first_json_line(data: bytearray, cap: int) -> dict | None:
+    """The first line of ``data`` (at most ``cap`` bytes) as a JSON object, or None."""
+    line = bytes(data[:cap]).split(b"\n", 1)[0]
     try:
-        data = json.loads(text)
-        if type(data) is not list:
-            return None
-        values = []
-        for item in data:
-            if type(item) is not list or len(item) != 2 or item[0] not in ("value", "error"):
-                return None
-            if item[0] == "error":
-                values.append(("error", str(item[1])[:100]))
-            else:
-                values.append(("value", decode_value(item[1])))
-        return values
+        value = json.loads(line.decode("utf-8", errors="replace"))
     except (ValueError, RecursionError):
         return None
+    return value if type(value) is dict else None
 
 
 def missing_layers(report: dict, sandbox: Sandbox) -> list[str]:
@@ -863,13 +826,22 @@ def missing_layers(report: dict, sandbox: Sandbox) -> list[str]:
     if sandbox.isolation == "minimal":
         return []
     missing = []
-    for ns, what in (("net", "network namespace (no network)"), ("pid", "PID namespace"), ("mnt", "mount namespace")):
-        if ns not in report.get("namespaces", []):
+    namespaces = report.get("namespaces", [])
+    for ns, what in (("net", "network namespace (no network)"), ("pid", "PID namespace"), ("ipc", "IPC namespace")):
+        if ns not in namespaces:
             missing.append(what)
-    if "mnt" in report.get("namespaces", []) and not report.get("readonly_root"):
-        missing.append("read-only root filesystem")
+    if not report.get("private_root"):
+        missing.append(
+            "private filesystem view (host files, sockets and FIFOs stay reachable"
+            + (", read-only" if report.get("readonly_root") else "")
+            + ("; no mount namespace)" if "mnt" not in namespaces else ")")
+        )
     if report.get("uid") is None:
-        missing.append("uid drop (RLIMIT_NPROC not enforced as root)" if report.get("euid") == 0 else "uid drop")
+        missing.append(
+            "uid drop (RLIMIT_NPROC not enforced as root; a root program can rewrite the judge's memory)"
+            if report.get("euid") == 0
+            else "uid drop (the judge shares the program's uid)"
+        )
     if sandbox.syscall_filter and not report.get("syscall_filter"):
         missing.append(
             "seccomp syscall filter ("
@@ -927,7 +899,8 @@ class CodeTestsReward:
         skip_after_timeout: once a program times out on a test case, count its not-yet-started ones as failed.
         name: the function name TRL logs the reward under.
 
-    Called as ``reward(completions, test_cases=[...])``. Instances are picklable.
+    Called as ``reward(completions, test_cases=[...], prompts=[...])`` (TRL passes ``prompts``; an assert test's
+    judge takes the prompt's helpers and stubs from it, see :func:`prompt_helpers`). Instances are picklable.
     """
 
     def __init__(
@@ -991,7 +964,8 @@ class CodeTestsReward:
                 _WARNED.add(key)
                 warnings.warn(
                     f"{self.__name__}: the code sandbox runs without: {'; '.join(missing)} (not root, or no "
-                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see the README).",
+                    "CAP_SYS_ADMIN). Run untrusted code inside a container or another outer sandbox (see "
+                    "docs/code_sandbox.md).",
                     RuntimeWarning,
                     stacklevel=3,
                 )
@@ -1001,6 +975,7 @@ class CodeTestsReward:
         completions: list,
         test_cases: list | None = None,
         log_metric: Callable[[str, float], None] | None = None,
+        prompts: list | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
         if test_cases is None:
@@ -1010,18 +985,21 @@ class CodeTestsReward:
             )
         if len(test_cases) != len(completions):
             raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(test_cases)} test_cases rows")
+        if prompts is not None and len(prompts) != len(completions):
+            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(prompts)} prompts")
         suites = [parse_test_cases(value) for value in test_cases]
-        plans: dict[str, AssertPlan | None] = {}
-        for i, suite in enumerate(suites):
-            if suite and suite[0].test_code is not None:
-                for case in suite:
-                    if case.test_code not in plans:
-                        plans[case.test_code] = plan_assert_test(case.test_code)
-                # An assert test that cannot be graded outside the program's interpreter is left out.
-                suites[i] = [case for case in suite if plans[case.test_code] is not None] or None
         if self.max_tests is not None:
             suites = [s[: self.max_tests] if s else s for s in suites]
         programs = [extract_code(completion_text(c)) for c in completions]
+        helpers: list[tuple[str, tuple[str, ...]]] = [("", ())] * len(completions)
+        if prompts is not None:
+            by_text: dict[str, tuple[str, tuple[str, ...]]] = {}
+            for i, (prompt, suite) in enumerate(zip(prompts, suites)):
+                if suite and suite[0].test_code is not None:
+                    text = _last_user_text(prompt)
+                    if text not in by_text:
+                        by_text[text] = prompt_helpers(text)
+                    helpers[i] = by_text[text]
         if any(suites):
             self._check_once()
 
@@ -1037,8 +1015,8 @@ class CodeTestsReward:
             if case.test_code is None:
                 result = self.sandbox.run(programs[i], case.stdin)
             else:
-                plan = plans[case.test_code]
-                result = self.sandbox.run(programs[i], case.stdin, setup=plan.program_setup, probes=plan.probes)
+                source, stubs = helpers[i]
+                result = self.sandbox.run(programs[i], test=case.test_code, helpers=source, stubs=stubs)
             results[i][j] = result
             if result.syntax_error or (result.timed_out and self.skip_after_timeout):
                 with stop_lock:
@@ -1050,23 +1028,22 @@ class CodeTestsReward:
                 for future in [pool.submit(run_one, i, j) for i, j in jobs]:
                     future.result()
 
-        passed, judge_errors = self._verdicts(suites, results, plans)
         rewards: list[float | None] = []
         batch: Counter[str] = Counter()
-        for i, (suite, runs) in enumerate(zip(suites, results)):
+        for suite, runs in zip(suites, results):
             if not suite:
                 batch["no_tests"] += 1
                 rewards.append(None)
                 continue
             done = [r for r in runs if r is not None]
-            if any(r.error is not None for r in done) or i in judge_errors:
+            if any(r.error is not None for r in done):
                 batch["sandbox_errors"] += 1
                 rewards.append(None)
                 continue
             batch["syntax_errors"] += any(r.syntax_error for r in done)
             batch["timeouts"] += any(r.timed_out for r in done)
             batch["output_overflow"] += any(r.output_overflow for r in done)
-            rewards.append(sum(passed[i]) / len(suite))
+            rewards.append(sum(_passed(case, run) for case, run in zip(suite, runs) if run is not None) / len(suite))
 
         batch["total"] = len(completions)
         self.counts.update(batch)
@@ -1075,87 +1052,14 @@ class CodeTestsReward:
                 log_metric(f"code/{key}", batch[key] / len(completions))
         return rewards
 
-    def _verdicts(self, suites: list, results: list, plans: dict) -> tuple[list[list[bool]], set[int]]:
-        """Pass/fail of every test case, decided here on plain data (and by the judge for checks that are not a
-        comparison with a literal); also the rows whose judge run failed (cannot score)."""
-        passed: list[list[bool]] = [[False] * len(suite) if suite else [] for suite in suites]
-        judge_items, judge_cases = [], []
-        for i, suite in enumerate(suites):
-            for j, case in enumerate(suite or ()):
-                result = results[i][j]
-                if result is None:
-                    continue
-                if case.test_code is None:
-                    passed[i][j] = _passed(case, result)
-                    continue
-                plan = plans[case.test_code]
-                values = _probe_values(result, plan)
-                if values is None:
-                    continue
-                fast = [f for f in plan.fast if f is not None]
-                passed[i][j] = all(_fast_verdict(f, values) for f in fast)
-                slow = [check for check, f in zip(plan.checks, plan.fast) if f is None]
-                if passed[i][j] and slow:
-                    try:
-                        encoded = [_plain_values.encode_value(v) for v in values]
-                    except (TypeError, ValueError):
-                        passed[i][j] = False
-                        continue
-                    judge_items.append({"setup": plan.judge_setup, "checks": slow, "values": encoded})
-                    judge_cases.append((i, j))
-        if not judge_items:
-            return passed, set()
-        result = self.sandbox.run(_CODEC_SOURCE + _JUDGE_MAIN, json.dumps(judge_items))
-        lines = [line for line in result.stdout.splitlines() if line.startswith("verdicts ")]
-        verdicts = None
-        if result.error is None and not result.timed_out and lines:
-            try:
-                verdicts = json.loads(lines[-1][len("verdicts ") :])
-            except ValueError:
-                verdicts = None
-        if type(verdicts) is not list or len(verdicts) != len(judge_items):
-            logger.warning("the code reward's judge run failed: %s", result.error or result.stderr[-500:])
-            return passed, {i for i, _ in judge_cases}
-        for (i, j), verdict in zip(judge_cases, verdicts):
-            passed[i][j] = verdict is True
-        return passed, set()
-
 
 def _passed(case: TestCase, result: RunResult) -> bool:
-    """Stdin/stdout cases: exit status 0 and the same output."""
+    """Stdin/stdout cases: exit status 0 and the same output; assert cases: the judge's verdict."""
     if result.timed_out or result.output_overflow or result.error is not None:
         return False
+    if case.test_code is not None:
+        return result.verdict is True
     return result.returncode == 0 and normalize_output(result.stdout) == normalize_output(case.expected or "")
-
-
-def _probe_values(result: RunResult, plan: AssertPlan) -> list | None:
-    """The plain values of an assert test's probes, None when the test fails whatever its checks say (timeout,
-    output cap, no or malformed values, a probe that raised)."""
-    if result.timed_out or result.output_overflow or result.error is not None or result.values is None:
-        return None
-    if len(result.values) != len(plan.probes) or any(kind != "value" for kind, _ in result.values):
-        return None
-    return [value for _, value in result.values]
-
-
-# The judge: a fresh sandboxed interpreter that never ran any program. It gets, on stdin, the test's own setup,
-# the checks that are not a plain comparison with a literal, and the probes' plain values, and prints its verdicts.
-_JUDGE_MAIN = r"""
-import json, sys
-
-verdicts = []
-for item in json.loads(sys.stdin.read()):
-    try:
-        namespace = {"__name__": "__test__"}
-        exec(item["setup"], namespace)
-        for index, value in enumerate(item["values"]):
-            namespace[f"_probe_{index}"] = decode_value(value)
-        verdicts.append(all(bool(eval(check, namespace)) for check in item["checks"]))
-    except BaseException:
-        verdicts.append(False)
-sys.stdout.flush()
-print("verdicts " + json.dumps(verdicts))
-"""
 
 
 code_tests_reward = CodeTestsReward()

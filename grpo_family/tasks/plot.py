@@ -3,7 +3,12 @@ benchmark)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def plot_training_curve(log_history: list[dict], path: str | Path, title: str) -> None:
@@ -14,8 +19,9 @@ def plot_training_curve(log_history: list[dict], path: str | Path, title: str) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rewards = [(h["step"], h["reward"]) for h in log_history if "reward" in h]
-    accuracy = [(h["step"], h["held_out_accuracy"]) for h in log_history if "held_out_accuracy" in h]
+    # A step where no completion could be scored logs its reward as NaN (None once saved to JSON): left out.
+    rewards = [(h["step"], h["reward"]) for h in log_history if _finite(h.get("reward"))]
+    accuracy = [(h["step"], h["held_out_accuracy"]) for h in log_history if _finite(h.get("held_out_accuracy"))]
     if not rewards and not accuracy:
         return
     fig, ax = plt.subplots(figsize=(6.4, 3.8))

@@ -13,22 +13,20 @@ a policy that can already solve most problems but does so inconsistently, which 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
 import random
-import shutil
 import string
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from ..cache import load_cached
 from .arithmetic import (
     DEFAULT_DIFFICULTY,
     _format_solution,
@@ -86,11 +84,23 @@ WARM_START_DEFAULTS = {
 }
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
     """Character-level tokenizer: specials, newline and the printable ASCII characters, one token each, plus a few
-    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line."""
+    whole-word tokens (`WORD_TOKENS`) that shorten the prompts and the answer line.
+
+    `vocab_size` pads the vocabulary to exactly that many tokens with pieces of two, then three, printable
+    characters, as a real BPE vocabulary holds: encoding never produces them (this BPE has no merges) and decoding
+    writes them out, so a model of a real vocabulary's shape (embedding and logits) trains on the bundled task
+    (`benchmarks/gpu.py`)."""
     chars = ["\n"] + [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
+    pieces = SPECIAL_TOKENS + chars
+    if vocab_size is not None:
+        padding = vocab_size - len(pieces) - len(WORD_TOKENS)
+        if padding < 0:
+            raise ValueError(f"vocab_size={vocab_size} is below the {len(pieces) + len(WORD_TOKENS)} tokens it needs.")
+        longer = ("".join(p) for n in (2, 3) for p in itertools.product(chars[1:], repeat=n))
+        pieces += list(itertools.islice(longer, padding))
+    vocab = {tok: i for i, tok in enumerate(pieces)}
     # A BPE with no merges splits text into single characters; Fuse joins them back without separators.
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     backend.decoder = decoders.Fuse()
@@ -229,6 +239,7 @@ def _train_warm_start(
 
 
 def _is_complete(path: Path) -> bool:
+    """A cache written before manifests existed (grpo_family.cache): its last files are there."""
     return (path / "config.json").exists() and (path / "tokenizer_config.json").exists()
 
 
@@ -244,55 +255,35 @@ def load_warm_start(
 
     `cache_dir` defaults to `$GRPO_FAMILY_CACHE/tiny-arith-<hash>` (else `~/.cache/grpo_family/...`), the hash
     covering the model config, training settings, seed and `WARM_START_VERSION`. `train_overrides` override
-    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Concurrency: the process that wins an exclusive lock
-    file trains and publishes via a temp dir + `os.replace`, so a reader never sees a half-written cache; other
-    processes wait (up to `timeout` seconds) for the directory to appear.
+    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Built once across processes (`grpo_family.cache`): the
+    process holding `<cache_dir>.lock` trains and publishes the folder whole; the others wait up to `timeout` seconds
+    for it, and take over at once if that process was killed (its PID is gone). A cache that is incomplete or does
+    not load is named in a warning and rebuilt.
     """
     if cache_dir is None:
         cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
-    path = Path(cache_dir)
-    if not _is_complete(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = path.with_name(path.name + ".lock")
-        deadline = time.monotonic() + timeout
-        while not _is_complete(path):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                # Another process is training; a lock older than `timeout` is left over from a crash.
-                with contextlib.suppress(FileNotFoundError):
-                    if time.time() - lock.stat().st_mtime > timeout:
-                        lock.unlink()
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"waited {timeout:.0f}s for another process to write {path}") from None
-                time.sleep(0.5)
-                continue
-            try:
-                os.close(fd)
-                if not _is_complete(path):
-                    steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
-                    print(
-                        f"Building the warm start once ({steps} supervised steps of the tiny model, about "
-                        f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {path}",
-                        flush=True,
-                    )
-                    model, tokenizer = train_warm_start(
-                        seed, model_overrides, log_every=max(1, steps // 5), **train_overrides
-                    )
-                    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
-                    model.save_pretrained(tmp)
-                    tokenizer.save_pretrained(tmp)
-                    if path.exists():  # an incomplete leftover
-                        shutil.rmtree(path)
-                    os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    lock.unlink()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-    tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
-    model = Qwen2ForCausalLM.from_pretrained(path)
-    model.eval()
-    return model, tokenizer
+
+    def build(folder: Path) -> None:
+        steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
+        print(
+            f"Building the warm start once ({steps} supervised steps of the tiny model, about "
+            f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {cache_dir}",
+            flush=True,
+        )
+        model, tokenizer = train_warm_start(seed, model_overrides, log_every=max(1, steps // 5), **train_overrides)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    def load(folder: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+        tokenizer.chat_template = tokenizer.chat_template or CHAT_TEMPLATE
+        model = Qwen2ForCausalLM.from_pretrained(folder)
+        model.eval()
+        return model, tokenizer
+
+    return load_cached(
+        cache_dir, build, load, what="The tiny model's warm start", timeout=timeout, legacy_complete=_is_complete
+    )
 
 
 @torch.no_grad()

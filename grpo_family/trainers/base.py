@@ -37,7 +37,11 @@ from trl.trainer.utils import is_async_callable, nanstd
 
 from ..algorithms.estimators import get_estimator
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum, zero_std_mask
+from ..bounds import check_bounds
+from ..launch import check_distributed_launch
+from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
+from ..run_folder import PlainLogHistoryMixin
 from .model_card import ModelCardMixin
 from .nonfinite_guard import NonFiniteStepGuardMixin
 from .redaction import _UnpickledSecret
@@ -115,15 +119,9 @@ class GRPOFamilyConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_bounds(self)  # every field, TRL's included, before TRL's __post_init__ uses any (grpo_family.bounds)
         super().__post_init__()
-        for name in ("max_unscorable_batches", "max_degenerate_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0 (0 disables the check), got {value!r}.")
-        if self.on_unlearnable not in ("stop", "warn"):
-            raise ValueError(f"on_unlearnable must be 'stop' or 'warn', got {self.on_unlearnable!r}.")
-        if self.reward_timeout is not None and not (0 <= self.reward_timeout < math.inf):
-            raise ValueError(f"reward_timeout must be a number of seconds >= 0 or None, got {self.reward_timeout!r}.")
+        check_distributed_launch(self)  # several processes launched, one seen: they would train independently
 
 
 # GRPOFamilyConfig's own fields with their defaults: what a trainer given a plain GRPOConfig uses.
@@ -148,7 +146,12 @@ FORWARD_KEYS = (
 
 
 class GRPOFamilyTrainer(
-    ResumableTrainerMixin, LearnablePolicyMixin, NonFiniteStepGuardMixin, ModelCardMixin, GRPOTrainer
+    ResumableTrainerMixin,
+    LearnablePolicyMixin,
+    NonFiniteStepGuardMixin,
+    ModelCardMixin,
+    PlainLogHistoryMixin,
+    GRPOTrainer,
 ):
     """GRPO (Shao et al., 2024) through the grpo_family extension points; the base of every method.
 
@@ -172,6 +175,7 @@ class GRPOFamilyTrainer(
         super().__init__(*args, **kwargs)
         install_cpu_weight_sync(self)
         check_prompts(self.train_dataset, self.eval_dataset)
+        check_enough_rows(self.train_dataset, self.args)
         check_reward_columns(self.train_dataset, self.reward_funcs, self.reward_func_names)
         timeout = self._family_arg("reward_timeout")
         for i, func in enumerate(self.reward_funcs):

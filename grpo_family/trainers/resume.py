@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..run_folder import check_resume, write_run_settings
+
 logger = logging.getLogger(__name__)
 
 # Per-process file in each checkpoint with what `ResumableTrainerMixin._resume_state` returns.
@@ -97,12 +99,15 @@ class ResumableTrainerMixin:
         self.accelerator.wait_for_everyone()  # every process's files (RNG, optimizer shards) are written
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
         if self.args.should_save and os.path.isdir(folder):
+            write_run_settings(folder, self.args, self._run_method, self.accelerator.num_processes)
             with open(os.path.join(folder, COMPLETE_MARKER), "w") as f:
                 f.write(f"global_step {self.state.global_step}\n")
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """Transformers' ``train``; ``resume_from_checkpoint=True`` picks the newest *complete* checkpoint of
-        ``output_dir`` (:func:`latest_complete_checkpoint`) rather than the newest folder."""
+        ``output_dir`` (:func:`latest_complete_checkpoint`) rather than the newest folder. A checkpoint of another
+        method or batch layout, or one that already reached the end of the run, is refused
+        (:func:`grpo_family.run_folder.check_resume`)."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
@@ -110,7 +115,13 @@ class ResumableTrainerMixin:
                     f"No complete checkpoint in {self.args.output_dir} to resume from. Start without "
                     "resume_from_checkpoint, or pass a checkpoint folder."
                 )
+        if isinstance(resume_from_checkpoint, str):  # another method or batch layout, or a finished run: refused
+            check_resume(resume_from_checkpoint, self.args, self._run_method, self.accelerator.num_processes)
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    @property
+    def _run_method(self) -> str:
+        return getattr(self, "method_name", type(self).__name__)
 
     # A checkpoint holds the model, optimizer, scheduler, RNG states and TrainerState. On top of that each process saves
     # `_resume_state()` next to its RNG file and a resumed run hands it to `_restore_resume_state()`, so the run

@@ -15,6 +15,10 @@ from typing import Any
 
 from ..rewards.timeout import RewardTimeoutError
 
+# What a reward call may raise and the guard contains: any exception, and SystemExit (a reward calling sys.exit() used
+# to end the whole run at that step with exit code 0 and nothing saved). KeyboardInterrupt still stops the run.
+CONTAINED = (Exception, SystemExit)
+
 
 class RewardFunctionError(RuntimeError):
     """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
@@ -59,7 +63,7 @@ class GuardedReward:
                 out.append(
                     self._single(self.func(completions=completions[i : i + 1], **self._row_kwargs(kwargs, i, n)))
                 )
-            except Exception:  # noqa: BLE001 - a reward function may raise anything
+            except CONTAINED:  # a reward function may raise anything
                 out.append(None)
         return out
 
@@ -133,7 +137,7 @@ class GuardedReward:
             values = self._counted(self.func(completions=completions, **kwargs), n)
         except RewardTimeoutError as error:
             values = self._timed_out(error, n)
-        except Exception as error:  # noqa: BLE001 - contained below
+        except CONTAINED as error:  # contained below
             if isinstance(error, RewardFunctionError) and self.strict:
                 raise
             values = self._call_rows(completions, kwargs)
@@ -151,7 +155,7 @@ class AsyncGuardedReward(GuardedReward):
             try:
                 value = await self.func(completions=completions[i : i + 1], **self._row_kwargs(kwargs, i, n))
                 out.append(self._single(value))
-            except Exception:  # noqa: BLE001
+            except CONTAINED:
                 out.append(None)
         return out
 
@@ -161,7 +165,7 @@ class AsyncGuardedReward(GuardedReward):
             values = self._counted(await self.func(completions=completions, **kwargs), n)
         except RewardTimeoutError as error:
             values = self._timed_out(error, n)
-        except Exception as error:  # noqa: BLE001 - contained below
+        except CONTAINED as error:  # contained below
             if isinstance(error, RewardFunctionError) and self.strict:
                 raise
             values = await self._call_rows_async(completions, kwargs)

@@ -1,0 +1,147 @@
+"""A folder built once, shared by every process that needs it (the warm start of the tiny model; a converted model):
+one process builds it under a :class:`~grpo_family.pidlock.PidLock` and publishes it whole, the others wait; a
+builder that was killed is noticed at once (its PID is gone) and another process builds instead; a folder that is
+incomplete or corrupt is named and rebuilt.
+
+A published folder holds :data:`MANIFEST`: the size of every file. :func:`cache_problem` compares the folder with it
+(a truncated file, a missing one); :func:`load_cached` also rebuilds once when loading raises (a corrupt file of the
+right size).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from .pidlock import PidLock
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "grpo_family_manifest.json"
+T = TypeVar("T")
+
+
+def write_manifest(folder: Path) -> None:
+    """Record the size of every file under ``folder`` (written last: its presence means the folder is whole)."""
+    sizes = {
+        str(path.relative_to(folder)): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(json.dumps({"files": sizes}, indent=1))
+
+
+def cache_problem(folder: Path, legacy_complete: Callable[[Path], bool] | None = None) -> str | None:
+    """None when ``folder`` is whole; otherwise what is wrong with it. A folder published before manifests existed
+    counts as whole when ``legacy_complete(folder)`` says so."""
+    if not folder.is_dir():
+        return "missing"
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        if legacy_complete is not None and legacy_complete(folder):
+            return None
+        return f"no {MANIFEST} (it was not written completely)"
+    try:
+        sizes = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        return f"its {MANIFEST} is unreadable ({type(error).__name__})"
+    for name, size in sizes.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size} bytes, {size} when it was written"
+    return None
+
+
+def build_once(
+    path: str | os.PathLike,
+    build: Callable[[Path], None],
+    *,
+    what: str,
+    timeout: float = 600.0,
+    legacy_complete: Callable[[Path], bool] | None = None,
+    rebuild_if_older_than: float | None = None,
+) -> Path:
+    """``path``, built by ``build(tmp)`` (which writes the folder's files into ``tmp``) unless it is already whole.
+
+    One process builds (the holder of ``<path>.lock``), into a temporary sibling folder published with
+    ``os.replace``, so nobody sees a half-written folder; the others wait up to ``timeout`` seconds for a live
+    builder, and take over at once from one that died. ``rebuild_if_older_than``: build even if the folder looks whole
+    (its content failed to load), unless another process rebuilt it since (:func:`_published`). ``what`` names the
+    folder in messages."""
+    path = Path(path)
+    lock = PidLock(path.with_name(path.name + ".lock"))
+    deadline = time.monotonic() + timeout
+    waited_for = None
+    rebuild = rebuild_if_older_than is not None
+    while rebuild or cache_problem(path, legacy_complete) is not None:
+        holder = lock.acquire()
+        if holder is not None:
+            if holder != waited_for:
+                logger.warning("Waiting for %s to finish building %s (%s).", holder.describe(), what, path)
+                waited_for = holder
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"Waited {timeout:.0f}s for {holder.describe()} to build {what} in {path}. If that process is "
+                    f"stuck, stop it (kill {holder.pid}) and run again."
+                )
+            time.sleep(0.5)
+            continue
+        try:
+            problem = cache_problem(path, legacy_complete)
+            if rebuild and problem is None and _published(path) <= rebuild_if_older_than:
+                problem = "its files could not be loaded"
+            if problem is not None:
+                if problem != "missing":
+                    logger.warning("%s in %s is incomplete or corrupt (%s): rebuilding it.", what, path, problem)
+                tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+                try:
+                    build(tmp)
+                    write_manifest(tmp)
+                    if path.exists():
+                        shutil.rmtree(path)
+                    os.replace(tmp, path)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            rebuild = False
+        finally:
+            lock.release()
+    return path
+
+
+def load_cached(
+    path: str | os.PathLike,
+    build: Callable[[Path], None],
+    load: Callable[[Path], T],
+    *,
+    what: str,
+    timeout: float = 600.0,
+    legacy_complete: Callable[[Path], bool] | None = None,
+) -> T:
+    """``load(path)`` of the folder :func:`build_once` makes; when loading raises (a corrupt file), the folder is
+    named in a warning, rebuilt once and loaded again."""
+    path = build_once(path, build, what=what, timeout=timeout, legacy_complete=legacy_complete)
+    published = _published(path)
+    try:
+        return load(path)
+    except Exception as error:  # noqa: BLE001 - any loader's error means the same here
+        logger.warning("%s in %s could not be loaded (%s: %s): rebuilding it.", what, path, type(error).__name__,
+                       str(error)[:200])  # fmt: skip
+    path = build_once(
+        path, build, what=what, timeout=timeout, legacy_complete=legacy_complete, rebuild_if_older_than=published
+    )
+    return load(path)
+
+
+def _published(path: Path) -> float:
+    """When ``path`` was last published (its manifest's, else the folder's modification time)."""
+    manifest = path / MANIFEST
+    return (manifest if manifest.exists() else path).stat().st_mtime

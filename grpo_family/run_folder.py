@@ -1,0 +1,193 @@
+"""A run's output folder over its lifetime: one run at a time (:class:`OutputFolderLock`), checkpoints that say what
+wrote them (:func:`write_run_settings`) so a resume with another method or another batch layout is refused
+(:func:`check_resume`), a finished run that is resumed left as it is, and a log history that is always plain JSON
+(:class:`PlainLogHistoryMixin`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .pidlock import PidLock
+from .preflight import PreflightError
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".grpo_family.lock"
+# Written into every checkpoint: what a resumed run must match.
+RUN_SETTINGS_FILE = "grpo_family_run.json"
+# Settings that decide which completions form which batch and step (and in which order the prompts come): a run
+# resumed with other values would not continue the checkpoint's run (its buffered generations, its sampler position
+# and its step counters describe another layout).
+LAYOUT_SETTINGS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+    "num_generations", "num_iterations", "shuffle_dataset", "seed", "data_seed",
+)  # fmt: skip
+
+
+class RunFinishedError(PreflightError):
+    """The checkpoint to resume from already reached the end of the run: there is nothing to train."""
+
+
+# ---------------------------------------------------------------------------------------------------- the lock
+class OutputFolderLock:
+    """One run per output folder: the main process holds ``<output_dir>/.grpo_family.lock`` (naming its PID) for the
+    whole run; a second run into the same folder is refused naming the first, and a lock whose process is gone is
+    taken over. Under several processes only the main one takes it; :meth:`acquire` tells the others its outcome
+    (``torch.distributed``), so every process of a refused run stops alike."""
+
+    def __init__(self, output_dir: str | os.PathLike, is_main_process: bool = True):
+        self.output_dir = Path(output_dir)
+        self.is_main_process = is_main_process
+        self.lock = PidLock(self.output_dir / LOCK_FILE)
+
+    def acquire(self) -> None:
+        problem = None
+        if self.is_main_process:
+            holder = self.lock.acquire()
+            if holder is not None:
+                problem = (
+                    f"--output_dir {self.output_dir} is in use by another run: {holder.describe()}. Wait for it to "
+                    "finish or stop it, or give another --output_dir (two runs in one folder overwrite each other's "
+                    "checkpoints and model)."
+                )
+        problem = _shared(problem)
+        if problem is not None:
+            raise PreflightError(problem)
+
+    def release(self) -> None:
+        if self.is_main_process:
+            self.lock.release()
+
+    def __enter__(self) -> OutputFolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _shared(value: Any) -> Any:
+    """The main process's ``value`` on every process (as is without a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+# ---------------------------------------------------------------------------------------------------- resuming
+def run_settings(args: Any, method: str, num_processes: int) -> dict[str, Any]:
+    """What a checkpoint of this run records and a resumed run must match."""
+    return {"method": method, "num_processes": num_processes, **{k: getattr(args, k, None) for k in LAYOUT_SETTINGS}}
+
+
+def write_run_settings(folder: str | os.PathLike, args: Any, method: str, num_processes: int) -> None:
+    Path(folder, RUN_SETTINGS_FILE).write_text(json.dumps(run_settings(args, method, num_processes), indent=1))
+
+
+def check_resume(checkpoint: str | os.PathLike, args: Any, method: str, num_processes: int) -> None:
+    """Refuse to resume ``checkpoint`` with another method or another batch layout (:class:`PreflightError` listing
+    every difference) and a checkpoint that already reached this run's end (:class:`RunFinishedError`). A checkpoint
+    written before run settings were recorded is resumed with a warning."""
+    checkpoint = Path(checkpoint)
+    saved_file = checkpoint / RUN_SETTINGS_FILE
+    if saved_file.is_file():
+        saved = json.loads(saved_file.read_text())
+        now = run_settings(args, method, num_processes)
+        differ = [f"{k}: {saved.get(k)!r} in the checkpoint, {now[k]!r} now" for k in now if saved.get(k) != now[k]]
+        if differ:
+            raise PreflightError(
+                f"Cannot resume {checkpoint} with these settings; it was written by another run layout:\n  "
+                + "\n  ".join(differ)
+                + "\nResume with the checkpoint's values, or start a new run in another --output_dir."
+            )
+    else:
+        logger.warning("%s records no run settings (written by an older version): the method and batch layout of "
+                       "the resumed run are not checked against it.", checkpoint)  # fmt: skip
+    state_file = checkpoint / "trainer_state.json"
+    if not state_file.is_file():
+        return
+    state = json.loads(state_file.read_text())
+    step, epoch = state.get("global_step", 0), state.get("epoch") or 0.0
+    if args.max_steps is not None and args.max_steps > 0:
+        done, of = step >= args.max_steps, f"step {step} of --max_steps {args.max_steps}"
+    else:
+        done = epoch >= args.num_train_epochs - 1e-9
+        of = f"epoch {epoch:g} of --num_train_epochs {args.num_train_epochs:g}"
+    if done:
+        raise RunFinishedError(
+            f"{checkpoint} already reached the end of this run ({of}): there is nothing to resume, and nothing was "
+            "changed. To train further, raise --max_steps (or --num_train_epochs)."
+        )
+
+
+def resolve_checkpoint(resume: str | bool | None, output_dir: str) -> str | None:
+    """``--resume_from_checkpoint`` as a folder: ``true`` means the newest complete checkpoint of ``output_dir``; a
+    folder must exist."""
+    from .trainers.base import latest_complete_checkpoint  # (re-exported there wherever the resume module lives)
+
+    if resume in (None, False, "", "false", "False"):
+        return None
+    if resume in (True, "true", "True"):
+        found = latest_complete_checkpoint(output_dir)
+        if found is None:
+            raise PreflightError(
+                f"--resume_from_checkpoint true: no complete checkpoint in {output_dir}. Start without it, or pass a "
+                "checkpoint folder."
+            )
+        return found
+    if not os.path.isdir(resume):
+        raise PreflightError(f"--resume_from_checkpoint {resume}: no such folder. Pass a checkpoint-N folder or true.")
+    return str(resume)
+
+
+# ---------------------------------------------------------------------------------------------------- log history
+def plain(value: Any) -> Any:
+    """``value`` with numpy and torch scalars (anywhere in lists and dicts) turned into Python numbers, so that
+    ``json.dumps`` takes it (a reward or a callback that hands back ``numpy.float32`` used to crash the checkpoint
+    write: "Object of type float32 is not JSON serializable")."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", 0) == 0:
+        try:
+            return item()
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+class PlainLogHistoryMixin:
+    """Before the trainer state is written (every checkpoint, ``save_state``), its log history is made plain JSON."""
+
+    def _save_checkpoint(self, model, trial) -> None:
+        self.state.log_history = plain(self.state.log_history)
+        super()._save_checkpoint(model, trial)
+
+    def save_state(self) -> None:
+        self.state.log_history = plain(self.state.log_history)
+        super().save_state()
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as strict JSON takes it: :func:`plain`, with NaN and infinities (an unscored result) as None."""
+    value = plain(value)
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_ready(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
