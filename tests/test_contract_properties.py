@@ -205,3 +205,13 @@ def test_eval_mode_uses_math_verify_tolerance_and_training_mode_exact_numbers():
     assert MATH(completions, answer=golds) == [0.0, 0.0, 1.0]
     assert MATH(completions, answer=golds, mode="eval") == [1.0, 1.0, 1.0]
     assert MathAccuracyReward(backend="none", mode="eval")(completions, answer=golds) == [1.0, 1.0, 1.0]
+
+
+def test_every_answer_reward_by_name_is_in_training_mode():
+    """examples/train.py, the recipes, the demo and benchmarks/learning.py take rewards by name: training mode."""
+    from grpo_family.rewards import get_reward_funcs
+    from grpo_family.rewards.contract import AnswerReward
+
+    names = ["math_accuracy", "choice_accuracy", "qa_exact_match", "qa_f1", "arithmetic"]
+    funcs = get_reward_funcs(names)
+    assert all(isinstance(f, AnswerReward) and f.mode == "train" for f in funcs)
