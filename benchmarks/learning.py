@@ -63,17 +63,17 @@ def run_one(job: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from transformers import PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
 
     from grpo_family import get_method
+    from grpo_family.eval import EvalData, EvaluationCallback
     from grpo_family.tasks import (
         DEFAULT_GRPO_ARGS,
         DEFAULT_TRAIN_EXAMPLES,
         arithmetic_reward,
-        evaluate_accuracy,
         load_warm_start,
         make_arithmetic_dataset,
     )
@@ -82,13 +82,14 @@ def run_one(job: dict) -> dict:
     model, tokenizer = load_warm_start(seed=0)
     train = make_arithmetic_dataset("train", DEFAULT_TRAIN_EXAMPLES, seed=seed, difficulty=difficulty)
     held_out = make_arithmetic_dataset("eval", job["eval_examples"], seed=0, difficulty=difficulty)
-    eval_tokens = DEFAULT_GRPO_ARGS["max_completion_length"]
-    accuracy: dict[int, float] = {}
-
-    class HeldOutAccuracy(TrainerCallback):
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            if state.global_step % job["eval_every"] == 0 or state.global_step == steps:
-                accuracy[state.global_step] = evaluate_accuracy(model, tokenizer, held_out, max_new_tokens=eval_tokens)
+    # Greedy held-out accuracy at step 0, every eval_every steps and at the last step: the demo's evaluation path.
+    evaluation = EvaluationCallback(
+        EvalData.held_out(held_out, arithmetic_reward),
+        arithmetic_reward,
+        every=job["eval_every"],
+        max_new_tokens=DEFAULT_GRPO_ARGS["max_completion_length"],
+        mode="train",  # the answer contract the policy is trained on, as examples/train.py
+    )
 
     config_cls, trainer_cls = get_method(method)
     with tempfile.TemporaryDirectory() as out:
@@ -105,19 +106,21 @@ def run_one(job: dict) -> dict:
                 "disable_tqdm": True,
             },
         )
-        accuracy[0] = evaluate_accuracy(model, tokenizer, held_out, max_new_tokens=eval_tokens)
         trainer = trainer_cls(
             model=model,
             reward_funcs=[arithmetic_reward],
             args=args,
             train_dataset=train,
             processing_class=tokenizer,
-            callbacks=[HeldOutAccuracy()],
+            callbacks=[evaluation],
         )
         trainer.remove_callback(PrinterCallback)  # the per-step log dicts; the curves are returned instead
+        evaluation.bind(trainer)
+        evaluation.initial = evaluation.evaluate()
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
+    accuracy = {step: metrics["held_out_accuracy"] for step, metrics in evaluation.history.items()}
     logs = [row for row in trainer.state.log_history if "entropy" in row]
     rounds = [row.get(f"{method}/rounds", 1.0) for row in logs]  # GPG's generation rounds per step
     return {
@@ -134,34 +137,26 @@ def run_one(job: dict) -> dict:
 
 
 def warm_start_pass_at_k(difficulty: str, args) -> dict:
-    """Greedy accuracy and sampled pass@k of the warm start on the held-out problems: n samples per problem at
-    temperature 1, pass@k = 1 - C(n - c, k) / C(n, k) with c of them right (the unbiased estimator)."""
-    import torch
+    """Greedy accuracy and sampled pass@k of the warm start on the held-out problems, through the evaluation package:
+    n samples per problem at temperature 1 (top-k 50, transformers' default, which these numbers were first measured
+    with), the unbiased pass@k estimator."""
+    from grpo_family.eval import Decoding, EvalData, GenerateBackend, evaluate_data
+    from grpo_family.tasks import DEFAULT_GRPO_ARGS, arithmetic_reward, load_warm_start, make_arithmetic_dataset
 
-    from grpo_family.tasks import (
-        DEFAULT_GRPO_ARGS,
-        arithmetic_reward,
-        evaluate_accuracy,
-        generate_completions,
-        load_warm_start,
-        make_arithmetic_dataset,
-    )
-
-    torch.manual_seed(0)
     n = 4 if args.quick else max(PASS_AT)
     model, tokenizer = load_warm_start(seed=0)
-    held_out = make_arithmetic_dataset("eval", args.eval_examples, seed=0, difficulty=difficulty)
-    tokens = DEFAULT_GRPO_ARGS["max_completion_length"]
-    prompts = [p for p in held_out["prompt"] for _ in range(n)]
-    completions = generate_completions(
-        model, tokenizer, prompts, max_new_tokens=tokens, do_sample=True, temperature=1.0, batch_size=256
+    held_out = EvalData.held_out(
+        make_arithmetic_dataset("eval", args.eval_examples, seed=0, difficulty=difficulty), arithmetic_reward
     )
-    right = arithmetic_reward(completions, [a for a in held_out["answer"] for _ in range(n)])
-    correct = [sum(r or 0.0 for r in right[i * n : (i + 1) * n]) for i in range(len(held_out))]
-    out = {"greedy": evaluate_accuracy(model, tokenizer, held_out, max_new_tokens=tokens), "samples": n}
-    for k in (k for k in PASS_AT if k <= n):
-        out[f"pass@{k}"] = _mean([1 - math.comb(n - int(c), k) / math.comb(n, k) for c in correct])
-    return out
+    tokens = DEFAULT_GRPO_ARGS["max_completion_length"]
+    sampled = Decoding(temperature=1.0, top_k=50, num_samples=n, max_new_tokens=tokens)
+    ks = [k for k in PASS_AT if k <= n]
+    backend = GenerateBackend(model, tokenizer, batch_size=256)
+    pass_at = evaluate_data(backend, held_out, sampled, arithmetic_reward, ks=ks, seed=0, mode="train").summary
+    greedy = evaluate_data(
+        GenerateBackend(model, tokenizer), held_out, Decoding(max_new_tokens=tokens), arithmetic_reward, mode="train"
+    ).summary
+    return {"greedy": greedy["greedy_accuracy"], "samples": n, **{f"pass@{k}": pass_at[f"pass@{k}"] for k in ks}}
 
 
 def run_all(jobs: list[dict], workers: int, cache: Path | None) -> tuple[list[dict], int]:
@@ -333,8 +328,8 @@ def _ceiling_lines(ceiling: dict | None) -> list[str]:
         return []
     ks = [k for k in ceiling if k.startswith("pass@")]
     return [
-        f"The warm start on the same problems ({ceiling['samples']} samples each at temperature 1): the ceiling that "
-        "sharpening what it already does can reach.",
+        f"The warm start on the same problems ({ceiling['samples']} samples each at temperature 1, top-k 50): the "
+        "ceiling that sharpening what it already does can reach.",
         "",
         "| greedy | " + " | ".join(ks) + " |",
         "|---" * (len(ks) + 1) + "|",

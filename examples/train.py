@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,14 +32,13 @@ elif "LOGLEVEL" in os.environ:
     os.environ["_GRPO_FAMILY_LOGLEVEL"] = os.environ.pop("LOGLEVEL")
 
 import torch
-from tqdm.auto import tqdm
-from transformers import AutoTokenizer, TrainerCallback, set_seed
+from transformers import AutoTokenizer, set_seed
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config
-from trl.models import unwrap_model_for_generation
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
 from grpo_family.bounds import check_bounds
 from grpo_family.collator import DatasetFormatError
+from grpo_family.eval import EvalData, EvalSetupError, EvaluationCallback
 from grpo_family.launch import (
     check_config_keys,
     check_flags_apply,
@@ -54,11 +52,9 @@ from grpo_family.launch import (
 from grpo_family.preflight import PreflightError
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
+from grpo_family.trainers.vllm_cpu import shutdown_colocated_vllm
 
 logger = logging.getLogger("grpo_family.train")
-# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses the old names, so
-# every run would print four deprecation notices that are not the user's to act on.
-warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated", category=FutureWarning)
 
 
 @dataclass
@@ -115,8 +111,16 @@ class TrainScriptArguments(ScriptArguments):
     held_out_every: int = field(
         default=25,
         metadata={
-            "help": "Also score the held-out set every this many optimizer steps during training (0: only before and "
-            "after). The scores go into the logs as `held_out_accuracy` and onto the plot."
+            "help": "Also evaluate the held-out set every this many optimizer steps during training (0: only before and "
+            "after). Greedy accuracy goes into the logs and the report_to backends as `held_out_accuracy` (and onto "
+            "the plot), sampled pass@k / avg@n as `held_out/pass@k`, ... (grpo_family.eval.EvaluationCallback)."
+        },
+    )
+    held_out_samples: int = field(
+        default=0,
+        metadata={
+            "help": "Samples per held-out problem for pass@k / avg@n / maj@n at the training temperature, top_p and "
+            "top_k (0: greedy accuracy only; the embedded default uses 4: pass@1 and pass@4)."
         },
     )
     task_difficulty: str = field(default="default", metadata={"help": "Bundled task difficulty (embedded default)."})
@@ -159,7 +163,7 @@ def parse_args(argv: list[str] | None = None):
         # line still win.
         from grpo_family.tasks import DEFAULT_GRPO_ARGS
 
-        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}")
+        parser.set_defaults(**DEFAULT_GRPO_ARGS, output_dir=f"outputs/{known.method}", held_out_samples=4)
     script_args, training_args, model_args, mixture = parser.parse_args_and_config(argv)
     for config in (script_args, model_args, mixture):  # the method's config checked its own fields when built
         check_bounds(config)
@@ -276,40 +280,16 @@ def load_real(script_args, training_args, model_args, checked: dict):
     return model_args.model_name_or_path, tokenizer, train, evaluation, eval_dataset, reward_funcs
 
 
-def held_out_accuracy(model, tokenizer, dataset, reward_func, max_new_tokens: int) -> float:
-    """Mean reward of greedy completions on the held-out set (unscorable rows excluded)."""
-    from grpo_family.tasks import generate_completions
-
-    completions = generate_completions(model, tokenizer, list(dataset["prompt"]), max_new_tokens=max_new_tokens)
-    columns = {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
-    scores = [
-        s for s in reward_func(completions=completions, prompts=list(dataset["prompt"]), **columns) if s is not None
-    ]
-    return sum(scores) / max(1, len(scores))
-
-
-class HeldOutAccuracy(TrainerCallback):
-    """Scores the held-out set every ``every`` steps into the log history as `held_out_accuracy` (``score`` runs on
-    every process and returns the accuracy on the main one, None elsewhere);
-    the score before training (``initial``) goes in at step 0 (``train()`` starts a new log history)."""
-
-    def __init__(self, score, every: int, label: str):
-        self.score, self.every, self.label, self.initial = score, every, label, None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step == 0:
-            record_accuracy(state, self.initial, self.label)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.every and state.global_step % self.every == 0 and state.global_step < state.max_steps:
-            record_accuracy(state, self.score(), self.label)
+def _accuracy(metrics: dict | None) -> float | None:
+    return None if metrics is None else metrics.get("held_out_accuracy")
 
 
 def record_accuracy(state, accuracy: float | None, label: str) -> None:
+    """The held-out accuracy after a run that trained no step (a finished run resumed) into the log history."""
     if accuracy is None:
         return
     state.log_history.append({"step": state.global_step, "held_out_accuracy": accuracy})
-    tqdm.write(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")  # keeps the progress bar
+    print(f"[{label}] step {state.global_step}: held-out accuracy {accuracy:.3f}")
 
 
 def skip_deepspeed_cpu_shm_op() -> None:
@@ -362,19 +342,19 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
     held_out_reward = next((f for f in reward_funcs if callable(f)), None)
 
     label = script_args.method
-    max_new_tokens = script_args.eval_max_new_tokens or training_args.max_completion_length
-    trainer = None
-
-    def score() -> float | None:  # called on every process
-        if evaluation is None or held_out_reward is None:
-            return None
-        # Under DeepSpeed ZeRO-3 each process holds a shard of every weight (a forward outside TRL's context fails)
-        # and its hooks run collectives in every forward: every process enters TRL's context, which gathers the
-        # weights (a no-op without ZeRO-3), and generates the same greedy completions; the main process scores.
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-            accuracy = held_out_accuracy(model, tokenizer, evaluation, held_out_reward, max_new_tokens)
-        return accuracy if trainer.accelerator.is_main_process else None
-
+    held_out = EvaluationCallback(
+        None if held_out_reward is None else EvalData.held_out(evaluation, held_out_reward),
+        held_out_reward,
+        every=script_args.held_out_every,
+        max_new_tokens=script_args.eval_max_new_tokens or training_args.max_completion_length,
+        num_samples=script_args.held_out_samples,
+        temperature=training_args.temperature,
+        top_p=training_args.top_p,
+        top_k=training_args.top_k or 0,
+        seed=training_args.seed,
+        label=label,
+        mode="train",  # held-out answers are scored under the contract the policy is trained on
+    )
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
@@ -384,15 +364,21 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         processing_class=tokenizer,
         quantization_config=quantization_config,
         peft_config=get_peft_config(model_args),
-        callbacks=[held_out := HeldOutAccuracy(score, script_args.held_out_every, label)],
+        callbacks=[held_out],
     )
-    results = {"method": label, "accuracy_before": score()}
-    held_out.initial = results["accuracy_before"]
+    held_out.bind(trainer)
+    # Every process evaluates (under ZeRO-3 each holds a shard of every weight: all enter TRL's generation context,
+    # which gathers them); the main process scores, and every process gets its numbers.
+    held_out.initial = held_out.evaluate()
+    results = {"method": label, "accuracy_before": _accuracy(held_out.initial), "held_out_before": held_out.initial}
     # `--resume_from_checkpoint <dir>` (or `true` for the latest in output_dir) continues an interrupted run.
     resume = training_args.resume_from_checkpoint
     trainer.train(resume_from_checkpoint=True if resume in ("true", "True") else resume)
-    results["accuracy_after"] = score()
-    record_accuracy(trainer.state, results["accuracy_after"], label)
+    after = held_out.history.get(trainer.state.global_step)  # evaluated at the last step, inside training
+    if after is None:  # no step trained now (a finished run resumed): evaluate here
+        after = held_out.evaluate()
+        record_accuracy(trainer.state, _accuracy(after), label)
+    results.update(accuracy_after=_accuracy(after), held_out_after=after)
 
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
@@ -408,6 +394,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         print(f"[{label}] saved the model, trainer_state.json, reward_curve.png and results.json to {out}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=checked.get("dataset_name", script_args.dataset_name))
+    shutdown_colocated_vllm(trainer)  # before the process group goes: vLLM destroys its own groups first
     trainer.accelerator.end_training()  # trackers finished, process group destroyed before the interpreter exits
     return results
 
@@ -422,5 +409,6 @@ if __name__ == "__main__":
         DatasetFormatError,
         UnlearnableRunError,
         RewardFunctionError,
+        EvalSetupError,
     ) as error:  # the message says it all
         sys.exit(f"error: {error}")

@@ -702,6 +702,7 @@ METHOD_CONFIGS: dict[str, Bound] = {
     "num_judge_votes": Int(1),
     "judge_temperature": Float(0, optional=True),
     "judge_max_tokens": Int(1),
+    "judge_structured_output": Flag(),
     "judge_timeout": Float(0, min_open=True),
     "judge_max_retries": Int(0),
     "judge_concurrency": Int(1),

@@ -9,6 +9,12 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Tests never assert on the machine's speed. Where a test must wait on work that never ends unless the mechanism
+# under test (a deadline, a kill, a cancel) stops it, it waits at most HANG_GUARD_S: a liveness guard that turns a
+# broken mechanism into a failure instead of a hung suite, not a budget (what is checked is the outcome: the
+# timeout status, the kill counted, the never-ending work not finished).
+HANG_GUARD_S = 600.0
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):

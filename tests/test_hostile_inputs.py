@@ -4,10 +4,12 @@ Either an error that names the problem before training starts, or -- during trai
 become unscorable (NaN reward, zero advantage) with a warning and a metric; never a crash mid-run, a hang, or a NaN
 in the weights. The table of what each input gets is ``benchmarks/results/hostile_inputs.md``.
 
-"Bounded" below means: the call returns within a generous wall-clock limit, checked from a watchdog thread so that
-a regression fails the test instead of hanging the suite. The limits are one to two orders of magnitude above the
-normal cost on a busy 2-core machine and far below what the quadratic or exponential behaviours they guard against
-take (minutes to hours on a 1 MB input); they are not performance measurements.
+"Bounded" below means: the call returns, checked from a watchdog thread (so also off the main thread) that turns a
+hang into a failure instead of a hung suite. Its limit is conftest's ``HANG_GUARD_S`` (10 minutes), a liveness guard
+and not a budget: no test asserts on the machine's speed (a 60 s budget once failed on a loaded machine where a
+reward took 9 s). The behaviours it guards against (regex backtracking, parser bombs) take hours on a 1 MB input;
+where the subject is a deadline, the test checks the deadline's outcome (the timeout error or status, the hung work
+not finished), not the time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import logging
 import math
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import digit_share_reward
+from conftest import HANG_GUARD_S, digit_share_reward
 from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,9 +54,9 @@ from grpo_family.trainers.sgpo import _clean_verdict
 MB = 1_000_000
 
 
-def bounded(seconds: float, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` run in a daemon thread (so also off the main thread); fails if it takes longer than
-    ``seconds`` instead of hanging, and re-raises what it raised."""
+def bounded(fn: Callable, *args: Any, _guard_s: float = HANG_GUARD_S, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` run in a daemon thread (so also off the main thread); fails if it has not returned
+    after ``_guard_s`` (a hang) instead of hanging the suite, and re-raises what it raised."""
     box: dict[str, Any] = {}
 
     def run():
@@ -66,8 +67,8 @@ def bounded(seconds: float, fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {seconds} s"
+    thread.join(_guard_s)
+    assert not thread.is_alive(), f"{getattr(fn, '__name__', fn)} did not return within {_guard_s} s"
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -123,7 +124,7 @@ def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging
         completions = TEXTS
     columns = REWARD_COLUMNS.get(name, {"answer": "4"})
     kwargs = {column: [value] * len(completions) for column, value in columns.items()}
-    values = bounded(300 if name == "math_accuracy" else 60, func, completions=completions, **kwargs)
+    values = bounded(func, completions=completions, **kwargs)
     assert len(values) == len(completions)
     for text_id, value in zip(TEXT_IDS * 2, values):
         assert value is None or (isinstance(value, float) and 0.0 <= value <= 1.0), (text_id, value)
@@ -132,10 +133,10 @@ def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging
 @pytest.mark.parametrize("text", TEXTS, ids=TEXT_IDS)
 def test_step_splitting_and_reasoning_stripping_are_bounded(text):
     for splitter in ("paragraph", "line", "sentence"):
-        steps = bounded(30, split_steps, text, splitter=splitter, max_steps=8)
+        steps = bounded(split_steps, text, splitter=splitter, max_steps=8)
         assert len(steps) <= 8 and all(step.strip() for step in steps)
-    assert isinstance(bounded(30, strip_reasoning, text), str)
-    assert is_fail(bounded(30, parse_verdict, text, 3)) or bounded(30, parse_verdict, text, 3) in (None, 1, 2, 3)
+    assert isinstance(bounded(strip_reasoning, text), str)
+    assert is_fail(bounded(parse_verdict, text, 3)) or bounded(parse_verdict, text, 3) in (None, 1, 2, 3)
 
 
 # ------------------------------------------------------------------------------------------------ math parser
@@ -158,7 +159,7 @@ def test_slow_math_answers_are_bounded_by_the_timeout_off_the_main_thread():
     get_runner("process", 1, preload=("grpo_family.rewards.math",)).map(abs, [(1,)], 120)  # worker started
     reward = MathAccuracyReward(timeout=1.5)
     texts = list(SLOW_MATH.values()) + ["\\boxed{4}"]
-    values = bounded(len(texts) * 30, reward, [[{"role": "assistant", "content": t}] for t in texts], answer=["4"] * 8)
+    values = bounded(reward, [[{"role": "assistant", "content": t}] for t in texts], answer=["4"] * 8)
     assert values[-1] == 1.0  # the pool still serves after the timeouts
     for name, value in zip(SLOW_MATH, values):
         assert value in (None, 0.0), (name, value)
@@ -167,7 +168,7 @@ def test_slow_math_answers_are_bounded_by_the_timeout_off_the_main_thread():
 
 def test_slow_gold_answer_is_bounded_too():
     reward = MathAccuracyReward(timeout=1.5)
-    values = bounded(60, reward, ["\\boxed{4}"], answer=[SLOW_MATH["power_tower_latex"]])
+    values = bounded(reward, ["\\boxed{4}"], answer=[SLOW_MATH["power_tower_latex"]])
     assert values in ([None], [0.0])
 
 
@@ -182,7 +183,7 @@ def test_judge_prompts_are_built_for_hostile_requests():
     """The prompt renders and JSON-encodes (surrogates escaped, so the HTTP body is valid ASCII) for any text."""
     template = PromptTemplate.load()
     for request in HOSTILE_REQUESTS:
-        messages = bounded(30, template.messages, request)
+        messages = bounded(template.messages, request)
         body = json.dumps({"messages": messages}).encode()
         assert json.loads(body)["messages"] == messages
     # Placeholders inside the inserted text are not expanded again.
@@ -207,7 +208,7 @@ def test_openai_judge_sends_hostile_requests_and_survives_garbage_answers():
     try:
         server.behave = lambda body, headers, n: (200, garbage[n % len(garbage)], 0.0)
         judge = OpenAICompatibleJudge(server.url, "judge", max_retries=0, timeout=10.0, concurrency=4)
-        verdicts = bounded(120, judge.judge, [HOSTILE_REQUESTS[0]] * len(garbage) + HOSTILE_REQUESTS[1:])
+        verdicts = bounded(judge.judge, [HOSTILE_REQUESTS[0]] * len(garbage) + HOSTILE_REQUESTS[1:])
     finally:
         server.close()
     assert len(verdicts) == len(garbage) + len(HOSTILE_REQUESTS) - 1
@@ -222,7 +223,7 @@ def test_transformers_judge_survives_hostile_requests_and_garbage_output(tiny_to
         judge = TransformersJudge(ScriptedLM(tiny_tokenizer, "garbage"), tiny_tokenizer)
         judge._generate = lambda prompts, text=text: [[text] for _ in prompts]  # what the model "said"
         requests = [r for r in HOSTILE_REQUESTS if len(r.problem) < 1000]  # tokenizing 1 MB is slow, not hostile
-        verdicts = bounded(60, judge.judge, requests)
+        verdicts = bounded(judge.judge, requests)
         assert len(verdicts) == len(requests)
         assert all(v.failed for v in verdicts[:-1]) and not verdicts[-1].failed
 
@@ -230,7 +231,7 @@ def test_transformers_judge_survives_hostile_requests_and_garbage_output(tiny_to
 def test_programmatic_judge_on_hostile_steps():
     judge = ProgrammaticJudge()
     requests = [JudgeRequest("Compute 1+2.", None, "3", (text,)) for text in TEXTS if text.strip()] + HOSTILE_REQUESTS
-    verdicts = bounded(120, judge.judge, requests)
+    verdicts = bounded(judge.judge, requests)
     assert len(verdicts) == len(requests)
     for verdict in verdicts:
         assert verdict.failed or verdict.first_error is None or verdict.first_error == 1
@@ -555,7 +556,7 @@ def test_with_timeout_unit_behaviour():
         with pytest.raises(KeyError, match="boom"):
             timed(completions=["boom"], answer=["1"])
         with pytest.raises(RewardTimeoutError, match=r"'scorer' did not return within 0.5 s"):
-            bounded(10, timed, completions=["hang"], answer=["1"])
+            bounded(timed, completions=["hang"], answer=["1"])
     finally:
         release.set()  # let the abandoned thread end
     for bad in (0, -1, math.inf, math.nan, "5", True):
@@ -583,7 +584,7 @@ def test_with_timeout_cancels_an_async_reward():
     assert inspect.iscoroutinefunction(timed) and timed.__name__ == "remote"
     assert asyncio.run(timed(completions=["a", "b"])) == [0.5, 0.5]
     with pytest.raises(RewardTimeoutError, match="'remote' did not return within 0.3 s"):
-        bounded(10, asyncio.run, timed(completions=["hang"]))
+        bounded(asyncio.run, timed(completions=["hang"]))
     assert cancelled == [True]
     with pytest.raises(TimeoutError, match="own HTTP client") as raised:  # its own error, not our deadline
         asyncio.run(timed(completions=["own-timeout"]))
@@ -613,7 +614,6 @@ def test_a_reward_that_never_returns_is_contained(
     try:
         with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.base"):
             trainer, initial = bounded(
-                300,
                 train_and_record,
                 "grpo",
                 tiny_model_dir,
@@ -714,8 +714,9 @@ def test_hostile_dataset_text_cannot_reach_training():
 
 
 def test_a_slow_reward_call_is_not_charged_to_the_test_suite():
-    """Sanity check of the watchdog itself: a hang is reported, not waited for."""
-    start = time.monotonic()
+    """Sanity check of the watchdog itself: a hang is reported, not waited for (the event is never set, so
+    returning at all shows it did not wait)."""
+    never = threading.Event()
     with pytest.raises(AssertionError, match="did not return within"):
-        bounded(0.2, time.sleep, 30)
-    assert time.monotonic() - start < 5
+        bounded(never.wait, _guard_s=0.2)
+    assert not never.is_set()

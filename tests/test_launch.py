@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HANG_GUARD_S
 
 from grpo_family import launch
 from grpo_family.preflight import PreflightError
@@ -187,7 +188,9 @@ def test_the_trainer_never_outlives_its_launcher(launcher):
     assert parent.stdout.readline().strip() == str(launcher)  # the child's answer: the watch is on (or not)
     parent.send_signal(signal.SIGTERM)
     parent.wait(timeout=30)
-    deadline = time.monotonic() + (10 if launcher else 3)
+    # Under a launcher: wait until it dies (HANG_GUARD_S is a liveness guard); from a shell: it must still be alive
+    # after 3 s (a slower machine only makes that easier).
+    deadline = time.monotonic() + (HANG_GUARD_S if launcher else 3)
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     try:
@@ -207,7 +210,7 @@ def test_a_killed_accelerate_launch_stops_train_py(tmp_path):
            str(ROOT / "examples" / "train.py"), "--max_steps", "100000", "--output_dir", str(out)]  # fmt: skip
     accelerate = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
     lock = out / ".grpo_family.lock"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + HANG_GUARD_S
     while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
         assert accelerate.poll() is None, "the launch ended early"
         time.sleep(0.2)
@@ -215,7 +218,7 @@ def test_a_killed_accelerate_launch_stops_train_py(tmp_path):
     assert trainer != accelerate.pid and _alive(trainer)
     accelerate.send_signal(signal.SIGTERM)
     accelerate.wait(timeout=30)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + HANG_GUARD_S
     while _alive(trainer) and time.monotonic() < deadline:
         time.sleep(0.1)
     try:

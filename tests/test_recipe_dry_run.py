@@ -1,7 +1,9 @@
 """Each paper recipe runs 1 step on CPU through examples/train.py with local stand-ins for its model and data.
 
-Only what a CPU needs is overridden (bf16, vLLM, the judge server, tiny batch and lengths); the recipe's data
-settings (dataset_filters, column names, preset, prompt, rewards) and method knobs run as written."""
+What a CPU needs is what the recipe's header prints for a CPU run (`--bf16 false`, `--use_vllm false`, the
+heuristic judge for a judge server), read from the header so that the printed command is the tested one; the rest
+is sizing (a tiny batch, short completions, 1 step). The recipe's data settings (dataset_filters, column names,
+preset, prompt, rewards) and method knobs run as written."""
 
 from __future__ import annotations
 
@@ -18,9 +20,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import train  # noqa: E402
 
-CPU = dict(
-    bf16=False,
-    use_vllm=False,
+SIZING = dict(
     max_steps=1,
     per_device_train_batch_size=4,
     gradient_accumulation_steps=1,
@@ -61,6 +61,23 @@ STAND_INS = {
     None: None,  # the embedded default task: nothing to stand in for
 }
 RECIPES = sorted((ROOT / "examples/recipes").glob("*.yaml"))
+CPU_COMMAND = re.compile(
+    r"^#\s+python examples/train\.py --config examples/recipes/(?P<file>\S+\.yaml)(?P<flags>.*)$", re.M
+)
+
+
+def header_cpu_flags(path: Path) -> dict:
+    """The flags of the CPU command the recipe's header prints, as recipe keys (``--bf16 false`` -> bf16: False);
+    a recipe with bf16 or vLLM on must print one that turns them off."""
+    commands = [m for m in CPU_COMMAND.finditer(path.read_text()) if m.group("file") == path.name]
+    tokens = commands[0].group("flags").split() if commands else []
+    flags = {tokens[i].removeprefix("--"): yaml.safe_load(tokens[i + 1]) for i in range(0, len(tokens), 2)}
+    recipe = yaml.safe_load(path.read_text())
+    for key in ("bf16", "use_vllm"):
+        assert not recipe.get(key) or flags.get(key) is False, (
+            f"{path.name}: its header prints no CPU command with --{key} false"
+        )
+    return flags
 
 
 def _dataset(root: Path, rows: list[dict] | None = None, config: str | None = None, splits: dict | None = None) -> str:
@@ -83,7 +100,8 @@ def _cpu_recipe(path: Path, tmp_path: Path, tiny_model_dir: str) -> dict:
     recipe = yaml.safe_load(path.read_text())
     name = recipe.get("dataset_name")
     assert name in STAND_INS, f"{path.name}: no local stand-in for dataset {name!r}: add a stand-in to STAND_INS"
-    recipe.update(CPU, output_dir=str(tmp_path / "out"))
+    recipe.update(header_cpu_flags(path))
+    recipe.update(SIZING, output_dir=str(tmp_path / "out"))
     if name is not None:
         config, splits = STAND_INS[name]
         recipe.update(model_name_or_path=tiny_model_dir, dataset_name=_dataset(tmp_path / "data", config=config,
@@ -94,8 +112,8 @@ def _cpu_recipe(path: Path, tmp_path: Path, tiny_model_dir: str) -> dict:
     # Method knobs sized by the paper's group size G or step count, scaled to the CPU's G = 4 and 1 step.
     if recipe["method"] == "d3s":  # its defaults follow G
         recipe.pop("d3s_samples_start", None), recipe.pop("d3s_samples_end", None)
-    if recipe["method"] == "sgpo":  # no judge server on CPU
-        recipe.update(sgpo_num_epochs=None, sgpo_max_steps=1, judge_type="heuristic")
+    if recipe["method"] == "sgpo":  # the judge's map and window, sized to 1 step
+        recipe.update(sgpo_num_epochs=None, sgpo_max_steps=1)
     return recipe
 
 

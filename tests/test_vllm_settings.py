@@ -1,8 +1,12 @@
 """vLLM settings checked at start, without vLLM installed (the real-vLLM tests are `tests/test_vllm.py`, the vllm
 lane): server mode on a CPU trainer stops before TRL's client connects (or waits 240 s for a server), naming the
-fix; the trainer does the same check before its engine or client exists."""
+fix; the trainer does the same check before its engine or client exists; the Transformers backend is refused
+colocated; structured outputs turn TRL's importance-sampling correction off; the colocated engine is shut down
+before the process group."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from trl import GRPOConfig
@@ -54,3 +58,42 @@ def test_cpu_sync_is_installed_only_for_colocated_vllm_on_cpu(monkeypatch):
     Trainer.vllm_mode = "colocate"
     assert vllm_cpu.install_cpu_weight_sync(Trainer())
     assert Trainer.vllm_generation.sync_weights.__qualname__.startswith("reload_weights_sync")
+
+
+def test_transformers_model_impl_is_refused_colocated(tmp_path):
+    """vLLM's Transformers backend decorates transformers' model class in place, which breaks the training model
+    of that class in the same process (seen: AttributeError ... 'do_not_compile' at the next forward)."""
+    with pytest.raises(ValueError, match=r"--vllm_model_impl transformers cannot run colocated.*do_not_compile"):
+        vllm_cpu.check_vllm_settings(_config(tmp_path, use_vllm=True, vllm_model_impl="transformers"))
+    vllm_cpu.check_vllm_settings(_config(tmp_path, use_vllm=True, vllm_model_impl="vllm"))
+
+
+def test_structured_outputs_turn_the_importance_sampling_correction_off(tmp_path, caplog):
+    """Under a regex, vLLM's log-probs are the masked, renormalised distribution's: TRL's trainer/sampler ratios
+    measured the mask (2e-11), so the correction is turned off, saying why; without a regex it stays on."""
+    args = _config(tmp_path, use_vllm=True, vllm_structured_outputs_regex=r"Answer: \d+")
+    assert args.vllm_importance_sampling_correction  # TRL's default
+    with caplog.at_level("WARNING", logger=vllm_cpu.__name__):
+        vllm_cpu.check_vllm_settings(args)
+    assert not args.vllm_importance_sampling_correction
+    assert "--vllm_structured_outputs_regex" in caplog.text and "importance-sampling correction" in caplog.text
+    plain = _config(tmp_path, use_vllm=True)
+    vllm_cpu.check_vllm_settings(plain)
+    assert plain.vllm_importance_sampling_correction
+
+
+def test_colocated_engine_is_shut_down_before_the_process_group(monkeypatch):
+    """examples/train.py shuts the colocated engine down before `end_training` destroys the process group (vLLM's
+    own finalizer at exit then found its groups invalid: a traceback on every rank); nothing without an engine."""
+    calls = []
+
+    class Trainer:
+        vllm_generation = type("G", (), {})()
+
+    Trainer.vllm_generation.llm = type("LLM", (), {})()
+    Trainer.vllm_generation.llm.llm_engine = type("E", (), {})()
+    Trainer.vllm_generation.llm.llm_engine.engine_core = type("C", (), {"shutdown": lambda self: calls.append(1)})()
+    assert vllm_cpu.shutdown_colocated_vllm(Trainer()) and calls == [1]
+    assert not vllm_cpu.shutdown_colocated_vllm(type("NoVLLM", (), {})())
+    source = (Path(__file__).resolve().parents[1] / "examples" / "train.py").read_text()
+    assert source.index("shutdown_colocated_vllm(trainer)") < source.index("trainer.accelerator.end_training()")

@@ -1,7 +1,7 @@
 """One real-vLLM run per process, for `tests/test_vllm.py` (each colocated vLLM engine owns its process's
 distributed state, so every run gets a fresh interpreter). Writes what it saw as JSON.
 
-    python tests/vllm_worker.py train --method ms_grpo --model DIR --out result.json [--steps 3] [--lr 1e-2]
+    python tests/vllm_worker.py train --method ms_grpo --model DIR --out result.json [--steps 3] [--lr 1e-2] [--regex R]
     python tests/vllm_worker.py fidelity --model DIR --out result.json
     python tests/vllm_worker.py server-error --model DIR --out result.json
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,18 @@ def sampler_gap(trainer, ids: list[int]) -> tuple[float, float]:
 
 
 def run_train(args) -> dict:
-    trainer = build(args.method, args.model, args.out_dir, args.steps, args.lr)
+    structured = {"vllm_structured_outputs_regex": args.regex} if args.regex else {}
+    trainer = build(args.method, args.model, args.out_dir, args.steps, args.lr, **structured)
+    initial = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    seen: list[str] = []  # the completions the reward scored
+    scored = trainer.reward_funcs[0]
+
+    def capturing(*args, **kwargs):
+        seen.extend(c[0]["content"] if isinstance(c, list) else c for c in kwargs["completions"])
+        return scored(*args, **kwargs)
+
+    capturing.__name__ = scored.__name__
+    trainer.reward_funcs[0] = capturing
     installed = trainer.vllm_generation.sync_weights.__qualname__.startswith("reload_weights_sync")
     ids = probe_ids(trainer.processing_class)
     gaps, stale_gaps = [], []
@@ -93,6 +105,7 @@ def run_train(args) -> dict:
     start = time.perf_counter()
     trainer.train()
     params_finite = all(torch.isfinite(p).all().item() for p in trainer.model.parameters())
+    moved = any(not torch.equal(initial[name], p) for name, p in trainer.model.named_parameters())
     return {
         "cpu_sync_installed": installed,
         "sync_gaps": gaps,
@@ -101,11 +114,15 @@ def run_train(args) -> dict:
         "params_finite": params_finite,
         "train_seconds": time.perf_counter() - start,
         "importance_sampling_correction": trainer.vllm_importance_sampling_correction,
+        "weights_moved": moved,
+        "completions_match_regex": bool(seen) and all(re.fullmatch(args.regex, t) for t in seen)
+        if args.regex
+        else None,
     }
 
 
 def run_fidelity(args) -> dict:
-    trainer = build("grpo", args.model, args.out_dir, 1, 0.0)
+    trainer = build("grpo", args.model, args.out_dir, 1, 1e-6)  # never trained: any lr the bounds allow
     ids = probe_ids(trainer.processing_class)
     result = {"tied": trainer.model.lm_head.weight is trainer.model.get_input_embeddings().weight}
     result["initial"] = sampler_gap(trainer, ids)
@@ -125,7 +142,7 @@ def run_fidelity(args) -> dict:
 def run_server_error(args) -> dict:
     start = time.perf_counter()
     try:
-        build("ms_grpo", args.model, args.out_dir, 1, 0.0, vllm_mode="server", vllm_server_timeout=5)
+        build("ms_grpo", args.model, args.out_dir, 1, 1e-6, vllm_mode="server", vllm_server_timeout=5)
     except Exception as error:  # noqa: BLE001 - the test reads the type and message
         return {"error": type(error).__name__, "message": str(error), "seconds": time.perf_counter() - start}
     return {"error": None, "seconds": time.perf_counter() - start}
@@ -140,6 +157,7 @@ def main() -> None:
     parser.add_argument("--out_dir", default=None)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--regex", default=None, help="train: vllm_structured_outputs_regex")
     args = parser.parse_args()
     args.out_dir = args.out_dir or str(Path(args.out).with_suffix("")) + "-run"
     result = {"train": run_train, "fidelity": run_fidelity, "server-error": run_server_error}[args.what](args)

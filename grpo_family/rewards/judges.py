@@ -366,6 +366,36 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
+def _server_error_text(data: bytes, limit: int = 300) -> str:
+    """The explanation in an HTTP error body, on one line: OpenAI's and vLLM's ``{"error": {"message": ...}}``,
+    older vLLM's ``{"message": ...}``, FastAPI's ``{"detail": ...}``, else the body's text."""
+    text = data.decode("utf-8", "replace")
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        found = error.get("message") if isinstance(error, dict) else error
+        found = found or payload.get("message") or payload.get("detail")
+        if found:
+            text = found if isinstance(found, str) else json.dumps(found)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def verdict_schema(num_steps: int) -> dict[str, Any]:
+    """JSON schema of a structured verdict for a ``num_steps``-step response: ``{"first_error_step": j}`` with
+    ``1 <= j <= num_steps``, or ``null`` when no step is wrong (what :func:`parse_verdict` reads)."""
+    step = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": num_steps}, {"type": "null"}]}
+    return {
+        "type": "object",
+        "properties": {"first_error_step": step},
+        "required": ["first_error_step"],
+        "additionalProperties": False,
+    }
+
+
 def _message_text(payload: Any) -> str | None:
     """``choices[0].message.content`` as text (reasoning fields are ignored); ``None`` if absent."""
     try:
@@ -402,6 +432,16 @@ class OpenAICompatibleJudge:
             :data:`FAIL`. ``None`` -> ``(max_retries + 1) * timeout`` plus the backoffs plus 1 s.
         prompt_template: a :class:`PromptTemplate`, a path to a template file, or ``None`` for the default.
         extra_body: extra JSON fields for every request (``top_p``, ``seed``, ``chat_template_kwargs``, ...).
+        structured: constrain each reply to the verdict JSON (:func:`verdict_schema`, the step range of that
+            request) with the OpenAI API's ``response_format`` JSON schema, which vLLM's server enforces with
+            its structured-output backend: no unparseable or out-of-range verdict, at the price of no written
+            reasoning before it (a reasoning model's ``<think>`` part stays free where the server parses it).
+
+    Before its first request the judge reads the served models (``GET .../models``). Where the server reports
+    the model's context (vLLM's ``max_model_len``) and ``max_tokens`` does not fit in it, requests leave
+    ``max_tokens`` to the server, which bounds each reply by the context the prompt leaves (vLLM would refuse
+    every request with HTTP 400), with a warning; a model the server does not serve is warned about too. A failed
+    request's reason carries the server's explanation (``HTTP 400: This model's maximum context length is ...``).
     """
 
     def __init__(
@@ -421,6 +461,7 @@ class OpenAICompatibleJudge:
         batch_timeout: float | None = None,
         prompt_template: PromptTemplate | str | os.PathLike | None = None,
         extra_body: dict[str, Any] | None = None,
+        structured: bool = False,
     ):
         if not base_url:
             raise ValueError("OpenAICompatibleJudge needs base_url, e.g. 'http://127.0.0.1:8000/v1'.")
@@ -447,6 +488,9 @@ class OpenAICompatibleJudge:
         self.batch_timeout = float(batch_timeout)
         self.template = _as_template(prompt_template)
         self.extra_body = dict(extra_body or {})
+        self.structured = bool(structured)
+        self.served_context: int | None = None  # the served model's max_model_len, once read from the server
+        self._models_checked = False
         # Loopback servers are reached directly; anything else honours the usual *_proxy variables.
         handlers = [urllib.request.ProxyHandler({})] if _is_loopback(self.url) else []
         self._opener = urllib.request.build_opener(*handlers)
@@ -474,9 +518,14 @@ class OpenAICompatibleJudge:
                 data = response.read()
         except urllib.error.HTTPError as error:
             code = error.code
-            error.close()
+            try:
+                detail = _server_error_text(error.read(65536))
+            except (OSError, http.client.HTTPException):
+                detail = ""
+            finally:
+                error.close()
             retryable = code in (408, 409, 425, 429) or code >= 500
-            raise _VoteError(f"HTTP {code}", retryable) from None
+            raise _VoteError(f"HTTP {code}: {detail}" if detail else f"HTTP {code}", retryable) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
             kind = "timeout" if isinstance(reason, TimeoutError) else "connection error"
@@ -489,17 +538,57 @@ class OpenAICompatibleJudge:
         except (ValueError, UnicodeDecodeError):
             raise _VoteError("malformed JSON response", True, data[:2000].decode("utf-8", "replace")) from None
 
+    def _check_served_model(self, timeout: float) -> None:
+        """Once: the served models' list; bounds ``max_tokens`` by the served context (see the class docstring)."""
+        if self._models_checked:
+            return
+        models_url = self.url.removesuffix("/chat/completions") + "/models"
+        headers = {"Accept": "application/json"}
+        if self._api_key():
+            headers["Authorization"] = f"Bearer {self._api_key()}"
+        try:
+            with self._opener.open(urllib.request.Request(models_url, headers=headers), timeout=timeout) as r:
+                served = json.loads(r.read()).get("data") or []
+        except urllib.error.HTTPError as error:  # answered, without a models list: nothing to read, ever
+            error.close()
+            self._models_checked = True
+            return
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            return  # not reachable now (asked again next batch) or not a models list: the requests will say why
+        self._models_checked = True
+        entry = next((m for m in served if isinstance(m, dict) and m.get("id") == self.model), None)
+        if entry is None:
+            names = ", ".join(str(m.get("id")) for m in served if isinstance(m, dict)) or "none"
+            logger.warning("SGPO judge: %s serves %s, not %r: requests will fail.", models_url, names, self.model)
+            return
+        context = entry.get("max_model_len")
+        if isinstance(context, int) and not isinstance(context, bool) and context > 0:
+            self.served_context = context
+            if self.max_tokens >= context:
+                logger.warning(
+                    "SGPO judge: max_tokens %d does not fit in the context of %r, %d tokens (the server's "
+                    "max_model_len); requests leave max_tokens to the server, which bounds each reply by what the "
+                    "prompt leaves of the context. Pass a judge_max_tokens below %d to set a budget.",
+                    self.max_tokens, self.model, context, context,
+                )  # fmt: skip
+
+    def _request_body(self, request: JudgeRequest) -> bytes:
+        body: dict[str, Any] = {
+            **self.extra_body,
+            "model": self.model,
+            "messages": self.template.messages(request),
+            "temperature": self.temperature,
+        }
+        if self.served_context is None or self.max_tokens < self.served_context:
+            body["max_tokens"] = self.max_tokens
+        if self.structured:
+            schema = {"name": "verdict", "schema": verdict_schema(request.num_steps), "strict": True}
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
+        return json.dumps(body).encode()
+
     def _vote(self, request: JudgeRequest, deadline: float, counter: list[int]) -> tuple[Verdict, str, str]:
         """One vote with retries: ``(verdict, raw text, failure reason)``."""
-        body = json.dumps(
-            {
-                **self.extra_body,
-                "model": self.model,
-                "messages": self.template.messages(request),
-                "temperature": self.temperature,
-                "max_tokens": self.max_tokens,
-            }
-        ).encode()
+        body = self._request_body(request)
         reason, raw = "", ""
         for attempt in range(self.max_retries + 1):
             remaining = deadline - time.monotonic()
@@ -540,6 +629,8 @@ class OpenAICompatibleJudge:
         calls = [[0] for _ in requests]
         jobs = [(i, v) for i, r in enumerate(requests) if r.num_steps > 0 for v in range(self.num_votes)]
         if jobs:
+            with self._lock:
+                self._check_served_model(min(self.timeout, max(0.1, deadline - time.monotonic())))
             pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=min(self.concurrency, len(jobs)), thread_name_prefix="sgpo-judge"
             )

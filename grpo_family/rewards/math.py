@@ -278,6 +278,13 @@ def _score_value(value: str, gold: Any, as_set: bool = False, exact: bool = True
     return OK, float(correct)
 
 
+def _worker_warm_up() -> None:
+    """Run by a reward worker before it reports ready (:mod:`grpo_family.rewards.timeout`): math-verify builds its
+    LaTeX parser on first use (0.1-0.5 s), which belongs to the worker's start-up, not to an answer's deadline. One
+    whole scoring (contract, value reading, parse, verify) warms every lazy table an answer uses."""
+    score_math("\\boxed{1}", "1")
+
+
 def score_math(
     text: str, gold: Any, timeout_reward: float | None = 0.0, mode: str = "train"
 ) -> tuple[str, float | None]:

@@ -14,7 +14,10 @@ deadline per item in whatever thread calls it. Three backends:
     deadline always holds. Costs: ~1 s to start a worker (it imports math-verify, not torch: the worker loads
     ``grpo_family.rewards`` without running ``grpo_family/__init__``), ~60 MB per worker, and a pickle round trip
     per item (tens of microseconds). A worker killed on timeout loses its caches (e.g. parsed golds). The deadline
-    clock starts when the item reaches a ready worker, so start-up time never counts as a timeout. POSIX only.
+    clock starts when the item reaches a ready worker, and a call's budget runs only while one of its workers is
+    ready, so start-up time (a first start or a restart after a kill, however slow the imports) never counts as a
+    timeout or eats the budget. A preloaded module may define ``_worker_warm_up()``, run before the worker reports
+    ready (lazy set-up such as a parser's tables belongs to start-up). POSIX only.
 ``"thread"``
     Each item runs in a daemon thread joined with a timeout. Cheap, but a thread cannot be killed: a timed-out
     computation keeps running (and holding CPU) in the background until it ends by itself, and a computation that
@@ -87,7 +90,9 @@ pkg.__path__ = [package_dir]
 pkg.__file__ = os.path.join(package_dir, "__init__.py")
 sys.modules["grpo_family"] = pkg
 for name in preload:
-    importlib.import_module(name)
+    warm_up = getattr(importlib.import_module(name), "_worker_warm_up", None)
+    if warm_up is not None:  # lazy set-up (a parser's tables) belongs to start-up, not to the first item's deadline
+        warm_up()
 conn.send(("ready", os.getpid()))
 while True:
     try:
@@ -249,8 +254,10 @@ class ProcessRunner:
         self, fn: Callable, items: Sequence[tuple], timeout: float | None = None, budget: float | None = None
     ) -> list[Outcome]:
         """Run ``fn(*args)`` for every ``args`` in ``items``; each call gets ``timeout`` seconds once started, and
-        the whole map ``budget`` seconds from the moment a worker is ready (so however many items time out, the
-        call ends by then): items still running at the end are timeouts, items not started are ``"skipped"``."""
+        the whole map ``budget`` seconds of time in which at least one of its workers is ready (so however many
+        items time out, the call's working time ends by then; start-up and restarts after a kill are not charged,
+        so a slow import never turns answers into skips): items still running at the end are timeouts, items not
+        started are ``"skipped"``. Its wall time is at most ``budget`` plus one start-up per wave of kills."""
         if os.getpid() != self._pid:
             raise RuntimeError("a ProcessRunner cannot be used from a forked child; create a new one")
         with self._lock:
@@ -270,12 +277,17 @@ class ProcessRunner:
             if not w.ready:
                 w.started = time.monotonic()
         next_item = 0
-        call_end = float("inf")  # set when the first worker is ready: start-up never eats the budget
+        # The budget is charged only for time in which a worker of this call is ready: an interval counts when a
+        # worker was ready at its start (a kill at its end is charged up to the kill, the restart that follows not).
+        spent, ready_since = 0.0, None
         try:
             while True:
-                if budget is not None and call_end == float("inf") and any(w.ready for w in workers):
-                    call_end = time.monotonic() + budget
-                if time.monotonic() >= call_end:
+                now = time.monotonic()
+                if ready_since is not None:
+                    spent += now - ready_since
+                ready_since = now if any(w.ready for w in workers) else None
+                left = float("inf") if budget is None else budget - spent
+                if left <= 0:
                     for i, w in enumerate(workers):
                         if w.job is not None:
                             results[w.job[0]] = Outcome("timeout")
@@ -295,6 +307,7 @@ class ProcessRunner:
                     return results  # type: ignore[return-value]
                 busy = [w for w in workers if w.job is not None or not w.ready]
                 deadlines = [w.job[1] if w.job is not None else w.started + self.startup_timeout for w in busy]
+                call_end = now + left if ready_since is not None else float("inf")
                 wait_for = max(0.0, min(*deadlines, call_end) - time.monotonic())
                 ready_conns = wait([w.conn for w in busy], timeout=None if wait_for == float("inf") else wait_for)
                 for w in busy:

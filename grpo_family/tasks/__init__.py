@@ -27,6 +27,7 @@ from .tiny_model import (
     load_warm_start,
     teacher_solutions,
     train_warm_start,
+    warm_start_dir,
     warm_start_key,
 )
 
@@ -72,5 +73,6 @@ __all__ = [
     "split_into_steps",
     "teacher_solutions",
     "train_warm_start",
+    "warm_start_dir",
     "warm_start_key",
 ]

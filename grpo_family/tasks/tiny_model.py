@@ -69,9 +69,10 @@ TINY_MODEL_DEFAULTS = {  # 0.34M parameters; head_dim 128 / 4 = 32 (vLLM's CPU a
 # Supervised warm start: AdamW on the train split's chat-formatted prompt + a teacher's solution, loss on the
 # completion only. The teacher evaluates left to right (`left_to_right`) in `left_to_right_share` of its solutions
 # (a wrong order only where the problem needs precedence), else in the right order; its arithmetic is always right.
-# 1000 steps take about 80 s on one core; the result solves 42 of the 43 problems among the first 400 held-out ones
-# that need no precedence, greedily (and 0.22 of those that do). At a share of 0.7 the warm start's
-# greedy answer is right on ~0.29 of the held-out problems; at 0.8, RL took several times longer to flip the order.
+# 1000 steps took 158 s of one core (10 min wall on a busy 2-core machine); the result solves 42 of the 43
+# problems among the first 400 held-out ones that need no precedence, greedily (and 0.22 of those that do). At a
+# share of 0.7 the warm start's greedy answer is right on ~0.29 of the held-out problems; at 0.8, RL took several
+# times longer to flip the order.
 WARM_START_DEFAULTS = {
     "num_steps": 1000,
     "left_to_right_share": 0.7,
@@ -151,6 +152,12 @@ def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_ove
         "difficulty": DEFAULT_DIFFICULTY.name,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def warm_start_dir(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> Path:
+    """The warm start's cache folder (a model folder once :func:`load_warm_start` has built it): what
+    ``python -m grpo_family.eval --model`` takes to evaluate the demo's starting policy."""
+    return _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
 
 
 def teacher_solutions(dataset, left_to_right_share: float, seed: int = 0) -> list[str]:
@@ -261,13 +268,13 @@ def load_warm_start(
     not load is named in a warning and rebuilt.
     """
     if cache_dir is None:
-        cache_dir = _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+        cache_dir = warm_start_dir(seed, model_overrides, train_overrides)
 
     def build(folder: Path) -> None:
         steps = {**WARM_START_DEFAULTS, **train_overrides}["num_steps"]
         print(
             f"Building the warm start once ({steps} supervised steps of the tiny model, about "
-            f"{max(1, round(steps * 0.09 / 60))} min on one CPU core); cached in {cache_dir}",
+            f"{max(1, round(steps * 0.16 / 60))} min on one CPU core); cached in {cache_dir}",
             flush=True,
         )
         model, tokenizer = train_warm_start(seed, model_overrides, log_every=max(1, steps // 5), **train_overrides)
@@ -286,31 +293,24 @@ def load_warm_start(
     )
 
 
-@torch.no_grad()
 def generate_completions(
     model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
 ) -> list[str]:
-    """Decoded assistant completions (special tokens stripped) for conversational prompts."""
-    was_training = model.training
-    model.eval()
-    texts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
-    out: list[str] = []
-    for i in range(0, len(texts), batch_size):
-        enc = tokenizer(
-            texts[i : i + batch_size], return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-        ).to(model.device)
-        ids = model.generate(
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=do_sample,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            **({} if do_sample else {"temperature": None, "top_p": None, "top_k": None}),
-            **gen,
-        )
-        out.extend(tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
-    model.train(was_training)
-    return out
+    """Decoded assistant completions (special tokens stripped) for conversational prompts, one per prompt: greedy,
+    or sampled from torch's global generator with ``temperature`` / ``top_p`` / ``top_k`` from ``gen``
+    (transformers' defaults 1.0 / 1.0 / 50 where not given). The evaluation package's ``generate`` backend
+    (:class:`grpo_family.eval.GenerateBackend`: batches of ``batch_size``, left padding) does the work."""
+    from grpo_family.eval.generation import generate_texts
+    from grpo_family.eval.presets import Decoding
+
+    unknown = set(gen) - {"temperature", "top_p", "top_k"}
+    if unknown:
+        raise TypeError(f"generate_completions: unsupported generation arguments {sorted(unknown)}")
+    decoding = Decoding(max_new_tokens=max_new_tokens)
+    if do_sample:
+        settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, **gen}
+        decoding = Decoding(num_samples=1, max_new_tokens=max_new_tokens, **settings)
+    return generate_texts(model, tokenizer, prompts, decoding, batch_size=batch_size, seed=None)
 
 
 def evaluate_accuracy(

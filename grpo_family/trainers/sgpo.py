@@ -212,6 +212,14 @@ class SGPOConfig(GRPOFamilyConfig):
         default=16384,
         metadata={"help": "Judge completion budget per vote (reasoning judges need many). Default 16384."},
     )
+    judge_structured_output: bool = field(
+        default=False,
+        metadata={
+            "help": "judge_type='openai': constrain each verdict to the JSON {\"first_error_step\": j or null} "
+            "(j within the response's steps) with the OpenAI API's response_format JSON schema, enforced by vLLM's "
+            "structured outputs; no unparseable verdicts, but no written reasoning before the verdict. Default off."
+        },
+    )
     judge_timeout: float = field(
         default=600.0, metadata={"help": "Seconds for one judge HTTP request. Default 600 (reasoning judges)."}
     )
@@ -287,6 +295,10 @@ class SGPOConfig(GRPOFamilyConfig):
             math.isfinite(self.judge_temperature) and self.judge_temperature >= 0
         ):
             raise ValueError(f"judge_temperature must be finite and >= 0, or None, got {self.judge_temperature}.")
+        if self.judge_structured_output and self.judge_type != "openai":
+            raise ValueError(
+                f"judge_structured_output applies to judge_type='openai' (a served judge), not {self.judge_type!r}."
+            )
         if self.judge_temperature == 0 and self.num_judge_votes > 1:
             logger.warning("num_judge_votes > 1 with judge_temperature 0: the votes will be identical.")
 
@@ -315,6 +327,7 @@ def make_judge(args: SGPOConfig):
             concurrency=args.judge_concurrency,
             batch_timeout=args.judge_batch_timeout,
             prompt_template=args.judge_prompt_template_path,
+            structured=args.judge_structured_output,
         )
     if not args.judge_model:
         raise ValueError("judge_type='transformers' needs judge_model (a model path or Hub id), or pass judge=...")

@@ -59,9 +59,23 @@ def vllm_platform_is_cpu() -> bool:
 
 
 def check_vllm_settings(args: Any) -> None:
-    """Stop at start, with the fix, a vLLM setting that cannot work on this machine. No-op without ``use_vllm``."""
+    """Stop at start, with the fix, a vLLM setting that cannot work on this machine, and turn off TRL's
+    importance-sampling correction where structured outputs make it meaningless. No-op without ``use_vllm``."""
     if not getattr(args, "use_vllm", False):
         return
+    if getattr(args, "vllm_structured_outputs_regex", None) and getattr(
+        args, "vllm_importance_sampling_correction", False
+    ):
+        # vLLM masks every token the regex forbids and renormalises: its (processed) log-probs are those of the
+        # constrained distribution, the trainer's of the unconstrained one, so trainer/sampler ratios are not a
+        # sampler mismatch but the regex's mask (2e-11 seen on the embedded default), and would scale the loss away.
+        args.vllm_importance_sampling_correction = False
+        logger.warning(
+            "--vllm_structured_outputs_regex: vLLM samples from the distribution restricted to the regex and reports "
+            "its log-probs renormalised over the allowed tokens; the trainer's are not, so TRL's importance-sampling "
+            "ratios would measure the regex (they fell to 2e-11), not a sampler mismatch, and scale the loss towards "
+            "0. The importance-sampling correction (--vllm_importance_sampling_correction) is off for this run."
+        )
     mode = getattr(args, "vllm_mode", "colocate")
     if mode == "server" and (getattr(args, "use_cpu", False) or not torch.cuda.is_available()):
         raise ValueError(
@@ -71,6 +85,14 @@ def check_vllm_settings(args: Any) -> None:
             "weights. On a CPU machine use --vllm_mode colocate (vLLM runs inside each training process and "
             "receives the weights in memory); a `trl vllm-serve` / `vllm serve` server still works here for "
             "generation alone, e.g. as a judge (--judge_base_url)."
+        )
+    if mode == "colocate" and getattr(args, "vllm_model_impl", "vllm") == "transformers":
+        raise ValueError(
+            "--vllm_model_impl transformers cannot run colocated: vLLM's Transformers backend decorates the "
+            "transformers model class itself for torch.compile (vllm.compilation.decorators.support_torch_compile), "
+            "in the process that also trains a model of that class, whose next forward then fails "
+            "(AttributeError: 'Qwen2Model' object has no attribute 'do_not_compile'). Use --vllm_model_impl vllm "
+            "(the default) with --vllm_mode colocate; the Transformers backend works in a server of its own process."
         )
     if mode == "colocate" and vllm_platform_is_cpu():
         if getattr(args, "vllm_enable_sleep_mode", False):
@@ -132,4 +154,21 @@ def install_cpu_weight_sync(trainer: Any) -> bool:
     if not getattr(trainer, "use_vllm", False) or trainer.vllm_mode != "colocate" or not vllm_platform_is_cpu():
         return False
     trainer.vllm_generation.sync_weights = reload_weights_sync(trainer.vllm_generation)
+    return True
+
+
+def shutdown_colocated_vllm(trainer: Any) -> bool:
+    """Shut ``trainer``'s colocated vLLM engine down now; returns whether there was one.
+
+    vLLM tears its engine down in a finalizer at interpreter exit, destroying its process groups and then the
+    default one. A script that ends training the usual way (``accelerator.end_training()``, which destroys the
+    default group first) leaves vLLM's groups invalid by then, and every rank printed vLLM's ``ValueError: Invalid
+    process group specified`` traceback at exit (exit code 0). Called before that, vLLM destroys its groups while
+    they are valid (the default one too, so ``end_training`` finds nothing left to destroy); nothing may use
+    torch.distributed afterwards.
+    """
+    llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None)
+    if llm is None:
+        return False
+    llm.llm_engine.engine_core.shutdown()
     return True

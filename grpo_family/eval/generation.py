@@ -1,0 +1,249 @@
+"""Generation backends: ``generate`` (transformers, batched, left padding) and ``vllm`` (vLLM's offline engine, CPU
+or GPU). Both take the same conversational prompts, render them with the tokenizer's chat template (so they see the
+same token ids), and return, per prompt, its samples with their token counts and whether they were cut off.
+
+``generate``: prompts in order, each repeated ``num_samples`` times in a row, ``batch_size`` sequences per call,
+left-padded; sampling draws from torch's global generator seeded with ``seed`` inside ``torch.random.fork_rng`` (the
+caller's random state is left as it was, so an evaluation during training does not change the training run;
+``seed=None`` draws from the caller's generator as it stands, advancing it).
+``vllm``: one request per prompt with ``n = num_samples``, the engine seeded with ``seed``; the weights in the dtype
+of the checkpoint unless ``dtype`` says otherwise (vLLM's own ``auto`` would serve a float32 checkpoint in bfloat16,
+whose greedy tokens can differ from float32's), token ids decoded with our tokenizer.
+
+A sample is *truncated* when it ends without an end-of-sequence token (it used all ``max_new_tokens``); its
+``num_tokens`` counts the generated tokens before the end-of-sequence token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from .presets import Decoding
+
+__all__ = ["GenerateBackend", "Generation", "Sample", "VLLMBackend", "chat_prompts", "generate_texts"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sample:
+    text: str
+    num_tokens: int
+    truncated: bool
+
+
+@dataclass
+class Generation:
+    """``samples[i]``: prompt ``i``'s samples in sampling order. ``max_new_tokens``: the length actually allowed
+    (a request beyond the model's context is capped to it). ``seconds``: generation wall time."""
+
+    samples: list[list[Sample]]
+    max_new_tokens: int
+    seconds: float
+    backend: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for row in self.samples for s in row)
+
+
+def chat_prompts(tokenizer, prompts: list) -> list[str]:
+    """Prompt texts: conversations through the chat template (generation prompt added); plain strings as they are."""
+    return [
+        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids if i is not None}
+
+
+def _context_cap(context: int | None, prompt_lengths: list[int], max_new_tokens: int | None) -> int:
+    """``max_new_tokens`` capped (with a warning) to what the model's context leaves after the longest prompt. A
+    prompt already past the context (a RoPE model extrapolates, unreliably) leaves ``max_new_tokens`` as asked."""
+    room = None if context is None else context - max(prompt_lengths, default=0)
+    if max_new_tokens is None:
+        if room is None or room < 1:
+            raise ValueError(
+                f"cannot size the generation: the model's context ({context}) leaves no room after the longest prompt "
+                f"({max(prompt_lengths, default=0)} tokens); give max_new_tokens"
+            )
+        return room
+    if room is not None and room < 1:
+        logger.warning(
+            "The longest prompt (%d tokens) is past the model's context (%d): generating %d tokens beyond it.",
+            max(prompt_lengths), context, max_new_tokens,
+        )  # fmt: skip
+    elif room is not None and max_new_tokens > room:
+        logger.warning(
+            "max_new_tokens %d exceeds what the model's context (%d tokens) leaves after the longest prompt: "
+            "generating at most %d tokens.", max_new_tokens, context, room,
+        )  # fmt: skip
+        return room
+    return max_new_tokens
+
+
+def _rng_fork(device):
+    import torch
+
+    devices = [device] if getattr(device, "type", "cpu") == "cuda" else []
+    return torch.random.fork_rng(devices=devices)
+
+
+def _sampling_kwargs(decoding: Decoding) -> dict:
+    if decoding.greedy:  # None: no warper, and no "generation flags are not valid" warning
+        return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    return {"do_sample": True, "temperature": decoding.temperature, "top_p": decoding.top_p, "top_k": decoding.top_k}
+
+
+class GenerateBackend:
+    """transformers' ``model.generate`` in batches of ``batch_size`` sequences, left padding."""
+
+    name = "generate"
+
+    def __init__(self, model, tokenizer, *, batch_size: int = 64):
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+
+    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0) -> Generation:
+        import torch
+
+        model, tokenizer = self.model, self.tokenizer
+        texts = chat_prompts(tokenizer, prompts)
+        lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        context = getattr(model.config, "max_position_embeddings", None)
+        max_new = _context_cap(context, lengths, decoding.max_new_tokens)
+        eos = _eos_ids(model, tokenizer)
+        n = decoding.num_samples
+        expanded = [t for t in texts for _ in range(n)]
+        flat: list[Sample] = []
+        was_training = model.training
+        model.eval()
+        start = time.perf_counter()
+        seeded = not decoding.greedy and seed is not None
+        try:
+            with _rng_fork(model.device) if seeded else contextlib.nullcontext(), torch.no_grad():
+                if seeded:
+                    torch.manual_seed(seed)
+                for i in range(0, len(expanded), self.batch_size):
+                    enc = tokenizer(
+                        expanded[i : i + self.batch_size], return_tensors="pt", padding=True, padding_side="left",
+                        add_special_tokens=False,
+                    ).to(model.device)  # fmt: skip
+                    ids = model.generate(
+                        **enc,
+                        max_new_tokens=max_new,
+                        eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id,
+                        **_sampling_kwargs(decoding),
+                    )
+                    tails = ids[:, enc["input_ids"].shape[1] :]
+                    texts_out = tokenizer.batch_decode(tails, skip_special_tokens=True)
+                    for tail, text in zip(tails.tolist(), texts_out):
+                        end = next((j for j, t in enumerate(tail) if t in eos), None)
+                        flat.append(Sample(text, len(tail) if end is None else end, end is None))
+        finally:
+            model.train(was_training)
+        seconds = time.perf_counter() - start
+        samples = [flat[i * n : (i + 1) * n] for i in range(len(texts))]
+        return Generation(samples, max_new, seconds, self.name, {"batch_size": self.batch_size})
+
+
+def generate_texts(model, tokenizer, prompts: list, decoding: Decoding, *, batch_size: int = 64, seed=0) -> list:
+    """The completion texts, one per prompt and sample in order (``num_samples`` per prompt, flattened)."""
+    out = GenerateBackend(model, tokenizer, batch_size=batch_size).generate(prompts, decoding, seed=seed)
+    return [s.text for row in out.samples for s in row]
+
+
+def _checkpoint_dtype(path: str) -> str:
+    """The dtype the checkpoint was saved in (config.json), as vLLM names it; ``auto`` when it does not say."""
+    import json
+
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+    except OSError:
+        return "auto"
+    dtype = config.get("dtype") or config.get("torch_dtype")
+    return dtype if dtype in ("float32", "float16", "bfloat16") else "auto"
+
+
+class _NoTemplateWarmup(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Chat template warmup failed")
+
+
+class VLLMBackend:
+    """vLLM's offline ``LLM`` engine (``pip install -e ".[vllm]"``, or the CPU build: README, "vLLM on a CPU
+    machine"). ``dtype``: ``checkpoint`` (default: the dtype the weights were saved in), or any vLLM dtype."""
+
+    name = "vllm"
+
+    def __init__(self, model_path: str, tokenizer, *, dtype: str = "checkpoint", seed: int = 0, **engine_kwargs):
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            from .presets import EvalSetupError
+
+            raise EvalSetupError(
+                '--backend vllm needs vLLM: pip install -e ".[vllm]" on a GPU machine, or on a CPU machine the '
+                "separate environment of README's 'vLLM on a CPU machine'. Or use --backend generate."
+            ) from error
+        from grpo_family.trainers.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, vllm_platform_is_cpu
+
+        if vllm_platform_is_cpu() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = DEFAULT_CPU_KVCACHE_GIB  # unset, vLLM takes most of the RAM
+            logger.warning("vLLM on CPU: VLLM_CPU_KVCACHE_SPACE=%s GiB of KV cache", DEFAULT_CPU_KVCACHE_GIB)
+        # Prompts arrive as token ids and outputs are decoded with our tokenizer (skip_tokenizer_init): vLLM's own
+        # chat-template warm-up then fails harmlessly and would print a traceback.
+        logging.getLogger("vllm.renderers.base").addFilter(_NoTemplateWarmup())
+        self.dtype = _checkpoint_dtype(model_path) if dtype == "checkpoint" else dtype
+        self.tokenizer, self.seed = tokenizer, seed
+        start = time.perf_counter()
+        self.llm = LLM(model=model_path, dtype=self.dtype, seed=seed, skip_tokenizer_init=True, **engine_kwargs)
+        self.startup_seconds = time.perf_counter() - start
+        self.context = self.llm.llm_engine.model_config.max_model_len
+
+    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0) -> Generation:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if seed is not None and seed != self.seed:
+            logger.warning("vLLM samples with the engine's seed %d, not %d", self.seed, seed)
+
+        tokenizer = self.tokenizer
+        ids = tokenizer(chat_prompts(tokenizer, prompts), add_special_tokens=False)["input_ids"]
+        max_new = _context_cap(self.context, [len(i) for i in ids], decoding.max_new_tokens)
+        eos = sorted({tokenizer.eos_token_id})
+        params = SamplingParams(
+            n=decoding.num_samples,
+            temperature=decoding.temperature,
+            top_p=decoding.top_p,
+            top_k=decoding.top_k if decoding.top_k > 0 else -1,
+            max_tokens=max_new,
+            stop_token_ids=eos,
+            detokenize=False,
+        )  # no per-request seed: the engine's (vLLM's CPU build refuses per-request generators)
+        start = time.perf_counter()
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        samples = []
+        for output in outputs:
+            row = []
+            for out in output.outputs:
+                tokens = list(out.token_ids)
+                truncated = out.finish_reason == "length"
+                if tokens and tokens[-1] in eos:
+                    tokens = tokens[:-1]
+                row.append(Sample(tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), truncated))
+            samples.append(row)
+        return Generation(samples, max_new, seconds, self.name, {"dtype": self.dtype,
+                                                                  "startup_seconds": self.startup_seconds})  # fmt: skip

@@ -1,0 +1,51 @@
+"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`:
+
+    eval_callback.py MODEL_DIR OUT_DIR TESTS_DIR
+
+Trains grpo for 2 steps with an EvaluationCallback (greedy and 4 samples per held-out problem) evaluating before
+training and at every step, and saves every rank's evaluation history, for the test to compare across ranks and
+with a single-process evaluation.
+"""
+
+import json
+import sys
+
+from transformers import PreTrainedTokenizerFast
+
+from grpo_family import METHODS
+from grpo_family.eval import EvalData, EvaluationCallback
+from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset
+
+sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
+from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+
+HELD_OUT = 12
+SETTINGS = dict(every=1, max_new_tokens=40, num_samples=4, temperature=1.0, ks=[1, 4], seed=5)
+
+
+def main():
+    model_dir, out_dir = sys.argv[1:3]
+    config_cls, trainer_cls = METHODS["grpo"]
+    held_out = EvalData.held_out(make_arithmetic_dataset("eval", HELD_OUT, seed=0), arithmetic_reward)
+    callback = EvaluationCallback(held_out, arithmetic_reward, **SETTINGS)
+    trainer = trainer_cls(
+        model=model_dir,
+        reward_funcs=[digit_share_reward],
+        args=config_cls(
+            **tiny_config_kwargs(
+                out_dir, per_device_train_batch_size=4, num_generations=4, max_steps=2, learning_rate=5e-3
+            )
+        ),
+        train_dataset=make_arithmetic_dataset("train", 32, seed=0),
+        processing_class=PreTrainedTokenizerFast.from_pretrained(model_dir),
+        callbacks=[callback],
+    )
+    callback.bind(trainer)
+    callback.initial = callback.evaluate()
+    trainer.train()
+    with open(f"{out_dir}/rank{trainer.accelerator.process_index}.json", "w") as f:
+        json.dump({str(step): metrics for step, metrics in callback.history.items()}, f)
+
+
+if __name__ == "__main__":
+    main()

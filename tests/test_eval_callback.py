@@ -1,0 +1,138 @@
+"""EvaluationCallback in a short training run: it logs held-out greedy accuracy and sampled pass@k to the log
+history and to every report_to integration (through on_log) at the steps it should, and the run trains exactly as
+it does without it (same rewards, losses and weights: its sampling does not touch the training run's random state,
+and the step's own training log still happens)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from grpo_family import get_method
+from grpo_family.eval import EvalData, EvaluationCallback
+from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset
+
+
+class Backend(TrainerCallback):
+    """Stands in for a report_to integration: what reaches on_log reaches wandb / tensorboard / trackio."""
+
+    def __init__(self):
+        self.logged: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logged.append({**logs, "step": state.global_step})
+
+
+def train(tiny_model_dir, tiny_tokenizer, config_kwargs, *, evaluate: bool):
+    config_cls, trainer_cls = get_method("grpo")
+    backend = Backend()
+    callbacks = [backend]
+    callback = None
+    if evaluate:
+        held_out = EvalData.held_out(make_arithmetic_dataset("eval", 8, seed=0), arithmetic_reward)
+        callback = EvaluationCallback(held_out, arithmetic_reward, every=2, max_new_tokens=8, num_samples=4,
+                                      temperature=1.0, ks=[1, 4], seed=3)  # fmt: skip
+        callbacks.append(callback)
+    trainer = trainer_cls(
+        model=tiny_model_dir,
+        reward_funcs=[arithmetic_reward],
+        args=config_cls(**config_kwargs(max_steps=5, logging_steps=1, temperature=1.0)),
+        train_dataset=make_arithmetic_dataset("train", 64, seed=0),
+        processing_class=tiny_tokenizer,
+        callbacks=callbacks,
+    )
+    if callback is not None:
+        callback.bind(trainer)
+        callback.initial = callback.evaluate()
+    torch.manual_seed(0)
+    trainer.train()
+    return trainer, backend, callback
+
+
+def test_the_callback_logs_to_the_backends_and_leaves_training_unchanged(
+    tiny_model_dir, tiny_tokenizer, config_kwargs
+):
+    plain, plain_backend, _ = train(tiny_model_dir, tiny_tokenizer, config_kwargs, evaluate=False)
+    trainer, backend, callback = train(tiny_model_dir, tiny_tokenizer, config_kwargs, evaluate=True)
+
+    evaluated = [row for row in trainer.state.log_history if "held_out_accuracy" in row]
+    assert [row["step"] for row in evaluated] == [0, 2, 4, 5]  # before training, every 2 steps, the last step
+    assert sorted(callback.history) == [0, 2, 4, 5]
+    for row in evaluated:
+        assert {"held_out/pass@1", "held_out/pass@4", "held_out/avg@4", "held_out/maj@4"} <= set(row)
+        assert row["held_out/pass@1"] <= row["held_out/pass@4"] <= 1.0
+        assert row["held_out/pass@1"] == row["held_out/avg@4"]
+    reached = [row for row in backend.logged if "held_out_accuracy" in row]
+    assert [row["step"] for row in reached] == [0, 2, 4, 5]  # every evaluation reached the integrations
+
+    def training_logs(state):
+        drop = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+        return [{k: v for k, v in row.items() if k not in drop} for row in state.log_history
+                if "held_out_accuracy" not in row]  # fmt: skip
+
+    assert len(training_logs(trainer.state)) == 6  # the 5 steps' own logs (logging_steps=1) and the summary
+    assert training_logs(trainer.state) == training_logs(plain.state)
+    for (name, a), (_, b) in zip(trainer.model.named_parameters(), plain.model.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_the_sampled_evaluation_is_reproducible_and_seeded(config_kwargs):
+    from grpo_family.tasks import load_warm_start
+
+    model, tokenizer = load_warm_start()  # the demo's policy: its samples vary in length and correctness
+    config_cls, trainer_cls = get_method("grpo")
+    held_out = EvalData.held_out(make_arithmetic_dataset("eval", 8, seed=0), arithmetic_reward)
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=[arithmetic_reward],
+        args=config_cls(**config_kwargs()),
+        train_dataset=make_arithmetic_dataset("train", 64, seed=0),
+        processing_class=tokenizer,
+    )
+    callbacks = [
+        EvaluationCallback(held_out, arithmetic_reward, every=1, max_new_tokens=40, num_samples=8, seed=seed).bind(
+            trainer
+        )
+        for seed in (0, 0, 1)
+    ]
+    state = torch.random.get_rng_state()
+    first, again, other = (c.evaluate() for c in callbacks)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is untouched
+    assert first == again  # same seed, same samples, same numbers
+    assert first["held_out/sampled_mean_length"] != other["held_out/sampled_mean_length"]  # another seed differs
+
+
+@pytest.mark.multiprocess
+def test_every_process_logs_the_main_process_numbers(tmp_path):
+    """2 processes (gloo): both enter the generation context and generate, rank 0 scores and broadcasts; both ranks
+    hold the same history, and the evaluation before training equals a single-process one of the same model (the
+    warm start: its samples differ in length and correctness, so equal numbers mean equal samples)."""
+    import json
+
+    from dist.eval_callback import HELD_OUT, SETTINGS
+    from test_distributed import launch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from grpo_family.eval import Decoding, GenerateBackend, evaluate_data
+    from grpo_family.tasks import load_warm_start, warm_start_dir
+
+    load_warm_start()
+    model_dir = str(warm_start_dir())
+    launch("eval_callback.py", model_dir, str(tmp_path), str(Path(__file__).parent))
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert sorted(rank0, key=int) == ["0", "1", "2"] and rank0 == rank1
+    backend = GenerateBackend(
+        AutoModelForCausalLM.from_pretrained(model_dir), PreTrainedTokenizerFast.from_pretrained(model_dir)
+    )
+    data = EvalData.held_out(make_arithmetic_dataset("eval", HELD_OUT, seed=0), arithmetic_reward)
+    greedy = evaluate_data(backend, data, Decoding(max_new_tokens=40), arithmetic_reward).summary
+    sampled = evaluate_data(backend, data, Decoding(1.0, 1.0, 0, 4, 40), arithmetic_reward, ks=[1, 4],
+                            seed=SETTINGS["seed"]).summary  # fmt: skip
+    assert rank0["0"]["held_out/greedy_mean_length"] == greedy["mean_length"]
+    assert rank0["0"]["held_out/sampled_mean_length"] == sampled["mean_length"]
+    assert rank0["0"]["held_out/pass@4"] == sampled["pass@4"] and rank0["0"]["held_out/pass@1"] == sampled["pass@1"]
+    assert rank0["0"]["held_out_accuracy"] == greedy["greedy_accuracy"]
+    assert 0 < sampled["pass@1"] < 1  # samples that differ: equal numbers are equal samples, not a constant
