@@ -32,10 +32,12 @@ from grpo_family.rewards import (
     normalize_answer,
     qa_exact_match_reward,
     qa_f1_reward,
+    read_answer,
     reward_names,
     score_math,
     think_answer_format_reward,
 )
+from grpo_family.rewards.contract import MATH_SLOTS
 from grpo_family.rewards.timeout import Outcome, ProcessRunner, ThreadRunner, get_runner, run_with_timeout
 
 # A verify call that sympy cannot finish (9^(99999^2) has ~10^10 digits) and that the parser-bomb pre-check lets
@@ -120,6 +122,24 @@ def test_last_tag_content():
 )
 def test_score_math(completion, gold, expected):
     assert score_math(completion, gold) == expected
+
+
+def test_an_answer_tag_the_model_wrote_in_prose_breaks_the_contract():
+    """A real SmolLM2-135M-Instruct completion (issue 27's real-model test, sampled at temperature 1) mentions
+    ``<answer>`` in prose and never closes it; the gold appended in a block after it is then an ``<answer>`` opened
+    inside another: the contract is broken in both modes (docs/answer_extraction.md §4), whatever the block holds,
+    and without the model's stray tag the same appended block scores."""
+    real = "Ask a question. Repeat the question to the answer and give <answer> replaces with <number of repetitions selected>."
+    appended = f"{real}\nSo the final answer is <answer>-4</answer>"
+    reading = read_answer(appended, MATH_SLOTS)
+    assert reading.value is None and reading.violation == "an <answer> opened inside another (the first never closed)"
+    assert read_answer(appended, MATH_SLOTS, "eval").value is None
+    from grpo_family.tasks import arithmetic_reward
+
+    for reward in (math_accuracy_reward, qa_exact_match_reward, arithmetic_reward):
+        assert reward([appended], answer=["-4"]) == [0.0], reward.__name__
+        clean = appended.replace("give <answer> replaces", "give the answer, which replaces")
+        assert reward([clean], answer=["-4"]) == [1.0], reward.__name__
 
 
 # ------------------------------------------------------------------------------------ math reward end to end

@@ -170,12 +170,13 @@ def score_samples(
 _SPACE = re.compile(r"\s+")
 
 
-def extract_answer(reward_name: str, text: str, mode: str = "eval") -> str | None:
+def extract_answer(reward_name: str, text: str, mode: str = "eval", gold: Any = None) -> str | None:
     """The answer a completion commits to, as the named reward reads it in ``mode`` (None: no answer, or the answer
     contract broken in training mode); whitespace collapsed, so that ``maj@k`` votes on the reading, not the spacing.
+    ``gold``: the problem's gold, where the reading depends on its shape (a math tuple, units after a number).
     Rewards without a known reader use the contract's generic slot (:func:`~grpo_family.rewards.read_answer`)."""
     from grpo_family.rewards import extract_choice, extract_qa_answer, normalize_answer, read_answer
-    from grpo_family.rewards.contract import ANSWER_SLOTS, MATH_SLOTS
+    from grpo_family.rewards.contract import ANSWER_SLOTS
 
     if reward_name in ("arithmetic", "arithmetic_reward"):
         from grpo_family.tasks.arithmetic import extract_answer as arithmetic_answer
@@ -183,7 +184,10 @@ def extract_answer(reward_name: str, text: str, mode: str = "eval") -> str | Non
         value = arithmetic_answer(text, mode)
         return None if value is None else str(value)
     if reward_name == "math_accuracy":
-        answer = read_answer(text, MATH_SLOTS, mode).value
+        from grpo_family.rewards.math import OK, math_answer
+
+        status, value, _ = math_answer(text, gold, mode)
+        answer = value if status == OK else None
     elif reward_name == "choice_accuracy":
         answer = extract_choice(text, mode=mode)
     elif reward_name in ("qa_exact_match", "qa_f1"):
