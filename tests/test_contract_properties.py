@@ -10,15 +10,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from grpo_family.rewards import MathAccuracyReward, choice_accuracy_reward, qa_exact_match_reward
+from grpo_family.rewards.reasoning_gym import ReasoningGymReward, extract_reasoning_gym_answer, reasoning_gym_reward
 from grpo_family.tasks.arithmetic import arithmetic_reward
 
 MATH = MathAccuracyReward(backend="none")
 SETTINGS = settings(max_examples=150, deadline=None)
+# The reasoning_gym reward (its verifier is the [realmodel] extra's) joins the number rewards when it is installed.
+HAS_REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
+NUMBER_REWARDS = (MATH, arithmetic_reward) + ((reasoning_gym_reward,) if HAS_REASONING_GYM else ())
 
 # Reasoning prose: words (retraction and hedge words among them: they decide nothing), numbers and punctuation,
 # but never an answer slot or hiding markup.
@@ -78,9 +85,17 @@ def completion(draw, slot: str, *, think: bool | None = None) -> str:
     return text + slot + draw(END)
 
 
+def _entry(gold) -> str:
+    """A reasoning-gym ``chain_sum`` entry whose answer is ``gold`` (its verifier compares decimal numbers)."""
+    return json.dumps({"question": "", "answer": str(gold), "metadata": {"source_dataset": "chain_sum"}})
+
+
 def _score(reward, completions, gold) -> tuple[list, float]:
     metrics: dict[str, float] = {}
-    scores = reward(completions, answer=[gold] * len(completions), log_metric=metrics.__setitem__)
+    columns = {"answer": [gold] * len(completions)}
+    if isinstance(reward, ReasoningGymReward):
+        columns["reasoning_gym_entry"] = [_entry(gold)] * len(completions)
+    scores = reward(completions, log_metric=metrics.__setitem__, **columns)
     violations = [v for k, v in metrics.items() if k.endswith("/contract_violations")]
     assert len(violations) == 1
     return scores, violations[0]
@@ -97,7 +112,9 @@ others = st.integers(-50, 5000)
 @given(st.data(), values, st.sampled_from(NUMBER_FORMS))
 def test_contract_abiding_numbers_score_one(data, n, form):
     text = data.draw(completion(form.format(v=n)))
-    for reward in (MATH, arithmetic_reward):
+    # reasoning-gym's verifier reads the slot's text as it is: "$18$" is not its number (the task's decision).
+    rewards = NUMBER_REWARDS if "${v}$" not in form else (MATH, arithmetic_reward)
+    for reward in rewards:
         scores, violations = _score(reward, [text, [{"role": "assistant", "content": text}]], str(n))
         assert scores == [1.0, 1.0], (reward, text)
         assert violations == 0.0
@@ -128,8 +145,14 @@ def test_text_after_the_slot_with_another_candidate_scores_zero(data, n, m, form
     tail = data.draw(prose) + data.draw(st.sampled_from([" ", "\n", ": "])) + str(m) + data.draw(END)
     text = data.draw(completion(form.format(v=n))) + after + tail
     for gold in (n, m):
-        for reward in (MATH, arithmetic_reward):
-            assert _score(reward, [text], str(gold)) == ([0.0], 1.0), (reward, text, gold)
+        for reward in NUMBER_REWARDS:
+            violation = 1.0
+            if reward is reasoning_gym_reward and (value := extract_reasoning_gym_answer(text)) is not None:
+                # An anchor line's slot runs to the end of its line: the tail joined the value ("Answer: 0 We. 1"),
+                # and the task's verifier, judging the whole value, finds no number equal to the gold in it.
+                assert str(m) in value, (text, value)
+                violation = 0.0
+            assert _score(reward, [text], str(gold)) == ([0.0], violation), (reward, text, gold)
 
 
 @SETTINGS
@@ -139,7 +162,7 @@ def test_a_second_slot_scores_zero(data, n, m, first, second):
     joiner = data.draw(st.one_of(st.sampled_from(["\n", " or ", "\n\nAlternatively, ", ", if inclusive: "]), prose))
     text = data.draw(completion(first.format(v=n))) + "\n" + joiner + "\n" + second.format(v=m)
     for gold in {n, m}:
-        for reward in (MATH, arithmetic_reward):
+        for reward in NUMBER_REWARDS:
             assert _score(reward, [text], str(gold)) == ([0.0], 1.0), (reward, text, gold)
 
 
@@ -153,7 +176,7 @@ def test_hidden_right_answer_and_visible_wrong_one_score_zero(data, n, m, form, 
     slot = f"{hidden}\n{visible}" if order else f"{visible}\n{hidden}"
     text = data.draw(completion(slot))
     for gold in (n, m):
-        for reward in (MATH, arithmetic_reward):
+        for reward in NUMBER_REWARDS:
             assert _score(reward, [text], str(gold)) == ([0.0], 1.0), (reward, text, gold)
 
 
@@ -161,7 +184,7 @@ def test_hidden_right_answer_and_visible_wrong_one_score_zero(data, n, m, form, 
 @given(st.data(), values, st.sampled_from(NUMBER_FORMS), st.sampled_from(HIDERS))
 def test_a_slot_wrapped_in_hiding_markup_scores_zero(data, n, form, hider):
     text = data.draw(completion(hider.format(s=form.format(v=n))))
-    for reward in (MATH, arithmetic_reward):
+    for reward in NUMBER_REWARDS:
         assert _score(reward, [text], str(n)) == ([0.0], 1.0), (reward, text)
 
 
@@ -183,20 +206,24 @@ def test_a_slot_in_reasoning_left_open_scores_zero(data, n, form):
     text = "<think>" + data.draw(prose) + "\n" + form.format(v=n) + data.draw(END)
     if data.draw(st.booleans()):
         text = f"<think>a</think>{form.format(v=n)}\n<think>{data.draw(prose)}"
-    assert _score(MATH, [text], str(n)) == ([0.0], 1.0), text
+    for reward in NUMBER_REWARDS:
+        assert _score(reward, [text], str(n)) == ([0.0], 1.0), (reward, text)
 
 
-@pytest.mark.parametrize("reward", [MATH, choice_accuracy_reward, qa_exact_match_reward, arithmetic_reward])
+@pytest.mark.parametrize("reward", [MATH, choice_accuracy_reward, qa_exact_match_reward, arithmetic_reward,
+                                    pytest.param(reasoning_gym_reward, marks=pytest.mark.skipif(
+                                        not HAS_REASONING_GYM, reason="reasoning-gym is the [realmodel] extra"))])  # fmt: skip
 def test_eval_mode_is_lenient_only_where_documented(reward):
     gold = "C" if reward is choice_accuracy_reward else "18"
     first, last = ("A", "C") if reward is choice_accuracy_reward else ("21", "18")
     self_corrected = f"Answer: {first}\nAnswer: {last}"
     trailing = f"Answer: {last}\n\nI hope it is correct."
     hidden = f"<!-- Answer: {last} -->\nAnswer: {first}"
-    assert reward([self_corrected, trailing, hidden], answer=[gold] * 3) == [0.0, 0.0, 0.0]
-    assert reward([self_corrected, trailing, hidden], answer=[gold] * 3, mode="eval") == [1.0, 1.0, 0.0]
+    columns = {"answer": [gold] * 3, "reasoning_gym_entry": [_entry(gold)] * 3}
+    assert reward([self_corrected, trailing, hidden], **columns) == [0.0, 0.0, 0.0]
+    assert reward([self_corrected, trailing, hidden], **columns, mode="eval") == [1.0, 1.0, 0.0]
     with pytest.raises(ValueError, match="mode must be 'train' or 'eval'"):
-        reward([self_corrected], answer=[gold], mode=["eval"])
+        reward([self_corrected], **columns, mode=["eval"])
 
 
 def test_eval_mode_uses_math_verify_tolerance_and_training_mode_exact_numbers():
@@ -212,6 +239,6 @@ def test_every_answer_reward_by_name_is_in_training_mode():
     from grpo_family.rewards import get_reward_funcs
     from grpo_family.rewards.contract import AnswerReward
 
-    names = ["math_accuracy", "choice_accuracy", "qa_exact_match", "qa_f1", "arithmetic"]
+    names = ["math_accuracy", "choice_accuracy", "qa_exact_match", "qa_f1", "reasoning_gym", "arithmetic"]
     funcs = get_reward_funcs(names)
     assert all(isinstance(f, AnswerReward) and f.mode == "train" for f in funcs)

@@ -192,6 +192,10 @@ def extract_answer(reward_name: str, text: str, mode: str = "eval", gold: Any = 
         answer = extract_choice(text, mode=mode)
     elif reward_name in ("qa_exact_match", "qa_f1"):
         answer = normalize_answer(extract_qa_answer(text, mode)) or None
+    elif reward_name in ("reasoning_gym", "reasoning_gym_partial"):
+        from grpo_family.rewards.reasoning_gym import extract_reasoning_gym_answer
+
+        answer = extract_reasoning_gym_answer(text, marked_only=reward_name == "reasoning_gym_partial", mode=mode)
     else:
         answer = read_answer(text, ANSWER_SLOTS, mode).value
     return None if answer is None else _SPACE.sub(" ", answer.strip()) or None

@@ -17,15 +17,18 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``qa_exact_match``         SQuAD-normalised exact match, best over gold aliases (1/0/None)
 ``qa_f1``                  SQuAD-normalised token F1, best over gold aliases ([0, 1]/None)
 ``code_tests``             fraction of test cases (``test_cases`` column) a sandboxed run of the program passes
+``reasoning_gym``          the reasoning-gym task's own verifier on the answer slot (1/0/None; ``reasoning_gym_entry``
+                           column, from ``--dataset_name reasoning_gym/<task>``)
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
-Every answer-reading reward (math, choice, QA, the bundled task) reads the last assistant message
+Every answer-reading reward (math, choice, QA, reasoning-gym, the bundled task) reads the last assistant message
 (:func:`completion_text`) under one answer contract, :func:`read_answer` (``docs/answer_extraction.md``), decided
 from structure: text after ``</think>`` only, no hiding markup, exactly one answer slot (box, ``<answer>`` tag,
 ``Answer:`` line) with nothing after it, one value in it. A completion that breaks it scores 0.0 and is counted in
-``<reward>/contract_violations``; ``mode="eval"`` (constructor or call) is the lenient evaluation reading. :func:`check_golds` reports,
-before training, the golds a reward cannot read (count and examples) and fails fast when most are unreadable.
+``<reward>/contract_violations``; ``mode="eval"`` (constructor or call) is the lenient evaluation reading.
+:func:`check_golds` reports, before training, the golds a reward cannot read (count and examples) and fails fast
+when most are unreadable.
 
 ``with_timeout(func, seconds)`` gives any reward function a per-call deadline: a call that never returns scores
 ``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
@@ -82,6 +85,7 @@ from .qa import (
     qa_exact_match_reward,
     qa_f1_reward,
 )
+from .reasoning_gym import ReasoningGymReward, reasoning_gym_reward
 from .timeout import RewardTimeoutError, with_timeout
 
 RewardFunc = Callable[..., list]
@@ -98,6 +102,7 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
         qa_exact_match_reward,
         qa_f1_reward,
         code_tests_reward,
+        reasoning_gym_reward,
     )
 }
 
@@ -176,6 +181,7 @@ __all__ = [
     "FormatReward",
     "MathAccuracyReward",
     "QAReward",
+    "ReasoningGymReward",
     "boxed_format_reward",
     "choice_accuracy_reward",
     "completion_text",
@@ -196,6 +202,7 @@ __all__ = [
     "parse_gold",
     "qa_exact_match_reward",
     "qa_f1_reward",
+    "reasoning_gym_reward",
     "reward_names",
     "score_math",
     "think_answer_format_reward",

@@ -65,9 +65,11 @@ class AnswerReward:
     contract; ``"eval"``: the lenient reading), running ``counts`` and the ``<name>/contract_violations`` metric.
 
     A subclass defines ``_gold`` (the gold as the reward reads it, None when it cannot: the row scores None) and
-    ``_score`` (``(reward, broke_the_contract)`` for one completion text); the TRL call is then this class's.
+    ``_score`` (``(reward, broke_the_contract)`` for one completion text); the TRL call is then this class's. The
+    golds come from the ``answer`` column unless ``gold_key`` names another.
     """
 
+    gold_key = "answer"  # the dataset column (TRL keyword) that holds the golds
     gold_column = "the gold answers in an 'answer' dataset column"
     gold_metric = ""  # the metric of the share of unreadable golds, e.g. "qa/unparseable_gold"
 
@@ -100,10 +102,11 @@ class AnswerReward:
         **kwargs: Any,
     ) -> list[float | None]:
         mode = self._call_mode(mode)
-        self._check_golds(completions, answer, self.gold_column)
+        golds = answer if self.gold_key == "answer" else kwargs.get(self.gold_key)
+        self._check_golds(completions, golds, self.gold_column)
         rewards: list[float | None] = []
         batch: Counter[str] = Counter()
-        for completion, raw_gold in zip(completions, answer):
+        for completion, raw_gold in zip(completions, golds):
             gold = self._gold(raw_gold)
             if gold is None:
                 batch["unparseable_gold"] += 1

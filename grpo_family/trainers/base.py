@@ -39,6 +39,7 @@ from ..algorithms.estimators import get_estimator
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum, zero_std_mask
 from ..bounds import check_bounds
 from ..launch import check_distributed_launch
+from ..models import resolve_model
 from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
 from ..run_folder import PlainLogHistoryMixin
@@ -172,6 +173,10 @@ class GRPOFamilyTrainer(
     def __init__(self, *args: Any, **kwargs: Any):
         # GRPOTrainer(model, reward_funcs, args, ...): vLLM settings that cannot work fail before vLLM starts.
         check_vllm_settings(kwargs["args"] if "args" in kwargs else args[2] if len(args) > 2 else None)
+        if "model" in kwargs:  # a local alias ("smollm2-135m-instruct") -> its converted checkpoint
+            kwargs["model"] = resolve_model(kwargs["model"])
+        elif args:
+            args = (resolve_model(args[0]), *args[1:])
         super().__init__(*args, **kwargs)
         install_cpu_weight_sync(self)
         check_prompts(self.train_dataset, self.eval_dataset)
