@@ -40,8 +40,11 @@ compute = _load_benchmark()
 # TRL's old/reference forwards, so their rows are cut to the kept ones), trimming and loss-denominator table, SGPO
 # its judged groups. Per micro-step: D3S +2 (two pad_across_processes per chunk in _gather_rows for the batch-wide
 # token ranking); GPG -8 (its own loss logs one entropy and reads alpha where TRL's loss logs its clip and entropy
-# metrics). Re-measured after the named stages (D3S 32 + 3/micro-step -> 36 + 2, GPG 1 -> -1).
-SYNC_EXCESS = {"grpo": 11, "ms_grpo": 29, "cw_grpo": 28, "d3s": 36, "sgpo": 29, "gpg": -1}
+# metrics). Re-measured after the named stages (D3S 32 + 3/micro-step -> 36 + 2, GPG 1 -> -1). SGPO 29 -> 30 with
+# issue 29: its correctness reward (arithmetic_reward, which stock's run has not) logs
+# arithmetic_reward/contract_violations through TRL's log_metric, whose flush gathers each metric and reads it back
+# (trl grpo_trainer.py:2853, one per step).
+SYNC_EXCESS = {"grpo": 11, "ms_grpo": 29, "cw_grpo": 28, "d3s": 36, "sgpo": 30, "gpg": -1}
 SYNC_EXCESS_PER_MICRO_STEP = {"grpo": 0, "ms_grpo": 0, "cw_grpo": 0, "d3s": 2, "sgpo": 0, "gpg": -8}
 
 

@@ -110,6 +110,13 @@ TEXTS = list(HOSTILE_TEXTS.values())
 REWARD_COLUMNS = {
     "choice_accuracy": {"answer": "A"},
     "code_tests": {"test_cases": [{"input": "", "output": "4\n"}]},
+    # a reasoning-gym chain_sum entry whose answer is 4 (its verifier is the [realmodel] extra's)
+    "reasoning_gym": {
+        "answer": "4",
+        "reasoning_gym_entry": json.dumps(
+            {"question": "", "answer": "4", "metadata": {"source_dataset": "chain_sum"}}
+        ),
+    },
 }
 
 
@@ -117,6 +124,10 @@ REWARD_COLUMNS = {
 def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging(name):
     """Every reward in the registry, on every hostile text (as a plain string and as a chat message): one value per
     completion, each a float in [0, 1] or None, returned in bounded time."""
+    if name == "reasoning_gym":
+        pytest.importorskip(
+            "reasoning_gym", reason='reasoning-gym is the [realmodel] extra: pip install -e ".[realmodel]"'
+        )
     func = get_reward_funcs([name])[0]
     completions = TEXTS + [[{"role": "assistant", "content": text}] for text in TEXTS]
     if name == "math_accuracy":  # its own deadline bounds each item; a short one keeps the test short
