@@ -82,6 +82,7 @@ def run_one(job: dict) -> dict:
         arithmetic_reward,
         every=job["eval_every"],
         max_new_tokens=DEFAULT_GRPO_ARGS["max_completion_length"],
+        mode="train",  # the answer contract the policy is trained on, as examples/train.py
     )
 
     config_cls, trainer_cls = get_method(method)
@@ -144,11 +145,10 @@ def warm_start_pass_at_k(difficulty: str, args) -> dict:
     tokens = DEFAULT_GRPO_ARGS["max_completion_length"]
     sampled = Decoding(temperature=1.0, top_k=50, num_samples=n, max_new_tokens=tokens)
     ks = [k for k in PASS_AT if k <= n]
-    pass_at = evaluate_data(
-        GenerateBackend(model, tokenizer, batch_size=256), held_out, sampled, arithmetic_reward, ks=ks, seed=0
-    ).summary
+    backend = GenerateBackend(model, tokenizer, batch_size=256)
+    pass_at = evaluate_data(backend, held_out, sampled, arithmetic_reward, ks=ks, seed=0, mode="train").summary
     greedy = evaluate_data(
-        GenerateBackend(model, tokenizer), held_out, Decoding(max_new_tokens=tokens), arithmetic_reward
+        GenerateBackend(model, tokenizer), held_out, Decoding(max_new_tokens=tokens), arithmetic_reward, mode="train"
     ).summary
     return {"greedy": greedy["greedy_accuracy"], "samples": n, **{f"pass@{k}": pass_at[f"pass@{k}"] for k in ks}}
 

@@ -368,6 +368,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         top_k=training_args.top_k or 0,
         seed=training_args.seed,
         label=label,
+        mode="train",  # held-out answers are scored under the contract the policy is trained on
     )
     trainer = trainer_cls(
         model=model,

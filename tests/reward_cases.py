@@ -27,11 +27,47 @@ class Case:
     completion: Any
     gold: Any
     grade: float | None
+    # The rule of the answer contract (docs/answer_extraction.md) the completion breaks, "" when it keeps it. A
+    # completion that breaks the contract scores 0 in training mode whatever its grade; so a false negative (grade 1,
+    # score 0) is allowed only where this is set.
+    breaks: str = ""
+
+    @property
+    def expected(self) -> float | None:
+        """The training-mode score: None for an unreadable gold, 0 for a broken contract, else the grade."""
+        return None if self.grade is None else (0.0 if self.breaks else float(self.grade))
+
+
+# These cases predate the answer contract of issue 29; the rule each one breaks under it was annotated when the
+# contract was written (docs/answer_extraction.md), grades unchanged. 14 cases graded 1 break the contract (two
+# answer slots, text after the slot, an option's text after the letter): their training-mode score is 0.
+BREAKS = {
+    **dict.fromkeys(["math-001", "math-002", "math-003", "math-004", "math-005", "math-006", "math-007"], "value"),
+    **dict.fromkeys(["math-013", "math-023", "math-024", "math-025", "math-026", "math-027", "math-028"], "value"),
+    **dict.fromkeys(["math-048", "math-058"], "value"),
+    **dict.fromkeys(["math-008", "math-009", "math-034", "math-054", "math-055"], "after"),
+    **dict.fromkeys(["math-010", "math-011", "math-012", "math-014", "math-017", "math-050", "math-051"], "slots"),
+    **dict.fromkeys(["math-053"], "slots"),
+    **dict.fromkeys(["math-018"], "think"),
+    **dict.fromkeys(["math-056", "math-057"], "box"),
+    **dict.fromkeys(["choice-001", "choice-002", "choice-003", "choice-004", "choice-005", "choice-006"], "value"),
+    **dict.fromkeys(["choice-008", "choice-009", "choice-016", "choice-025", "choice-030", "choice-031"], "value"),
+    **dict.fromkeys(["choice-035", "choice-036"], "value"),
+    **dict.fromkeys(["choice-010"], "after"),
+    **dict.fromkeys(["choice-007", "choice-019", "choice-033"], "slots"),
+    **dict.fromkeys(["qa-014"], "after"),
+    **dict.fromkeys(["qa-017", "qa-018"], "slots"),
+    **dict.fromkeys(["qa-027"], "value"),
+    **dict.fromkeys(["arith-012", "arith-013", "arith-014", "arith-015", "arith-016", "arith-020"], "value"),
+    **dict.fromkeys(["arith-017", "arith-018", "arith-019", "arith-025", "arith-026"], "slots"),
+    **dict.fromkeys(["arith-021"], "after"),
+    **dict.fromkeys(["arith-024"], "think"),
+}
 
 
 def _cases(reward: str, prefix: str, rows: list[tuple]) -> list[Case]:
-    return [Case(f"{prefix}-{i:03d}", reward, cls, completion, gold, grade) for i, (cls, completion, gold, grade) in
-            enumerate(rows, 1)]  # fmt: skip
+    return [Case(f"{prefix}-{i:03d}", reward, cls, completion, gold, grade, BREAKS.get(f"{prefix}-{i:03d}", ""))
+            for i, (cls, completion, gold, grade) in enumerate(rows, 1)]  # fmt: skip
 
 
 MATH = _cases(

@@ -1,7 +1,7 @@
 """The method documents in docs/methods/ stay in step with the code that cites them.
 
-* every ``docs/methods/<name>.md §N`` citation in grpo_family/ (and tests/, benchmarks/) names a document that
-  exists and a section number that is a heading of it;
+* every ``docs/methods/<name>.md §N`` (or ``docs/<page>.md §N``) citation in grpo_family/ (and tests/, benchmarks/)
+  names a document that exists and a section number that is a heading of it;
 * no comment or docstring in grpo_family/ points at the implementation specs outside the repository;
 * every field a method's config class defines appears in the config table of its document.
 """
@@ -19,9 +19,10 @@ from grpo_family import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "methods"
-CITATION = re.compile(r"docs/methods/(\w+)\.md(?:``|`)?\s*§\s*(\d+(?:\.\d+)*)")
+CITATION = re.compile(r"docs/((?:methods/)?\w+)\.md(?:``|`)?\s*§\s*(\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)[. ]", re.M)
-OUTSIDE = re.compile(r"spec §|spec Secs?\.|specs/|spec's|spec:", re.I)
+# "spec:" as prose ("spec: §3"), not a parameter annotated with a class ("spec: SlotSpec,") nor a class name
+OUTSIDE = re.compile(r"spec §|spec Secs?\.|specs/|spec's|\bspec:(?!\s*(?-i:[A-Z])\w*\s*[,)=])", re.I)
 CONFIGS = {name: (config.__module__, config.__name__) for name, (config, _) in METHODS.items()}
 
 
@@ -30,7 +31,8 @@ def _sources(*dirs: str) -> list[Path]:
 
 
 def _headings(name: str) -> set[str]:
-    return set(HEADING.findall((DOCS / f"{name}.md").read_text(encoding="utf-8")))
+    """The numbered headings of ``docs/<name>.md`` (``name``: ``methods/sgpo``, ``answer_extraction``)."""
+    return set(HEADING.findall((ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8")))
 
 
 def _resolves(section: str, headings: set[str]) -> bool:
@@ -60,10 +62,10 @@ def test_citations_point_at_existing_sections():
             name, section = match.groups()
             line = text.count("\n", 0, match.start()) + 1
             where = f"{path.relative_to(ROOT)}:{line}"
-            if not (DOCS / f"{name}.md").is_file():
-                broken.append(f"{where}: docs/methods/{name}.md does not exist")
+            if not (ROOT / "docs" / f"{name}.md").is_file():
+                broken.append(f"{where}: docs/{name}.md does not exist")
             elif not _resolves(section, _headings(name)):
-                broken.append(f"{where}: docs/methods/{name}.md has no heading §{section}")
+                broken.append(f"{where}: docs/{name}.md has no heading §{section}")
     assert found > 100, f"only {found} citations found: the pattern no longer matches how the code cites the docs"
     assert not broken, "\n".join(broken)
 
@@ -101,7 +103,7 @@ def test_bare_section_references_point_at_the_module_document():
     for path in _sources("grpo_family"):
         text = path.read_text(encoding="utf-8")
         citations = [m.span() for m in CITATION.finditer(text)]
-        document = re.search(r"docs/methods/(\w+)\.md", text)
+        document = re.search(r"docs/(methods/\w+)\.md", text)
         for match in BARE.finditer(text):
             if any(start <= match.start() < end for start, end in citations):
                 continue  # a full citation, checked above
@@ -110,7 +112,7 @@ def test_bare_section_references_point_at_the_module_document():
             if document is None:
                 broken.append(f"{where}: §{match.group(1)} but the module names no docs/methods/<name>.md")
             elif not _resolves(match.group(1), _headings(document.group(1))):
-                broken.append(f"{where}: docs/methods/{document.group(1)}.md has no heading §{match.group(1)}")
+                broken.append(f"{where}: docs/{document.group(1)}.md has no heading §{match.group(1)}")
     assert found > 10, f"only {found} bare references found: the pattern no longer matches"
     assert not broken, "\n".join(broken)
 

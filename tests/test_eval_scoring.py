@@ -182,3 +182,26 @@ def test_answers_are_read_as_each_reward_reads_them():
     assert extract_answer("math_accuracy", "no answer here at all, sorry") is None
     assert extract_answer("choice_accuracy", "<answer>C</answer>") == "C"
     assert extract_answer("qa_exact_match", "Answer: The  Eiffel Tower") == "eiffel tower"
+
+
+def test_the_answer_rewards_take_the_mode_and_maj_votes_on_the_same_reading():
+    """The project's answer rewards receive score_samples' mode: eval forgives a self-correction (the last slot)
+    and text after the slot, training mode scores both 0 (docs/answer_extraction.md §7); extract_answer reads in
+    the same mode, so maj@k never votes for an answer the reward did not read."""
+    from grpo_family.rewards import MathAccuracyReward, choice_accuracy_reward, qa_exact_match_reward
+
+    math_reward = MathAccuracyReward(backend="none")
+    cases = [  # (reward, name, gold, text whose right answer only eval mode reads)
+        (arithmetic_reward, "arithmetic_reward", "4", "2+2=5\nAnswer: 5\nAnswer: 4"),
+        (math_reward, "math_accuracy", "\\frac{1}{2}", "\\boxed{\\frac{1}{2}} I hope it is correct"),
+        (choice_accuracy_reward, "choice_accuracy", "C", "Answer: B\nAnswer: C"),
+        (qa_exact_match_reward, "qa_exact_match", "Paris", "Answer: Paris\nI hope it is correct."),
+    ]
+    for reward, name, gold, text in cases:
+        rows = {"prompt": [PROMPTS[0]], "answer": [gold]}
+        lenient = score_samples(reward, rows, [[text]], mode="eval")
+        strict = score_samples(reward, rows, [[text]], mode="train")
+        assert lenient.mode_applied and strict.mode_applied, name
+        assert (lenient.values, strict.values) == ([1.0], [0.0]), name
+        assert extract_answer(name, text, "eval", gold) is not None, name
+        assert extract_answer(name, text, "train", gold) is None, name

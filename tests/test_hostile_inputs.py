@@ -113,9 +113,10 @@ REWARD_COLUMNS = {
     "choice_accuracy": {"answer": "A"},
     "code_tests": {"test_cases": [{"input": "", "output": "4\n"}]},
     "reasoning_gym": {  # a reasoning-gym entry as the dataset stores it (grpo_family.tasks.reasoning_gym)
+        "answer": "4",
         "reasoning_gym_entry": json.dumps(
             {"question": "2 + 2 =", "answer": "4", "metadata": {"source_dataset": "basic_arithmetic"}}
-        )
+        ),
     },
 }
 
@@ -124,6 +125,10 @@ REWARD_COLUMNS = {
 def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging(name):
     """Every reward in the registry, on every hostile text (as a plain string and as a chat message): one value per
     completion, each a float in [0, 1] or None, returned in bounded time."""
+    if name == "reasoning_gym":
+        pytest.importorskip(
+            "reasoning_gym", reason='reasoning-gym is the [realmodel] extra: pip install -e ".[realmodel]"'
+        )
     func = get_reward_funcs([name])[0]
     completions = TEXTS + [[{"role": "assistant", "content": text}] for text in TEXTS]
     if name == "math_accuracy":  # its own deadline bounds each item; a short one keeps the test short

@@ -152,3 +152,68 @@ def test_answer_rewards_score_the_same_rows():
     assert reasoning_gym_reward(completions, **columns) == [1.0] * len(rows)
     boxed = [f"So \\boxed{{{g}}}" for g in rows["answer"]]
     assert math_accuracy_reward(boxed, **columns) == reasoning_gym_reward(boxed, **columns) == [1.0] * len(rows)
+
+
+def test_reward_reads_under_the_answer_contract():
+    """The reasoning_gym reward reads its answer as every answer reward does (issue 29): structure decides, no word
+    does; a broken contract scores 0 and is counted; the slot's text reaches the verifier as it is."""
+    rows = _rows("chain_sum")
+    gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
+    wrong = str(int(gold) + 1)
+    cases = [
+        # (completion, training score, a contract violation)
+        (f"<answer>{gold}</answer> Hmm, no.", 0.0, True),  # text after the slot, in words no list holds
+        (f"<answer>{gold}</answer>\nEdit: {wrong}", 0.0, True),
+        (f"<!-- <answer>{gold}</answer> -->\n<answer>{wrong}</answer>", 0.0, True),  # hiding markup
+        (f"<answer>{gold}</answer>\u200b", 0.0, True),  # an invisible character
+        (f"Wait, let me verify: yes, that is correct.\n<answer>{gold}</answer>", 1.0, False),  # words decide nothing
+        (f"<think>maybe {wrong}</think>\n<answer>{gold}</answer><|im_end|>", 1.0, False),
+        (f"<answer>{wrong}</answer>", 0.0, False),  # a committed wrong answer: no violation
+        (f"Answer: {gold}\nAnswer: {wrong}", 0.0, True),  # two slots
+    ]
+    metrics: dict[str, float] = {}
+    scores = reasoning_gym_reward(
+        [c for c, _, _ in cases], reasoning_gym_entry=[entry] * len(cases), log_metric=metrics.__setitem__
+    )
+    assert scores == [s for _, s, _ in cases]
+    assert metrics["reasoning_gym/contract_violations"] == sum(v for _, _, v in cases) / len(cases)
+    # Evaluation mode forgives the two-slot self-correction and text after the slot, never the hiding markup.
+    lenient = reasoning_gym_reward([f"Answer: {wrong}\nAnswer: {gold}", f"<answer>{gold}</answer> Hmm.",
+                                    cases[2][0]], reasoning_gym_entry=[entry] * 3, mode="eval")  # fmt: skip
+    assert lenient == [1.0, 1.0, 0.0]
+    # The partial reward accepts only a marked slot: a bare reply breaks its contract.
+    partial = ReasoningGymReward(partial_credit=True)
+    assert partial([gold, f"<answer>{gold}</answer>"], reasoning_gym_entry=[entry] * 2) == [0.0, 1.0]
+    assert partial.counts["contract_violations"] == 1
+    with pytest.raises(ValueError, match="reasoning_gym_entry"):
+        reasoning_gym_reward([gold], answer=[gold])
+
+
+def test_multiline_answer_reaches_the_verifier_whole():
+    """A grid answer spans lines inside the tag; the verifier gets the tag's text as reasoning-gym's own
+    extract_answer gives it (stripped, nothing else changed)."""
+    rows = _rows("rotate_matrix")
+    gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
+    assert "\n" in gold
+    assert reasoning_gym_reward([f"Rotating:\n<answer>\n{gold}\n</answer>"], reasoning_gym_entry=[entry]) == [1.0]
+    assert reasoning_gym_reward([gold], reasoning_gym_entry=[entry]) == [0.0]  # no slot: several lines, no tag
+
+
+def test_evaluation_reads_the_reasoning_gym_answer_as_the_reward_does():
+    """grpo_family.eval hands the reward its mode and reads maj@k's answer the same way (the partial reward: marked
+    slots only)."""
+    from grpo_family.eval.scoring import extract_answer, score_samples
+
+    rows = _rows("chain_sum", n=1)
+    gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
+    text = f"Answer: {int(gold) + 1}\nAnswer: {gold}"  # a self-correction: only evaluation mode reads it
+    columns = {"prompt": [rows[0]["prompt"]], "answer": [gold], ENTRY_COLUMN: [entry]}
+    lenient = score_samples(reasoning_gym_reward, columns, [[text]], mode="eval")
+    strict = score_samples(reasoning_gym_reward, columns, [[text]], mode="train")
+    assert lenient.mode_applied and (lenient.values, strict.values) == ([1.0], [0.0])
+    assert (
+        extract_answer("reasoning_gym", text, "eval") == gold
+        and extract_answer("reasoning_gym", text, "train") is None
+    )
+    assert extract_answer("reasoning_gym", gold, "train") == gold
+    assert extract_answer("reasoning_gym_partial", gold, "train") is None

@@ -1,7 +1,11 @@
-"""The hand-graded cases (tests/reward_cases.py) through our rewards; parser bombs; golds that cannot be lost.
+"""The hand-graded cases through our rewards; parser bombs; golds that cannot be lost.
 
-Issue 21: a policy must not find a false positive in the answer rewards, nor escape negative reward with a parser
-bomb, and no gold may drop out of training without a word.
+``tests/reward_cases.py`` (issue 21) and ``tests/reward_cases_contract.py`` (issue 29, graded and committed before
+the answer contract's code ran on them): in training mode every case scores ``Case.expected`` (0 where the case
+breaks the answer contract, else its hand grade), so there is no false positive and a false negative only where the
+case breaks the documented contract; the ``<reward>/contract_violations`` metric counts exactly the cases annotated
+as breaking it. Issue 21: a policy must not escape negative reward with a parser bomb, and no gold may drop out of
+training without a word.
 """
 
 from __future__ import annotations
@@ -16,23 +20,19 @@ from grpo_family.rewards import (
     MathAccuracyReward,
     check_golds,
     choice_accuracy_reward,
-    final_answer,
+    completion_text,
+    extract_qa_answer,
     qa_exact_match_reward,
     qa_f1_reward,
+    read_answer,
     solution_gold,
 )
 from grpo_family.rewards.timeout import get_runner
 from grpo_family.tasks.arithmetic import arithmetic_reward, extract_answer
 from tests.reward_cases import ALL_CASES, Case
+from tests.reward_cases_contract import ALL_CONTRACT_CASES
 
-# Cases where the policy is stricter than a human grader; never a false positive. Each says why.
-KNOWN_MISSES = {
-    # A plain-text answer with no anchor ("the answer is") and more than the expression: the policy does not guess
-    # which number in free text is the answer, since a policy could then be rewarded for listing numbers.
-    "math-048": "no anchor in free text",
-}
-
-# Every class of input issue 21 lists must be among the cases.
+# Every class of input issue 21 lists, and every mechanism issue 29 lists, must be among the cases.
 REQUIRED_CLASSES = {
     "math_accuracy": {
         "hedge",
@@ -52,6 +52,31 @@ REQUIRED_CLASSES = {
     "qa_exact_match": {"anchor_in_tag", "numeric_gold", "bad_gold", "hedge", "retraction", "think_draft"},
     "arithmetic": {"not_integer", "empty", "self_correction", "think_draft", "hedge", "retraction"},
 }
+REQUIRED_MECHANISMS = {
+    "math_accuracy": {
+        "retraction",
+        "two_slots",
+        "hedge",
+        "hidden",
+        "negated_anchor",
+        "mv_scale",
+        "mv_tolerance",
+        "mv_relation",
+        "number_words",
+        "relation",
+        "inequality",
+        "text_macro",
+        "ordinary_words",
+        "think",
+        "tag",
+        "multi_turn",
+        "parts",
+        "format",
+    },
+    "choice_accuracy": {"letter_trap", "negated_anchor", "retraction", "two_slots", "hidden", "multi_turn", "format"},
+    "qa_exact_match": {"retraction", "tag", "hidden", "hedge", "negated_anchor", "multi_turn", "parts", "format"},
+    "arithmetic": {"retraction", "two_slots", "hidden", "multi_turn", "parts", "think", "value", "format"},
+}
 
 _MATH = MathAccuracyReward(backend="none")  # inline: the cases are small; the deadline has tests of its own
 _FUNCS = {
@@ -62,41 +87,59 @@ _FUNCS = {
 }
 
 
-def _score(case: Case) -> float | None:
-    return _FUNCS[case.reward]([case.completion], answer=[case.gold])[0]
+def _score(case: Case, **kwargs) -> tuple[float | None, dict[str, float]]:
+    metrics: dict[str, float] = {}
+    score = _FUNCS[case.reward]([case.completion], answer=[case.gold], log_metric=metrics.__setitem__, **kwargs)[0]
+    return score, metrics
 
 
-def test_the_suite_is_large_and_covers_every_class():
-    assert len(ALL_CASES) >= 150
-    assert len({c.id for c in ALL_CASES}) == len(ALL_CASES)
-    for reward, classes in REQUIRED_CLASSES.items():
-        present = {c.cls for c in ALL_CASES if c.reward == reward}
-        assert classes <= present, f"{reward} lacks {classes - present}"
+def test_the_suites_are_large_and_cover_every_class():
+    assert len(ALL_CASES) >= 150 and len(ALL_CONTRACT_CASES) >= 200
+    ids = [c.id for c in ALL_CASES + ALL_CONTRACT_CASES]
+    assert len(set(ids)) == len(ids)
+    for cases, required in ((ALL_CASES, REQUIRED_CLASSES), (ALL_CONTRACT_CASES, REQUIRED_MECHANISMS)):
+        for reward, classes in required.items():
+            present = {c.cls for c in cases if c.reward == reward}
+            assert classes <= present, f"{reward} lacks {classes - present}"
+    breaks = {c.breaks for c in ALL_CASES + ALL_CONTRACT_CASES}
+    assert breaks == {"", "think", "hiding", "slots", "tag", "box", "after", "value"}
+    # Contract-abiding correct answers in many formats, and correct answers that break the contract, are both here.
+    assert sum(c.grade == 1 and not c.breaks for c in ALL_CONTRACT_CASES) >= 100
+    assert sum(c.grade == 1 and bool(c.breaks) for c in ALL_CONTRACT_CASES) >= 30
 
 
-@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", ALL_CASES + ALL_CONTRACT_CASES, ids=lambda c: c.id)
 def test_hand_graded_case(case):
-    got = _score(case)
+    got, metrics = _score(case)
     if case.grade != 1:
         assert got != 1.0, f"false positive: {case}"
-    if case.id in KNOWN_MISSES:
-        assert got != case.grade, f"{case.id} now agrees: remove it from KNOWN_MISSES"
-        return
-    assert got == case.grade
+    assert got == case.expected, f"{case.id}: got {got}, expected {case.expected} (breaks {case.breaks!r})"
+    violation = metrics[f"{_FUNCS[case.reward].__name__}/contract_violations"]
+    if case.grade is None:
+        assert violation == 0.0  # an unreadable gold is not scored, so no contract is read
+    elif (
+        case.reward == "qa_exact_match"
+        and case.breaks == "value"
+        and extract_qa_answer(completion_text(case.completion))
+    ):
+        assert violation == 0.0  # QA cannot tell a slot holding more than the answer from a wrong answer
+    else:
+        assert violation == float(bool(case.breaks)), f"{case.id}: violation metric {violation}"
 
 
-def test_qa_f1_gives_hedges_and_retractions_nothing():
-    completions = ["<answer>Paris or London</answer>", "The answer is Paris. Just kidding, it is London."]
+def test_qa_f1_gives_contract_breaks_nothing():
+    completions = ["<answer>Paris</answer> or <answer>London</answer>", "Answer: Paris\nJust kidding, it is London."]
     assert qa_f1_reward(completions, answer=["Paris", "Paris"]) == [0.0, 0.0]
 
 
-def test_final_answer_policy_in_brief():
-    assert final_answer(r"<think><answer>18</answer></think>\boxed{21}").text == "21"
-    assert final_answer("<think>unfinished \\boxed{3}").text is None
-    assert final_answer(r"\boxed{2} and \boxed{3}").text == "2, 3"
-    assert final_answer(r"\boxed{2} or \boxed{3}").is_hedged()
-    assert final_answer("<answer>Trick or Treat</answer>").is_hedged()
-    assert not final_answer("<answer>Trick or Treat</answer>").is_hedged({"trick", "or", "treat"})
+def test_read_answer_in_brief():
+    assert read_answer(r"<think><answer>18</answer></think>\boxed{21}").value == "21"
+    assert read_answer("<think>unfinished \\boxed{3}").violation.startswith("reasoning left open")
+    assert read_answer(r"\boxed{2} and \boxed{3}").violation == "2 answer slots (box, box)"
+    assert read_answer(r"\boxed{2} and \boxed{3}", mode="eval").value == "3"
+    assert read_answer("<answer>Trick or Treat</answer>").value == "Trick or Treat"
+    assert read_answer(r"\boxed{18}. I hope it helps.").violation.startswith("text after the answer slot")
+    assert read_answer(r"\boxed{18}. I hope it helps.", mode="eval").value == "18"
 
 
 # ------------------------------------------------------------------------------------------------ arithmetic
@@ -105,9 +148,16 @@ def test_final_answer_policy_in_brief():
 def test_arithmetic_refuses_a_length_mismatch_and_reads_only_integers():
     with pytest.raises(ValueError, match="2 completions but 1 gold"):
         arithmetic_reward(["Answer: 1", "Answer: 2"], answer=["1"])
-    for text in ("Answer: 18.5", "Answer: 18,000", "Answer: 18/2", "Answer: 18e3", "Answer: 18 + 1 = 19"):
+    for text in ("Answer: 18.5", "Answer: 18/2", "Answer: 18e3", "Answer: 18 + 1 = 19", "Answer: 18 18"):
         assert extract_answer(text) is None, text
     assert extract_answer("2*9=18\nAnswer: 18") == 18
+    # One number in the contract's sense: thousands separators, number words and scale words are read.
+    assert [extract_answer(f"Answer: {n}") for n in ("18,000", "eighteen", "18 thousand", "18.")] == [
+        18000,
+        18,
+        18000,
+        18,
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- parser bombs

@@ -32,10 +32,12 @@ from grpo_family.rewards import (
     normalize_answer,
     qa_exact_match_reward,
     qa_f1_reward,
+    read_answer,
     reward_names,
     score_math,
     think_answer_format_reward,
 )
+from grpo_family.rewards.contract import MATH_SLOTS
 from grpo_family.rewards.timeout import Outcome, ProcessRunner, ThreadRunner, get_runner, run_with_timeout
 
 # A verify call that sympy cannot finish (9^(99999^2) has ~10^10 digits) and that the parser-bomb pre-check lets
@@ -98,19 +100,20 @@ def test_last_tag_content():
         (r"\boxed{x^{2}+1}", r"$1+x^2$", ("ok", 1.0)),
         (r"\boxed{\{1,2\}}", r"\{2,1\}", ("ok", 1.0)),
         (r"\boxed{1{,}000}", "1000", ("ok", 1.0)),
-        (r"first \boxed{3}, finally \boxed{4}", "4", ("ok", 1.0)),  # the last box is the answer
-        (r"first \boxed{3}, finally \boxed{4}", "3", ("ok", 0.0)),
+        # two boxes are two answer slots: the contract is broken whichever box is right
+        (r"first \boxed{3}, finally \boxed{4}", "4", ("contract_violations", 0.0)),
+        (r"first \boxed{3}, finally \boxed{4}", "3", ("contract_violations", 0.0)),
         ("The final answer is 42.", "42", ("ok", 1.0)),  # anchored free text
         ("Answer: 7", "7", ("ok", 1.0)),
         ("<answer>the answer is x = 5</answer>", "5", ("ok", 1.0)),
         # gold forms: reference solution with a box, GSM8K "####"
         (r"\boxed{5}", r"We get $x=5$, so the answer is $\boxed{5}$.", ("ok", 1.0)),
         (r"\boxed{1072}", "She sold 1,072 clips.\n#### 1,072", ("ok", 1.0)),
-        # the model gave no readable answer: a real wrong answer (0.0)
-        ("I computed 42 along the way but never answered", "42", ("unparseable_answer", 0.0)),
-        (r"<think>\boxed{4}</think> and then nothing", "4", ("unparseable_answer", 0.0)),  # thinking is not the answer
-        (r"truncated \boxed{\frac{1}{2", "0.5", ("unparseable_answer", 0.0)),
-        ("", "1", ("unparseable_answer", 0.0)),
+        # the model gave no answer slot, or a broken one: a contract violation, a wrong answer (0.0)
+        ("I computed 42 along the way but never answered", "42", ("contract_violations", 0.0)),
+        (r"<think>\boxed{4}</think> and then nothing", "4", ("contract_violations", 0.0)),  # thinking is no answer
+        (r"truncated \boxed{\frac{1}{2", "0.5", ("contract_violations", 0.0)),
+        ("", "1", ("contract_violations", 0.0)),
         # the gold cannot be read: we cannot score (None)
         (r"\boxed{5}", "", ("unparseable_gold", None)),
         (r"\boxed{5}", None, ("unparseable_gold", None)),
@@ -119,6 +122,24 @@ def test_last_tag_content():
 )
 def test_score_math(completion, gold, expected):
     assert score_math(completion, gold) == expected
+
+
+def test_an_answer_tag_the_model_wrote_in_prose_breaks_the_contract():
+    """A real SmolLM2-135M-Instruct completion (issue 27's real-model test, sampled at temperature 1) mentions
+    ``<answer>`` in prose and never closes it; the gold appended in a block after it is then an ``<answer>`` opened
+    inside another: the contract is broken in both modes (docs/answer_extraction.md §4), whatever the block holds,
+    and without the model's stray tag the same appended block scores."""
+    real = "Ask a question. Repeat the question to the answer and give <answer> replaces with <number of repetitions selected>."
+    appended = f"{real}\nSo the final answer is <answer>-4</answer>"
+    reading = read_answer(appended, MATH_SLOTS)
+    assert reading.value is None and reading.violation == "an <answer> opened inside another (the first never closed)"
+    assert read_answer(appended, MATH_SLOTS, "eval").value is None
+    from grpo_family.tasks import arithmetic_reward
+
+    for reward in (math_accuracy_reward, qa_exact_match_reward, arithmetic_reward):
+        assert reward([appended], answer=["-4"]) == [0.0], reward.__name__
+        clean = appended.replace("give <answer> replaces", "give the answer, which replaces")
+        assert reward([clean], answer=["-4"]) == [1.0], reward.__name__
 
 
 # ------------------------------------------------------------------------------------ math reward end to end
@@ -139,9 +160,9 @@ def test_math_reward_batch_metrics_and_counts():
     assert out == [1.0, 0.0, 0.0, None, 1.0]
     metrics = log.as_dict()
     assert metrics["math/unparseable_gold"] == pytest.approx(1 / 5)
-    assert metrics["math/unparseable_answer"] == pytest.approx(1 / 5)
+    assert metrics["math_accuracy/contract_violations"] == pytest.approx(1 / 5)  # "no answer at all"
     assert metrics["math/timeouts"] == 0.0
-    assert reward.counts == Counter({"total": 5, "unparseable_gold": 1, "unparseable_answer": 1})
+    assert reward.counts == Counter({"total": 5, "unparseable_gold": 1, "contract_violations": 1})
     reward(completions=completions[:1], answer=[None])
     assert reward.counts["unparseable_gold"] == 2 and reward.counts["total"] == 6
 
@@ -333,11 +354,13 @@ def test_format_reward_with_prefilled_think():
         (r"Therefore the answer is $\boxed{\text{(D)}}$", "D"),
         ("<think>A or B?</think><answer>B</answer>", "B"),
         ("<answer>(b)</answer>", "B"),
-        ("<answer>C. Pneumonia</answer>", "C"),
-        ("<answer>The answer is E because ...</answer>", "E"),
+        # the option's text or an explanation after the letter: not one letter alone, the contract is broken
+        ("<answer>C. Pneumonia</answer>", None),
+        ("<answer>The answer is E because ...</answer>", None),
         ("The correct option is D", "D"),
         ("**Answer:** **E**", "E"),
-        ("The final answer: (A) a cat", "A"),
+        ("The final answer: (A) a cat", None),
+        ("The final answer: (A)", "A"),
         ("answer is Bob", None),
         ("I think A is wrong and B is right", None),
         ("Answer: F", None),  # not an option letter
@@ -354,7 +377,10 @@ def test_choice_reward_none_and_zero():
     golds = ["C", "C", "C", None, "F", 2]
     out = choice_accuracy_reward(completions, answer=golds, log_metric=log)
     assert out == [1.0, 0.0, 0.0, None, None, None]
-    assert log.as_dict() == {"choice/unparseable_gold": pytest.approx(3 / 6), "choice/unparseable_answer": 1 / 6}
+    assert log.as_dict() == {
+        "choice/unparseable_gold": pytest.approx(3 / 6),
+        "choice_accuracy/contract_violations": 1 / 6,
+    }
     ten = ChoiceAccuracyReward("ABCDEFGHIJ")
     assert ten(["Answer: (H)"], answer=["H"]) == [1.0]
     assert gold_letter("(c)") == "C" and gold_letter("C. Liver") == "C" and gold_letter("CD") is None
@@ -378,7 +404,7 @@ def test_qa_rewards_aliases_and_none():
     completions = [
         msg("<think>r</think><answer>Paris</answer>"),
         msg("<answer>the city of Paris</answer>"),
-        msg("The answer is: Barack Obama\nmore text"),
+        msg("The answer is: Barack Obama"),
         msg("<answer></answer> nothing"),
         msg("<answer>x</answer>"),
     ]

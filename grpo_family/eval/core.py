@@ -108,7 +108,7 @@ def evaluate_data(
     for i, samples in enumerate(generation.samples):
         n = len(samples)
         values = scores.values[offset : offset + n]
-        answers = [extract_answer(reward_name, s.text) for s in samples]
+        answers = [extract_answer(reward_name, s.text, mode, golds[i]) for s in samples]
         record = {
             "benchmark": data.name,
             "index": i,

@@ -7,8 +7,9 @@ call): a reward that raises, times out, returns strings, NaN, numpy values or No
 :attr:`Scores.errors`, and the evaluation goes on. ``KeyboardInterrupt`` still stops it.
 
 ``mode``: ``"eval"`` (the default) asks the reward for its documented lenient evaluation reading; ``"train"`` for the
-strict training contract (issue 29 adds both to the answer rewards). A reward whose signature has a ``mode``
-parameter receives it; a reward without one is scored in its only mode, and :attr:`Scores.mode_applied` says so.
+strict training contract (the answer rewards take both: ``docs/answer_extraction.md`` §7). A reward whose signature
+has a ``mode`` parameter receives it; a reward without one is scored in its only mode, and
+:attr:`Scores.mode_applied` says so.
 
 Beside the reward's verdict: the answer each sample commits to (:func:`extract_answer`, what ``maj@k`` votes on),
 and optionally math-verify's own verdict with its default extraction (:func:`math_verify_verdicts`), so the
@@ -169,28 +170,34 @@ def score_samples(
 _SPACE = re.compile(r"\s+")
 
 
-def extract_answer(reward_name: str, text: str) -> str | None:
-    """The answer a completion commits to, as the named reward reads it (None: no answer); whitespace collapsed, so
-    that ``maj@k`` votes on the reading, not the spacing. Rewards without a known reader use the project's
-    :func:`~grpo_family.rewards.final_answer` span."""
-    from grpo_family.rewards import extract_choice, extract_qa_answer, final_answer, normalize_answer
+def extract_answer(reward_name: str, text: str, mode: str = "eval", gold: Any = None) -> str | None:
+    """The answer a completion commits to, as the named reward reads it in ``mode`` (None: no answer, or the answer
+    contract broken in training mode); whitespace collapsed, so that ``maj@k`` votes on the reading, not the spacing.
+    ``gold``: the problem's gold, where the reading depends on its shape (a math tuple, units after a number).
+    Rewards without a known reader use the contract's generic slot (:func:`~grpo_family.rewards.read_answer`)."""
+    from grpo_family.rewards import extract_choice, extract_qa_answer, normalize_answer, read_answer
+    from grpo_family.rewards.contract import ANSWER_SLOTS
 
     if reward_name in ("arithmetic", "arithmetic_reward"):
         from grpo_family.tasks.arithmetic import extract_answer as arithmetic_answer
 
-        value = arithmetic_answer(text)
+        value = arithmetic_answer(text, mode)
         return None if value is None else str(value)
     if reward_name == "math_accuracy":
-        from grpo_family.rewards.math import OK, math_answer_span
+        from grpo_family.rewards.math import OK, math_answer
 
-        status, span, _ = math_answer_span(text)
-        answer = span if status == OK else None
+        status, value, _ = math_answer(text, gold, mode)
+        answer = value if status == OK else None
     elif reward_name == "choice_accuracy":
-        answer = extract_choice(text)
+        answer = extract_choice(text, mode=mode)
     elif reward_name in ("qa_exact_match", "qa_f1"):
-        answer = normalize_answer(extract_qa_answer(text)) or None
+        answer = normalize_answer(extract_qa_answer(text, mode)) or None
+    elif reward_name in ("reasoning_gym", "reasoning_gym_partial"):
+        from grpo_family.rewards.reasoning_gym import extract_reasoning_gym_answer
+
+        answer = extract_reasoning_gym_answer(text, marked_only=reward_name == "reasoning_gym_partial", mode=mode)
     else:
-        answer = final_answer(text).text
+        answer = read_answer(text, ANSWER_SLOTS, mode).value
     return None if answer is None else _SPACE.sub(" ", answer.strip()) or None
 
 

@@ -29,7 +29,7 @@ def _problem_text(row: dict, column: str | None) -> str:
     if isinstance(prompt, str) or prompt is None:
         return prompt or ""
     users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-    return completion_text(users[-1:] or prompt)
+    return completion_text((users or prompt or [None])[-1])  # one message: completion_text reads it as given
 
 
 def _judge_text(completion: Any) -> str:

@@ -7,7 +7,7 @@ or unparseable gold, a scoring timeout), never a disguised 0. A model answer tha
 Each function's ``__name__`` is its registry name, which is also the name TRL logs it under.
 
 =========================  =================================================================================
-``math_accuracy``          math-verify equivalence of the boxed / ``<answer>`` answer with the gold (1/0/None)
+``math_accuracy``          math-verify equivalence (exact numbers) of the answer slot's value with the gold (1/0/None)
 ``think_answer_format``    ``<think>...</think><answer>...</answer>`` layout (1/0)
 ``boxed_format``           ``<think>...</think>`` then a ``\\boxed{}`` answer (1/0)
 ``think_prefilled_*``      ``think_prefilled_answer_format`` / ``think_prefilled_boxed_format``: the same layouts
@@ -17,15 +17,18 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``qa_exact_match``         SQuAD-normalised exact match, best over gold aliases (1/0/None)
 ``qa_f1``                  SQuAD-normalised token F1, best over gold aliases ([0, 1]/None)
 ``code_tests``             fraction of test cases (``test_cases`` column) a sandboxed run of the program passes
-``reasoning_gym``          the reasoning-gym task's own verifier on the ``<answer>`` (1/0/None; ``reasoning_gym_entry``
+``reasoning_gym``          the reasoning-gym task's own verifier on the answer slot (1/0/None; ``reasoning_gym_entry``
                            column, from ``--dataset_name reasoning_gym/<task>``)
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
-Every answer-reading reward (math, choice, QA, the bundled task) reads the final answer under one extraction
-policy, :func:`final_answer` (``docs/answer_extraction.md``): text after ``</think>`` only, the last box or
-``<answer>`` block, and a hedge (two candidates, "or", a retraction) is a wrong answer. :func:`check_golds` reports,
-before training, the golds a reward cannot read (count and examples) and fails fast when most are unreadable.
+Every answer-reading reward (math, choice, QA, reasoning-gym, the bundled task) reads the last assistant message
+(:func:`completion_text`) under one answer contract, :func:`read_answer` (``docs/answer_extraction.md``), decided
+from structure: text after ``</think>`` only, no hiding markup, exactly one answer slot (box, ``<answer>`` tag,
+``Answer:`` line) with nothing after it, one value in it. A completion that breaks it scores 0.0 and is counted in
+``<reward>/contract_violations``; ``mode="eval"`` (constructor or call) is the lenient evaluation reading.
+:func:`check_golds` reports, before training, the golds a reward cannot read (count and examples) and fails fast
+when most are unreadable.
 
 ``with_timeout(func, seconds)`` gives any reward function a per-call deadline: a call that never returns scores
 ``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
@@ -59,15 +62,8 @@ from ..judges import (
 )
 from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
 from .code import CodeTestsReward, Sandbox, code_tests_reward, extract_code, parse_test_cases
-from .extract import (
-    FinalAnswer,
-    answer_region,
-    completion_text,
-    final_answer,
-    last_boxed,
-    last_tag_content,
-    solution_gold,
-)
+from .contract import Reading, read_answer
+from .extract import completion_text, last_boxed, last_tag_content, solution_gold
 from .format import (
     FormatReward,
     boxed_format_reward,
@@ -156,10 +152,10 @@ def get_reward_funcs(names: str | Iterable[str | RewardFunc]) -> list[RewardFunc
 
 __all__ = [
     "RewardTimeoutError",
-    "FinalAnswer",
     "GoldReport",
+    "Reading",
     "check_golds",
-    "final_answer",
+    "read_answer",
     "solution_gold",
     "too_expensive",
     "with_timeout",
@@ -186,7 +182,6 @@ __all__ = [
     "MathAccuracyReward",
     "QAReward",
     "ReasoningGymReward",
-    "answer_region",
     "boxed_format_reward",
     "choice_accuracy_reward",
     "completion_text",

@@ -1,24 +1,28 @@
 """Math accuracy reward: 1.0 if the model's final answer equals the gold answer under math-verify, else 0.0.
 
 What is compared
-    *Model answer*: the final answer of the one extraction policy (:func:`grpo_family.rewards.extract.final_answer`,
-    written down in ``docs/answer_extraction.md``): only text after ``</think>``; the last ``<answer>`` block, in
-    it (or in the whole final region) the last ``\\boxed{}`` / ``\\fbox{}`` (boxes joined by "and" or "," are one
-    answer with several parts); without a box, the span after the last anchor ("the final answer is", "Answer:")
-    to the end of its sentence; without an anchor, a completion that is nothing but a short expression ("42").
-    A hedge scores 0.0, never its first candidate: "or" / "either" / "maybe" in the answer (``\\text{}`` included,
-    which math-verify would drop), boxes joined by "or", a retraction after the answer ("just kidding", "wait",
-    "actually"), or a relation between two numeric values (``\\boxed{21 = 18}``, ``18 \\approx 21``; ``x = 5``
-    is an answer). ``\\$`` is a dollar sign (money), not a maths delimiter, in answers and golds alike.
+    *Model answer*: the one value of the completion's one answer slot under the training-mode answer contract
+    (``docs/answer_extraction.md``, :mod:`grpo_family.rewards.contract`): the final region after ``</think>``, no
+    hiding markup, exactly one slot (a box, an ``<answer>`` tag, an anchor line such as ``Answer: 18`` or GSM8K's
+    ``#### 18``, or a one-line final region), nothing but closing punctuation after it, and one value in it
+    (:func:`grpo_family.rewards.values.read_math_value`: number words and scale words read, units after a number
+    dropped for a numeric gold, ``x = 5`` and ``5 = x`` named values, an inequality in one variable a set; any
+    other word, a relation between two values, or more values than the gold has breaks the contract). A completion
+    that breaks the contract scores 0.0 and is counted in ``math_accuracy/contract_violations``.
     *Gold*: a reference solution's boxed answer (:func:`grpo_family.rewards.extract.solution_gold`: boxes joined
     by "and" / "," become a tuple, an ambiguous solution is refused), else the text after GSM8K's ``####``, else
     the whole string (``"42"``, ``"\\frac{1}{2}"``, ``"$x^2+1$"``, ``"\\$18.90"``). Numbers are read as text;
-    NaN is no gold. Gold strings are parsed once per process (LRU cache). Equivalence is math-verify's ``verify``.
+    NaN is no gold. Gold strings are parsed once per process (LRU cache).
+    *Equivalence*: math-verify's ``verify``, with numbers exact in training mode: every decimal is read as the exact
+    rational it writes before comparing (``3.1415927`` is not ``\\pi``, ``0.5`` is ``\\frac12``). In evaluation
+    mode (``mode="eval"``) math-verify's own 6-decimal tolerance applies, the last of several slots counts and text
+    after it is ignored.
 
 ``None`` versus ``0.0``
     ``None`` means "cannot score" (TRL turns it into NaN and leaves the completion out of the advantage
     statistics): the gold is missing, NaN or unparseable, an internal error, or the call's budget ran out before
-    the item was started. A model answer that cannot be found or parsed, or is a hedge, scores **0.0**.
+    the item was started. A completion that breaks the answer contract (no slot, two slots, text after the slot,
+    a slot that holds no one value or one math-verify cannot parse) scores **0.0**.
 
 Cost: parser bombs cannot escape or stall
     An answer that would make the parser or sympy run for ages (a parser bomb: braces nested deeper than 24, a
@@ -36,11 +40,11 @@ Timeouts
     thread (default backend: killable worker subprocess).
 
 Metrics
-    When TRL passes ``log_metric`` the reward logs, per call, the fraction of completions with an unparseable or
-    missing gold (``math/unparseable_gold``), an unreadable model answer (``math/unparseable_answer``), a hedged
-    answer (``math/hedged``), a parser bomb refused by the pre-check or past the deadline (``math/timeouts``), an
-    item left unstarted by the call budget (``math/over_budget``) and an internal error (``math/errors``). Running
-    totals are kept in ``.counts``.
+    When TRL passes ``log_metric`` the reward logs, per call, the fraction of completions that broke the answer
+    contract (``<name>/contract_violations``, ``math_accuracy/contract_violations`` by default), with an
+    unparseable or missing gold (``math/unparseable_gold``), a parser bomb refused by the pre-check or past the
+    deadline (``math/timeouts``), an item left unstarted by the call budget (``math/over_budget``) and an internal
+    error (``math/errors``). Running totals are kept in ``.counts``.
 """
 
 from __future__ import annotations
@@ -54,15 +58,20 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+import sympy
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, LatexNormalizationConfig, parse, verify
 
-from .extract import _TEXT_MACRO, completion_text, final_answer, solution_gold
+from .contract import MATH_SLOTS, AnswerReward, read_answer
+from .extract import completion_text, solution_gold
 from .timeout import BACKENDS, get_runner
+from .values import GoldShape, normalise_gold, read_math_value
 
 __all__ = [
     "MathAccuracyReward",
+    "exact_numbers",
+    "gold_text",
     "math_accuracy_reward",
-    "math_answer_span",
+    "math_answer",
     "parse_answer",
     "parse_gold",
     "score_math",
@@ -80,57 +89,29 @@ class _DropTimeoutDisabledWarning(logging.Filter):
 for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
 
-# A bare expression (a gold string, a box's or an <answer> block's content) is wrapped in $...$ and parsed with
-# anchor-free extraction; an anchored span ("the answer is 18 apples") through math-verify's anchors, so words
-# after the number are not read as maths. Boxes are found by the extraction policy before math-verify sees the text.
-_BARE_CONFIG = (LatexExtractionConfig(), ExprExtractionConfig())
-_ANCHORED_CONFIG = (
-    LatexExtractionConfig(boxed_match_priority=-1, try_extract_without_anchor=False),
-    ExprExtractionConfig(try_extract_without_anchor=False),
+# A value (a gold, a slot's value) is wrapped in $...$ and parsed with anchor-free extraction: the contract has
+# already found the one value, so math-verify never searches a text for an answer. math-verify's unit removal is
+# off: it drops trailing words and letters it takes for units ("2ab" parses as 2, "18 more" as 18); units are
+# dropped by grpo_family.rewards.values instead, from a list of units, after a number, for a numeric gold.
+_BARE_CONFIG = (
+    LatexExtractionConfig(
+        normalization_config=LatexNormalizationConfig(
+            basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all", equations=False
+        )
+    ),
+    ExprExtractionConfig(),
 )
 
 _GOLD_CACHE_SIZE = 65536
 
 # Result statuses of :func:`score_math`.
-OK, BAD_GOLD, BAD_ANSWER, HEDGED, TOO_EXPENSIVE = (
-    "ok",
-    "unparseable_gold",
-    "unparseable_answer",
-    "hedged",
-    "timeouts",
-)
+OK, BAD_GOLD, CONTRACT, TOO_EXPENSIVE = ("ok", "unparseable_gold", "contract_violations", "timeouts")
 
 # Parser-bomb pre-check limits (see too_expensive).
 _MAX_ANSWER_CHARS = 1000
 _MAX_BRACE_DEPTH = 24
 _BIG_NUMBER_ARGUMENT = re.compile(r"\^\s*\{?\s*\d{6,}|\d{6,}\s*!|!\s*\)\s*!")
 _LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
-_RELATION = re.compile(r"=|\\approx\b|\\simeq\b|\\neq?\b|≈")
-# A lone expression standing as the whole completion ("42", "$\frac{1}{2}$"): no word of two or more letters.
-_WORD = re.compile(r"[A-Za-z]{2,}")
-
-
-def _money(expr: str) -> str:
-    r"""``\$`` is a dollar sign: dropped, so ``\$1,234.50`` reads as 1234.50. A lone unescaped ``$`` right before a
-    number (an odd count: no closing delimiter) is a dollar sign too."""
-    expr = expr.replace("\\$", "")
-    if expr.count("$") % 2 == 1:
-        expr = re.sub(r"\$(?=\s*\d)", "", expr, count=1)
-    return expr
-
-
-def _numeric_relation(span: str) -> bool:
-    r"""A relation between two numeric values (``21 = 18``, ``18 \approx 21``, ``18 + 1 = 19``): two candidates,
-    one of which math-verify would silently pick. ``x = 5`` and ``a + b = 7`` name what the number is."""
-    sides = _RELATION.split(_TEXT_MACRO.sub(" ", span))
-    if len(sides) < 2:
-        return False
-    numeric = 0
-    for side in sides:
-        bare = _LATEX_COMMAND.sub(" ", side)
-        if re.search(r"\d", bare) and not re.search(r"[A-Za-z]", bare):
-            numeric += 1
-    return numeric >= 2
 
 
 def _tower(span: str) -> bool:
@@ -179,6 +160,15 @@ def too_expensive(answer: str) -> str:
     return ""
 
 
+def _money(expr: str) -> str:
+    r"""``\$`` is a dollar sign: dropped, so ``\$1,234.50`` reads as 1234.50. A lone unescaped ``$`` right before a
+    number (an odd count: no closing delimiter) is a dollar sign too."""
+    expr = expr.replace("\\$", "")
+    if expr.count("$") % 2 == 1:
+        expr = re.sub(r"\$(?=\s*\d)", "", expr, count=1)
+    return expr
+
+
 def _parse_bare(expr: str) -> list:
     expr = _money(expr).strip()
     if not expr:
@@ -188,14 +178,6 @@ def _parse_bare(expr: str) -> list:
     if not parsed and text is not expr:
         parsed = parse(expr, extraction_config=_BARE_CONFIG, extraction_mode="first_match", parsing_timeout=None)
     return parsed
-
-
-def _parse_span(span: str, source: str) -> list:
-    if source == "anchor":
-        text = f"The final answer is {_money(span)}"
-        parsed = parse(text, extraction_config=_ANCHORED_CONFIG, extraction_mode="first_match", parsing_timeout=None)
-        return parsed or _parse_bare(span)
-    return _parse_bare(span)
 
 
 def _gold_text(gold: Any) -> str | None:
@@ -209,13 +191,28 @@ def _gold_text(gold: Any) -> str | None:
 
 
 @functools.lru_cache(maxsize=_GOLD_CACHE_SIZE)
-def _parse_gold_cached(gold: str) -> tuple:
+def _gold_value(gold: str) -> str | None:
+    """The value a gold string states: a reference solution's boxed answer, GSM8K's number after ``####``, or the
+    string itself; None for an ambiguous solution or a parser bomb."""
     if "\\boxed" in gold or "\\fbox" in gold:
-        boxed, _ = solution_gold(gold)
-        return tuple(_parse_bare(boxed)) if boxed is not None and not too_expensive(boxed) else ()
-    if "####" in gold:  # GSM8K: reasoning, then "#### 42"
+        gold = solution_gold(gold)[0]
+        if gold is None:
+            return None
+    elif "####" in gold:  # GSM8K: reasoning, then "#### 42"
         gold = gold.rsplit("####", 1)[1].replace(",", "")
-    return () if too_expensive(gold) else tuple(_parse_bare(gold))
+    return None if too_expensive(gold) else normalise_gold(gold)
+
+
+def gold_text(gold: Any) -> str | None:
+    """The text of the value a gold states (see :func:`parse_gold`), or None when there is none."""
+    text = _gold_text(gold)
+    return None if text is None else _gold_value(text)
+
+
+@functools.lru_cache(maxsize=_GOLD_CACHE_SIZE)
+def _parse_gold_cached(gold: str) -> tuple:
+    value = _gold_value(gold)
+    return () if value is None else tuple(_parse_bare(value))
 
 
 def parse_gold(gold: Any) -> list:
@@ -224,68 +221,93 @@ def parse_gold(gold: Any) -> list:
     return [] if text is None else list(_parse_gold_cached(text))
 
 
-def math_answer_span(text: str) -> tuple[str, str | None, str]:
-    """``(status, span, source)``: the final answer span of a completion under the extraction policy, or why there
-    is none (status ``BAD_ANSWER``, ``HEDGED`` or ``TOO_EXPENSIVE``; ``OK`` with the span otherwise)."""
-    found = final_answer(text)
-    if found.text is None:
-        return BAD_ANSWER, None, found.source
-    span = found.text
-    if found.source == "whole":  # no box, tag or anchor: only a lone short expression is an answer
-        if "\n" in span.strip() or _WORD.search(_LATEX_COMMAND.sub(" ", _TEXT_MACRO.sub(" ", span))):
-            return BAD_ANSWER, None, found.source
-        if len(span) > 200 or "\\boxed" in span or "\\fbox" in span:
-            return BAD_ANSWER, None, found.source
-    if found.is_hedged() or _numeric_relation(span):
-        return HEDGED, None, found.source
-    if too_expensive(span):
-        return TOO_EXPENSIVE, None, found.source
-    return OK, span, found.source
+def exact_numbers(parsed: list) -> list:
+    """``parsed`` (math-verify's parse: sympy expressions and strings) with every float replaced by the exact
+    rational its digits write (``3.1415927`` -> ``31415927/10000000``), so that math-verify's numeric tolerance
+    cannot make a rounded decimal equal an irrational or a repeating gold."""
+    out = []
+    for item in parsed:
+        if isinstance(item, sympy.Basic) and item.atoms(sympy.Float):
+            item = item.xreplace({f: sympy.Rational(str(f)) for f in item.atoms(sympy.Float)})
+        out.append(item)
+    return out
 
 
-def parse_answer(text: str) -> list:
-    """math-verify parse of the model's final answer in a completion text; ``[]`` when there is none, it is a
-    hedge, or it is a parser bomb."""
-    status, span, source = math_answer_span(text)
-    return _parse_span(span, source) if status == OK else []
+def math_answer(text: str, gold: Any, mode: str = "train") -> tuple[str, str | None, bool]:
+    """``(status, value, as_set)``: the one value a completion's answer slot holds, as LaTeX for math-verify
+    (status ``OK``), or why there is none (``CONTRACT`` with the broken rule as ``value``; ``TOO_EXPENSIVE``).
+    ``as_set``: an inequality in one variable, compared with an interval gold as a set."""
+    reading = read_answer(text, MATH_SLOTS, mode)
+    if reading.value is None:
+        return CONTRACT, reading.violation, False
+    if too_expensive(reading.value):  # before any further reading: every step below is then on a bounded text
+        return TOO_EXPENSIVE, None, False
+    gold_value = gold_text(gold)
+    latex, violation, as_set = read_math_value(reading.value, GoldShape(gold_value or ""))
+    if latex is None:
+        return CONTRACT, violation, False
+    if too_expensive(latex):
+        return TOO_EXPENSIVE, None, False
+    return OK, latex, as_set
 
 
-def _score_span(span: str, source: str, gold: Any) -> tuple[str, float | None]:
+def parse_answer(text: str, gold: Any = "", mode: str = "train") -> list:
+    """math-verify parse of the one value a completion's answer slot holds; ``[]`` when the completion breaks the
+    answer contract or the value is a parser bomb. ``gold`` decides how many values the slot may hold and whether
+    units may follow a number."""
+    status, value, _ = math_answer(text, gold, mode)
+    return _parse_bare(value) if status == OK else []
+
+
+def _score_value(value: str, gold: Any, as_set: bool = False, exact: bool = True) -> tuple[str, float | None]:
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
         return BAD_GOLD, None
-    answer_parsed = _parse_span(span, source)
+    answer_parsed = _parse_bare(value)
     if not answer_parsed:
-        return BAD_ANSWER, 0.0
-    return OK, float(verify(gold_parsed, answer_parsed, timeout_seconds=None))
+        return CONTRACT, 0.0  # the slot's value is no maths math-verify can read
+    if exact:
+        gold_parsed, answer_parsed = exact_numbers(gold_parsed), exact_numbers(answer_parsed)
+    correct = verify(
+        gold_parsed,
+        answer_parsed,
+        numeric_precision=50 if exact else 15,
+        allow_set_relation_comp=as_set,
+        timeout_seconds=None,
+    )
+    return OK, float(correct)
 
 
 def _worker_warm_up() -> None:
     """Run by a reward worker before it reports ready (:mod:`grpo_family.rewards.timeout`): math-verify builds its
-    LaTeX parser on first use (0.1-0.5 s), which belongs to the worker's start-up, not to an answer's deadline."""
-    verify(_parse_bare("1"), _parse_span("1", "anchor"), timeout_seconds=None)
+    LaTeX parser on first use (0.1-0.5 s), which belongs to the worker's start-up, not to an answer's deadline. One
+    whole scoring (contract, value reading, parse, verify) warms every lazy table an answer uses."""
+    score_math("\\boxed{1}", "1")
 
 
-def score_math(text: str, gold: Any, timeout_reward: float | None = 0.0) -> tuple[str, float | None]:
+def score_math(
+    text: str, gold: Any, timeout_reward: float | None = 0.0, mode: str = "train"
+) -> tuple[str, float | None]:
     """``(status, reward)`` for one completion text: ``(OK, 1.0 | 0.0)``, ``(BAD_GOLD, None)``,
-    ``(BAD_ANSWER, 0.0)``, ``(HEDGED, 0.0)`` or ``(TOO_EXPENSIVE, timeout_reward)``. No deadline here; the reward
-    runs the parsing through a timeout runner."""
-    if _gold_text(gold) is None:
+    ``(CONTRACT, 0.0)`` or ``(TOO_EXPENSIVE, timeout_reward)``. No deadline here; the reward runs the parsing
+    through a timeout runner."""
+    if _gold_text(gold) is None or not parse_gold(gold):
         return BAD_GOLD, None
-    status, span, source = math_answer_span(text)
+    status, value, as_set = math_answer(text, gold, mode)
     if status == TOO_EXPENSIVE:
         return status, timeout_reward
     if status != OK:
-        return (BAD_GOLD, None) if not parse_gold(gold) else (status, 0.0)
-    return _score_span(span, source, gold)
+        return status, 0.0
+    return _score_value(value, gold, as_set, exact=mode == "train")
 
 
 def _default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-class MathAccuracyReward:
-    """TRL reward function: math-verify accuracy, 1.0 / 0.0 / None. See the module docstring.
+class MathAccuracyReward(AnswerReward):
+    """TRL reward function: math-verify accuracy under the answer contract, 1.0 / 0.0 / None. See the module
+    docstring.
 
     Args:
         timeout: seconds allowed per completion (gold parse + answer parse + verify); None disables the deadline.
@@ -297,6 +319,8 @@ class MathAccuracyReward:
             wrong answer, so that producing one never pays. None leaves such completions unscored.
         call_budget: seconds for the whole call, however many completions are bombs (default 1.5 x ``timeout``;
             None: no budget). Items running when it ends are timeouts; items not started score None.
+        mode: ``"train"`` (default: the answer contract, exact numbers) or ``"eval"`` (the last slot counts, text
+            after it is ignored, math-verify's numeric tolerance); a call's ``mode=`` overrides it.
         name: the function name TRL logs the reward under.
 
     Called as ``reward(completions, answer=[...])`` (or ``solution=[...]`` when there is no ``answer`` column: a
@@ -312,6 +336,7 @@ class MathAccuracyReward:
         num_workers: int | None = None,
         timeout_reward: float | None = 0.0,
         call_budget: float | None = -1.0,
+        mode: str = "train",
         name: str = "math_accuracy",
     ):
         if backend not in BACKENDS:
@@ -325,11 +350,13 @@ class MathAccuracyReward:
         if call_budget is not None and call_budget < 0:
             call_budget = None if timeout is None else 1.5 * timeout
         self.call_budget = call_budget
-        self.__name__ = name
-        self.counts: Counter[str] = Counter()
+        super().__init__(mode, name)
 
     def __repr__(self) -> str:
-        return f"MathAccuracyReward(name={self.__name__!r}, timeout={self.timeout}, backend={self.backend!r})"
+        return (
+            f"MathAccuracyReward(name={self.__name__!r}, mode={self.mode!r}, timeout={self.timeout}, "
+            f"backend={self.backend!r})"
+        )
 
     def __call__(
         self,
@@ -337,45 +364,43 @@ class MathAccuracyReward:
         answer: list | None = None,
         solution: list | None = None,
         log_metric: Callable[[str, float], None] | None = None,
+        mode: str | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        mode = self._call_mode(mode)
         golds = answer if answer is not None else solution
-        if golds is None:
-            raise ValueError(
-                f"{self.__name__} needs the gold answers in an 'answer' (or 'solution') dataset column; prepare "
-                "the dataset with grpo_family.collator.prepare_dataset or rename the column"
-            )
-        if len(golds) != len(completions):
-            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(golds)} gold answers")
+        self._check_golds(
+            completions,
+            golds,
+            "the gold answers in an 'answer' (or 'solution') dataset column; prepare the dataset with "
+            "grpo_family.collator.prepare_dataset or rename the column",
+        )
         rewards: list[float | None] = [None] * len(completions)
         batch: Counter[str] = Counter()
         jobs, job_rows = [], []
-        # Extraction, hedges and the bomb pre-check are cheap and run here; only parsing goes to the workers.
+        # The contract and the bomb pre-check are cheap and run here; only parsing goes to the workers.
         for row, (completion, gold) in enumerate(zip(completions, golds)):
             if _gold_text(gold) is None:
                 batch[BAD_GOLD] += 1
                 continue
-            status, span, source = math_answer_span(completion_text(completion))
+            status, value, as_set = math_answer(completion_text(completion), gold, mode)
             if status == OK:
-                jobs.append((span, source, gold))
+                jobs.append((value, gold, as_set, mode == "train"))
                 job_rows.append(row)
             elif status == TOO_EXPENSIVE:
                 batch[TOO_EXPENSIVE] += 1
                 rewards[row] = self.timeout_reward
-            else:  # no answer or a hedge: wrong, provided the gold itself can be scored
-                jobs.append(("", "none", gold))
+            else:  # the contract is broken: wrong, provided the gold itself can be scored
+                jobs.append(("", gold, False, True))
                 job_rows.append(row)
-                batch[status] += 1
         runner = get_runner(self.backend, self.num_workers, preload=(__name__,))
-        outcomes = runner.map(_score_span, jobs, self.timeout, budget=self.call_budget)
-        for row, (span, _, _), outcome in zip(job_rows, jobs, outcomes):
+        outcomes = runner.map(_score_value, jobs, self.timeout, budget=self.call_budget)
+        for row, (value, _, _, _), outcome in zip(job_rows, jobs, outcomes):
             if outcome.status == "ok":
                 status, reward = outcome.value
-                if span == "":  # the answer was already judged wrong; only the gold's status counts here
-                    reward = None if status == BAD_GOLD else 0.0
-                    if status == BAD_GOLD:
-                        batch[BAD_GOLD] += 1
-                elif status != OK:
+                if value == "" and status != BAD_GOLD:  # the contract was broken before any parsing
+                    status, reward = CONTRACT, 0.0
+                if status != OK:
                     batch[status] += 1
             elif outcome.status == "timeout":
                 batch[TOO_EXPENSIVE] += 1
@@ -388,12 +413,8 @@ class MathAccuracyReward:
                 reward = None
             rewards[row] = reward
 
-        batch["total"] = len(completions)
-        self.counts.update(batch)
-        if log_metric is not None and completions:
-            n = len(completions)
-            for key in (BAD_GOLD, BAD_ANSWER, HEDGED, TOO_EXPENSIVE, "over_budget", "errors"):
-                log_metric(f"math/{key}", batch[key] / n)
+        keys = (BAD_GOLD, TOO_EXPENSIVE, "over_budget", "errors")
+        self._report(batch, len(completions), log_metric, {f"math/{key}": key for key in keys})
         return rewards
 
 

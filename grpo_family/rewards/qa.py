@@ -5,13 +5,13 @@ Normalisation (the SQuAD / HotpotQA evaluation scripts): lower case, drop punctu
 multisets). As in HotpotQA's script, when either side normalises to "yes", "no" or "noanswer" and the two differ,
 F1 is 0.
 
-The prediction is the final answer of the one extraction policy (:func:`grpo_family.rewards.extract.final_answer`,
-``docs/answer_extraction.md``): only text after ``</think>``; the last ``<answer>`` block; in it (or the whole
-final region) the last ``\\boxed{}`` (``\\text{}`` unwrapped); else the span after the last "answer is" /
-"Answer:" to the end of its sentence (inside an ``<answer>`` block too: ``<answer>The answer is Paris</answer>`` is
-"Paris"); else the whole region. A hedge scores 0.0 under both metrics: "or" / "either" / "maybe" in the answer
-(unless the gold itself has the word: "Trick or Treat"), two ``<answer>`` blocks joined by "or", or a retraction
-after the answer ("Just kidding, it is London.").
+The prediction is the text of the completion's one answer slot under the answer contract
+(``docs/answer_extraction.md``, :mod:`grpo_family.rewards.contract`): the final region after ``</think>``, no hiding
+markup, exactly one slot (an ``<answer>`` tag, a box, an anchor line ``Answer: ...`` / ``The answer is ...``, or a
+one-line final region) and nothing after it; text macros are unwrapped and Markdown emphasis removed. A completion
+that breaks the contract, or whose slot is empty, scores 0.0 under both metrics and is counted in
+``<name>/contract_violations``. The slot must hold the answer alone; a slot that holds more ("Paris or Lyon",
+"Paris, the capital of France") is compared as it is and is wrong (the reward cannot tell it from a wrong answer).
 
 The gold may be a string, a number (compared as its text: ``1912``, ``3.5``), a list of aliases (the best alias
 counts), or a SQuAD ``answers`` dict with a ``text`` list. A missing, empty or NaN gold scores None (cannot score);
@@ -24,10 +24,10 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
-from .extract import completion_text, final_answer
+from .contract import ANSWER_SLOTS, AnswerReward, read_answer
+from .values import strip_wrappers, unwrap_text_macros
 
 __all__ = [
     "QAReward",
@@ -74,15 +74,13 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def extract_qa_answer(text: str, gold_words: Any = ()) -> str:
-    """The predicted answer string of a completion (see the module docstring); ``""`` when there is none or it is
-    a hedge. ``gold_words``: words of the gold, which are no hedge ("or" in "Trick or Treat")."""
-    found = final_answer(text)
-    if found.text is None or found.is_hedged(gold_words):
+def extract_qa_answer(text: str, mode: str = "train") -> str:
+    """The predicted answer string of a completion (see the module docstring); ``""`` when the completion breaks
+    the answer contract."""
+    reading = read_answer(text, ANSWER_SLOTS, mode)
+    if reading.value is None:
         return ""
-    if found.source == "box":
-        return re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", found.text)
-    return found.text
+    return " ".join(strip_wrappers(unwrap_text_macros(reading.value)).replace("**", "").split())
 
 
 def _alias_text(alias: Any) -> str | None:
@@ -105,53 +103,32 @@ def gold_aliases(gold: Any) -> list[str]:
     return [text for g in gold if (text := _alias_text(g)) is not None]
 
 
-class QAReward:
+class QAReward(AnswerReward):
     """TRL reward function: ``metric`` ``"em"`` (exact match) or ``"f1"`` against the ``answer`` column,
-    maximised over aliases. Logs ``qa/unparseable_gold`` and ``qa/empty_answer`` via ``log_metric``."""
+    maximised over aliases. ``mode``: ``"train"`` (default, the answer contract) or ``"eval"`` (the last slot
+    counts, text after it is ignored); a call's ``mode=`` overrides it. Logs ``<name>/contract_violations`` and
+    ``qa/unparseable_gold`` via ``log_metric``."""
 
-    def __init__(self, metric: str = "em", *, name: str | None = None):
+    def __init__(self, metric: str = "em", *, mode: str = "train", name: str | None = None):
         if metric not in ("em", "f1"):
             raise ValueError(f"unknown QA metric {metric!r}; valid: em, f1")
+        super().__init__(mode, name or ("qa_exact_match" if metric == "em" else "qa_f1"))
         self.metric = metric
-        self.__name__ = name or ("qa_exact_match" if metric == "em" else "qa_f1")
-        self.counts: Counter[str] = Counter()
 
     def __repr__(self) -> str:
-        return f"QAReward({self.metric!r})"
+        return f"QAReward({self.metric!r}, mode={self.mode!r})"
 
-    def __call__(
-        self,
-        completions: list,
-        answer: list | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        if answer is None:
-            raise ValueError(f"{self.__name__} needs the gold answers in an 'answer' dataset column")
-        if len(answer) != len(completions):
-            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(answer)} gold answers")
+    gold_metric = "qa/unparseable_gold"
+
+    def _gold(self, gold: Any) -> list[str] | None:
+        return [a for a in gold_aliases(gold) if normalize_answer(a)] or None
+
+    def _score(self, text: str, gold: list[str], mode: str) -> tuple[float, bool]:
+        pred = extract_qa_answer(text, mode)
+        if not normalize_answer(pred):
+            return 0.0, True
         score = exact_match_score if self.metric == "em" else f1_score
-        rewards: list[float | None] = []
-        batch: Counter[str] = Counter()
-        for completion, gold in zip(completions, answer):
-            aliases = [a for a in gold_aliases(gold) if normalize_answer(a)]
-            if not aliases:
-                batch["unparseable_gold"] += 1
-                rewards.append(None)
-                continue
-            gold_words = {w for a in aliases for w in re.findall(r"\w+", a.lower())}
-            pred = extract_qa_answer(completion_text(completion), gold_words)
-            if not normalize_answer(pred):
-                batch["empty_answer"] += 1
-                rewards.append(0.0)
-                continue
-            rewards.append(max(score(pred, alias) for alias in aliases))
-        batch["total"] = len(completions)
-        self.counts.update(batch)
-        if log_metric is not None and completions:
-            for key in ("unparseable_gold", "empty_answer"):
-                log_metric(f"qa/{key}", batch[key] / len(completions))
-        return rewards
+        return max(score(pred, alias) for alias in gold), False
 
 
 qa_exact_match_reward = QAReward("em")

@@ -1,15 +1,22 @@
-"""The ``reasoning_gym`` reward: each reasoning-gym task's own verifier, on the final answer of a completion.
+"""The ``reasoning_gym`` reward: each reasoning-gym task's own verifier, on the answer slot of a completion.
 
 Rows come from ``--dataset_name reasoning_gym/<task>`` (:mod:`grpo_family.tasks.reasoning_gym`): the column
 ``reasoning_gym_entry`` holds the task's entry (question, answer, metadata) as JSON, and the task's
-``score_answer(answer, entry)`` scores it. The answer is read under the project's one extraction policy
-(:func:`grpo_family.rewards.extract.final_answer`): the last ``<answer>`` block, box or "the answer is" span after any
-reasoning, else the whole reply after any reasoning; a completion that commits to no answer, or hedges (two
-candidates, a retraction), scores 0. The reward is 1 when the task's score is full marks, else 0, so an unmarked
-reply scores only when it is the answer and nothing else. ``ReasoningGymReward(partial_credit=True)`` passes the
-task's own partial credit through instead, and then reads only a marked answer (tag, box or "the answer is"):
+``score_answer(answer, entry)`` scores it.
+
+The answer is read under the answer contract of every answer reward (``docs/answer_extraction.md``,
+:func:`grpo_family.rewards.contract.read_answer`): the final region after ``</think>``, no hiding markup, exactly
+one answer slot (an ``<answer>`` tag, as the preset's system prompt asks, a box, an ``Answer: ...`` line, or a
+final region of one line: the bare reply) and nothing after it. A completion that breaks it scores 0.0 and is
+counted in ``reasoning_gym/contract_violations``. The slot's text goes to the verifier as it is (a grid over several
+lines inside the tag, ``$\\dfrac{1}{2}$``, a sentence with its full stop): what it means is the task's to decide.
+
+The reward is 1 when the task's score is full marks, else 0, so a slot that lists candidates earns nothing.
+``ReasoningGymReward(partial_credit=True)`` (``reasoning_gym_partial``) passes the task's own partial credit through
+instead, and then accepts only a marked slot (tag, box or anchor line; a bare reply breaks its contract):
 reasoning-gym's default verifier gives ``len(gold) / len(answer)`` to any answer containing the gold, which a policy
-could farm with a reply that lists candidates. A row without an entry scores None (cannot score).
+could farm with a reply that lists candidates. A row without an entry scores None (cannot score). ``mode="eval"`` is
+the contract's lenient evaluation reading (the last slot counts, text after it is ignored).
 
 reasoning-gym is imported on first use (``pip install -e ".[realmodel]"``).
 """
@@ -21,11 +28,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .extract import completion_text, final_answer
+from .contract import ANSWER_SLOTS, AnswerReward, read_answer
+from .extract import completion_text
 
-__all__ = ["ReasoningGymReward", "reasoning_gym_reward"]
+__all__ = ["ReasoningGymReward", "extract_reasoning_gym_answer", "reasoning_gym_reward"]
 
-# Where a marked answer comes from; "whole" is the whole reply (no tag, box or anchor).
+# The slots a partial-credit reward accepts: a marked answer, never the bare reply.
 _MARKED = ("tag", "box", "anchor")
 
 
@@ -40,36 +48,43 @@ def _scorer(task: str) -> Callable[[str, dict], float]:
     return reasoning_gym.get_score_answer_fn(task)
 
 
-def extract_reasoning_gym_answer(completion: Any, marked_only: bool = False) -> str | None:
-    """The answer a completion commits to (see the module docstring), or None; ``marked_only``: only an answer in
-    tags, a box or after "the answer is"."""
-    found = final_answer(completion_text(completion))
-    if found.text is None or found.is_hedged() or (marked_only and found.source not in _MARKED):
+def extract_reasoning_gym_answer(completion: Any, marked_only: bool = False, mode: str = "train") -> str | None:
+    """The text of a completion's one answer slot under the answer contract, or None when it breaks the contract;
+    ``marked_only``: a bare reply (no tag, box or anchor line) is no answer."""
+    reading = read_answer(completion_text(completion), ANSWER_SLOTS, mode)
+    if reading.value is None or (marked_only and reading.kind not in _MARKED):
         return None
-    return found.text
+    return reading.value
 
 
-class ReasoningGymReward:
-    """Scores completions with the task's own ``score_answer`` on the row's ``reasoning_gym_entry``."""
+class ReasoningGymReward(AnswerReward):
+    """TRL reward function: the task's own ``score_answer`` on the answer slot, against the row's
+    ``reasoning_gym_entry``; 1.0 / 0.0 / None (binary), or the task's partial credit with ``partial_credit=True``.
+    ``mode``: ``"train"`` (default, the answer contract) or ``"eval"``; a call's ``mode=`` overrides it. Logs
+    ``<name>/contract_violations`` and ``reasoning_gym/unparseable_gold`` via ``log_metric``."""
 
-    def __init__(self, partial_credit: bool = False):
+    gold_key = "reasoning_gym_entry"
+    gold_column = "the task entries in a 'reasoning_gym_entry' column (--dataset_name reasoning_gym/<task>)"
+    gold_metric = "reasoning_gym/unparseable_gold"
+
+    def __init__(self, partial_credit: bool = False, *, mode: str = "train", name: str | None = None):
+        super().__init__(mode, name or ("reasoning_gym_partial" if partial_credit else "reasoning_gym"))
         self.partial_credit = partial_credit
-        self.__name__ = "reasoning_gym" if not partial_credit else "reasoning_gym_partial"
 
-    def __call__(self, completions: list, reasoning_gym_entry: list, **kwargs: Any) -> list[float | None]:
-        scores: list[float | None] = []
-        for completion, stored in zip(completions, reasoning_gym_entry, strict=True):
-            if not stored:
-                scores.append(None)
-                continue
-            entry = json.loads(stored) if isinstance(stored, str) else stored
-            answer = extract_reasoning_gym_answer(completion, marked_only=self.partial_credit)
-            if answer is None:
-                scores.append(0.0)
-                continue
-            score = float(_scorer(entry["metadata"]["source_dataset"])(answer, entry))
-            scores.append(score if self.partial_credit else float(score >= 1.0))
-        return scores
+    def __repr__(self) -> str:
+        return f"ReasoningGymReward(partial_credit={self.partial_credit}, mode={self.mode!r})"
+
+    def _gold(self, stored: Any) -> dict | None:
+        if not stored:
+            return None
+        return json.loads(stored) if isinstance(stored, str) else stored
+
+    def _score(self, text: str, entry: dict, mode: str) -> tuple[float, bool]:
+        answer = extract_reasoning_gym_answer(text, marked_only=self.partial_credit, mode=mode)
+        if answer is None:
+            return 0.0, True
+        score = float(_scorer(entry["metadata"]["source_dataset"])(answer, entry))
+        return (score if self.partial_credit else float(score >= 1.0)), False
 
 
 reasoning_gym_reward = ReasoningGymReward()

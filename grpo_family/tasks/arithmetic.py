@@ -12,7 +12,8 @@ The reference solution applies one operator per line in the standard order (ever
 `+`/`-` left to right); every intermediate value lies in `[0, max_value]`, so no line needs a minus sign. The final
 line is `Answer: N`. Most problems of the default difficulty *need precedence*: a `*` follows a `+` or `-`, so
 evaluating strictly left to right (`left_to_right`, the classic student error the warm start is taught to make
-often) gives a wrong answer. `arithmetic_reward` checks only the final answer; `check_steps` locates the first wrong line
+often) gives a wrong answer. `arithmetic_reward` checks only the final answer, under the answer contract every
+grpo_family reward uses (`docs/answer_extraction.md`); `check_steps` locates the first wrong line
 (the programmatic step judge SGPO can use); `split_into_steps` is the matching segmenter (one step per non-empty
 line).
 """
@@ -23,14 +24,19 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 from datasets import Dataset
 
-from grpo_family.rewards.extract import final_answer
+from grpo_family.rewards.contract import ANSWER_SLOTS, AnswerReward, read_answer
+from grpo_family.rewards.extract import completion_text
+from grpo_family.rewards.values import read_number
 
 __all__ = [
     "DIFFICULTIES",
     "DEFAULT_DIFFICULTY",
+    "ArithmeticReward",
     "Difficulty",
     "arithmetic_reward",
     "check_steps",
@@ -38,6 +44,7 @@ __all__ = [
     "left_to_right",
     "make_arithmetic_dataset",
     "needs_precedence",
+    "read_arithmetic_answer",
     "solve",
     "split_into_steps",
 ]
@@ -85,9 +92,6 @@ _EVAL_BUCKETS = 10
 # No two unbounded whitespace runs side by side: "1+2=3" + 10^5 spaces + "x" would backtrack quadratically.
 _STEP_RE = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)(?:\s*\.)?\s*$")
 _ANSWER_LINE_RE = re.compile(r"^\s*answer\s*:\s*(-?\d+)(?:\s*\.)?\s*$", re.IGNORECASE)
-# The anchors of a final answer ("Answer: N", "the answer is N"); the span after the last one, to the end of its
-# sentence or line, must be exactly an integer (see extract_answer).
-_ANSWER_RE = re.compile(r"(?i:\banswer)(?:\s*(?i:is|:))+")
 _INTEGER_RE = re.compile(r"-?\d+")
 _EXPR_RE = re.compile(r"\d+(?:\s*[-+*]\s*\d+)+")
 
@@ -190,29 +194,23 @@ def make_arithmetic_dataset(
     return Dataset.from_dict(rows)
 
 
-def _text(completion) -> str:
-    """The text of a completion given as a string or as TRL conversational messages."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content") or "")
-    return "\n".join(str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant")
+def read_arithmetic_answer(text: str | None, mode: str = "train") -> tuple[Fraction | None, str]:
+    """``(number, "")``: the one number a completion's answer slot holds under the answer contract
+    (`docs/answer_extraction.md`: the final region after `</think>`, no hiding markup, exactly one slot — `Answer: N`,
+    `The answer is N`, a box, an `<answer>` tag, or a one-line final region — and nothing after it); the number is
+    a numeral (sign, thousands separators, decimals), number words, or either with a scale word. ``(None, why)``
+    when the completion breaks the contract."""
+    reading = read_answer(text or "", ANSWER_SLOTS, mode)
+    if reading.value is None:
+        return None, reading.violation
+    return read_number(reading.value)
 
 
-def extract_answer(text: str) -> int | None:
-    """The integer the completion's final answer is, or None, under the extraction policy every grpo_family reward
-    uses (`grpo_family.rewards.extract.final_answer`, `docs/answer_extraction.md`): only text after `</think>`
-    (none while a `<think>` is open); the last box or `<answer>` block, else the span after the last `Answer:` (or
-    "the answer is") to the end of its line or sentence. That span must be exactly an integer (`Answer: 18`,
-    `Answer: 18.`): `18.5`, `18,000`, `18/2`, `18e3`, `18 + 1 = 19`, `18 18` are no answer. A hedge ("18 or 21")
-    or a retraction after the answer ("Just kidding, it is 21.") is no answer either."""
-    found = final_answer(text or "", _ANSWER_RE)
-    if found.text is None or found.is_hedged():
-        return None
-    span = found.text.strip()
-    if span.endswith("."):
-        span = span[:-1].rstrip()
-    return _to_int(span) if _INTEGER_RE.fullmatch(span) else None
+def extract_answer(text: str, mode: str = "train") -> int | None:
+    """The integer the completion's final answer is (see `read_arithmetic_answer`), or None: the completion breaks
+    the answer contract, or its number is not an integer (`18.5`)."""
+    number, _ = read_arithmetic_answer(text, mode)
+    return number.numerator if number is not None and number.denominator == 1 else None
 
 
 def _to_int(digits: str) -> int | None:
@@ -224,33 +222,38 @@ def _to_int(digits: str) -> int | None:
     return int(digits) if len(digits.strip()) <= 1000 else None
 
 
-def arithmetic_reward(completions, answer, **kwargs) -> list[float | None]:
-    """TRL reward function: 1.0 if the completion's final answer (see `extract_answer`) is the gold integer, else
-    0.0.
+class ArithmeticReward(AnswerReward):
+    """TRL reward function of the bundled task: 1.0 if the completion's one answer (see `read_arithmetic_answer`)
+    equals the gold integer, else 0.0.
 
-    `completions` are strings or `[{"role": "assistant", "content": ...}]`; a None completion is no answer (0.0).
-    `answer` is the dataset column, one per completion (a length mismatch is a ValueError, never a silent
-    truncation). None (TRL's "not scorable") only where the gold answer itself is not an integer.
+    `completions` are strings or conversational messages (the last assistant message is read; see
+    `grpo_family.rewards.completion_text`); a None completion is no answer (0.0). `answer` is the dataset column,
+    one per completion (a length mismatch is a ValueError, never a silent truncation). None (TRL's "not scorable")
+    only where the gold answer itself is not an integer. ``mode``: ``"train"`` (default, the answer contract) or
+    ``"eval"`` (the last slot counts, text after it is ignored). Logs the share of completions that break the
+    contract as ``arithmetic_reward/contract_violations`` via TRL's ``log_metric``; running totals in ``.counts``.
     """
-    if answer is None or len(answer) != len(completions):
-        raise ValueError(
-            f"arithmetic_reward: {len(completions)} completions but "
-            f"{'no' if answer is None else len(answer)} gold answers (the 'answer' column)"
-        )
-    rewards: list[float | None] = []
-    for completion, gold in zip(completions, answer):
-        gold_value = None if isinstance(gold, bool) else _to_int(str(gold).strip())
-        if gold_value is None:
-            rewards.append(None)
-            continue
-        text = "" if completion is None else _text(completion)
-        rewards.append(1.0 if extract_answer(text) == gold_value else 0.0)
-    return rewards
+
+    def __init__(self, *, mode: str = "train", name: str = "arithmetic_reward"):
+        super().__init__(mode, name)
+
+    def __repr__(self) -> str:
+        return f"ArithmeticReward(mode={self.mode!r})"
+
+    def _gold(self, gold: Any) -> int | None:
+        return None if isinstance(gold, bool) else _to_int(str(gold).strip())
+
+    def _score(self, text: str, gold: int, mode: str) -> tuple[float, bool]:
+        number, violation = read_arithmetic_answer(text, mode)
+        return (1.0 if number == gold else 0.0), bool(violation)
+
+
+arithmetic_reward = ArithmeticReward()
 
 
 def split_into_steps(response) -> list[str]:
     """One step per non-empty line, stripped (string or conversational messages)."""
-    return [line.strip() for line in _text(response).splitlines() if line.strip()]
+    return [line.strip() for line in completion_text(response).splitlines() if line.strip()]
 
 
 def _parse_problem(problem) -> tuple[list[int], list[str]] | None:

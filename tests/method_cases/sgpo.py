@@ -16,7 +16,9 @@ CASE = MethodCase(
         {"judge_batch_timeout": 2000.0, "ddp_timeout": 1800},
         r"judge_batch_timeout \(2000s\) must stay below ddp_timeout.*Lower judge_batch_timeout or raise ddp_timeout",
     ),
-    host_syncs=(29, 0),  # + its judged groups
+    # + its judged groups, and (issue 29) its correctness reward's <name>/contract_violations metric, which TRL's
+    # log_metric flush gathers and reads back once a step (trl grpo_trainer.py:2853); stock's run has no such reward
+    host_syncs=(30, 0),
     metric="sgpo/judge_requests",
     options={"judge_type": "programmatic"},
     # Correctness first (what the judge colours); the dense digit reward keeps groups non-degenerate, because a

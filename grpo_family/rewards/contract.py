@@ -1,0 +1,428 @@
+"""The answer contract: where a completion's one answer is, decided from structure (``docs/answer_extraction.md``).
+
+An RL policy finds every way a reward says "correct" when the answer is not committed to: a retraction after the
+answer in words no list holds, a second answer joined by "alternatively", the right value in an HTML comment and a
+wrong one visible. So no word decides here. In training mode a completion keeps the contract when its **final
+region** (the text after the last ``</think>``; an unclosed ``<think>`` breaks it):
+
+1. holds no markup that hides, strikes or overlays text (HTML comments, ``\\phantom``, strike-through, a box in a
+   box, zero-width and other invisible characters, ...; :func:`hiding_markup`);
+2. holds **exactly one answer slot** of the reward's kind: a box (``\\boxed{}``, ``\\fbox{}``), an ``<answer>`` tag,
+   an anchor line (``Answer: ...``, ``The final answer is ...``; :class:`SlotSpec`), or, when there is none of
+   these, a final region of one line (the bare slot);
+3. has after the slot only whitespace, closing punctuation and end-of-turn markup.
+
+:func:`read_answer` returns the slot's text (:class:`Reading`) or the rule the completion broke; each reward then
+reads one value of its kind from the slot (:mod:`grpo_family.rewards.values`). In evaluation mode (``mode="eval"``)
+the last of several slots is the answer and text after it is ignored; everything else holds.
+
+Standard library only (the scoring worker subprocesses import this module).
+"""
+
+from __future__ import annotations
+
+import bisect
+import html
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .extract import _boxes, completion_text
+
+__all__ = [
+    "ANSWER_SLOTS",
+    "AnswerReward",
+    "CHOICE_SLOTS",
+    "END_OF_TURN",
+    "MATH_SLOTS",
+    "MODES",
+    "Reading",
+    "SlotSpec",
+    "check_mode",
+    "final_region",
+    "hiding_markup",
+    "read_answer",
+]
+
+MODES = ("train", "eval")
+
+
+def check_mode(mode: object, reward: str = "reward") -> str:
+    """``mode`` when it is ``"train"`` or ``"eval"``; a ValueError naming the problem otherwise (a dataset column
+    called ``mode`` reaches a reward as a list: rename it)."""
+    if mode not in MODES:
+        raise ValueError(
+            f"{reward}: mode must be 'train' or 'eval', got {mode!r}"
+            + (" (a dataset column named 'mode'? rename it)" if isinstance(mode, list) else "")
+        )
+    return mode  # type: ignore[return-value]
+
+
+class AnswerReward:
+    """What every answer reward shares: its TRL name (``__name__``), its default ``mode`` (``"train"``: the
+    contract; ``"eval"``: the lenient reading), running ``counts`` and the ``<name>/contract_violations`` metric.
+
+    A subclass defines ``_gold`` (the gold as the reward reads it, None when it cannot: the row scores None) and
+    ``_score`` (``(reward, broke_the_contract)`` for one completion text); the TRL call is then this class's. The
+    golds come from the ``answer`` column unless ``gold_key`` names another.
+    """
+
+    gold_key = "answer"  # the dataset column (TRL keyword) that holds the golds
+    gold_column = "the gold answers in an 'answer' dataset column"
+    gold_metric = ""  # the metric of the share of unreadable golds, e.g. "qa/unparseable_gold"
+
+    def __init__(self, mode: str, name: str):
+        self.mode = check_mode(mode, name)
+        self.__name__ = name
+        self.counts: Counter[str] = Counter()
+
+    def _call_mode(self, mode: str | None) -> str:
+        return self.mode if mode is None else check_mode(mode, self.__name__)
+
+    def _check_golds(self, completions: Sequence, golds: Sequence | None, what: str) -> None:
+        if golds is None:
+            raise ValueError(f"{self.__name__} needs {what}")
+        if len(golds) != len(completions):
+            raise ValueError(f"{self.__name__}: {len(completions)} completions but {len(golds)} gold answers")
+
+    def _gold(self, gold: Any) -> Any:
+        raise NotImplementedError
+
+    def _score(self, text: str, gold: Any, mode: str) -> tuple[float, bool]:
+        raise NotImplementedError
+
+    def __call__(
+        self,
+        completions: list,
+        answer: list | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        mode: str | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        mode = self._call_mode(mode)
+        golds = answer if self.gold_key == "answer" else kwargs.get(self.gold_key)
+        self._check_golds(completions, golds, self.gold_column)
+        rewards: list[float | None] = []
+        batch: Counter[str] = Counter()
+        for completion, raw_gold in zip(completions, golds):
+            gold = self._gold(raw_gold)
+            if gold is None:
+                batch["unparseable_gold"] += 1
+                rewards.append(None)
+                continue
+            reward, broken = self._score(completion_text(completion), gold, mode)
+            batch["contract_violations"] += broken
+            rewards.append(reward)
+        metrics = {self.gold_metric: "unparseable_gold"} if self.gold_metric else {}
+        self._report(batch, len(completions), log_metric, metrics)
+        return rewards
+
+    def _report(
+        self, batch: Counter, n: int, log_metric: Callable[[str, float], None] | None, metrics: dict[str, str]
+    ) -> None:
+        """Add the call's ``batch`` counts to the totals and log, as shares of the ``n`` completions, the contract
+        violations and each ``{metric name: count key}`` of ``metrics``."""
+        batch["total"] = n
+        self.counts.update(batch)
+        if log_metric is not None and n:
+            log_metric(f"{self.__name__}/contract_violations", batch["contract_violations"] / n)
+            for metric, key in metrics.items():
+                log_metric(metric, batch[key] / n)
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """Which anchor lines are answer slots for a reward: the nouns of ``the (final|correct) <noun> is``/``<noun>:``
+    and whether GSM8K's ``#### 42`` counts. Boxes, ``<answer>`` tags and the bare slot count for every reward."""
+
+    nouns: tuple[str, ...] = ("answer",)
+    hashes: bool = False
+
+    def __post_init__(self):
+        noun = "|".join(self.nouns)
+        one = (
+            r"(?:(?:so|thus|therefore|hence|finally)[ \t]*,?[ \t]+)?(?:the[ \t]+)?"
+            rf"(?:(?:final|correct|right|best)[ \t]+)?(?:{noun})[ \t]*[*_]{{0,2}}[ \t]*"
+            r"(?:is\b[ \t]*:?|:|=|[-\u2013\u2014](?=[ \t]))(?:[ \t]*[*_]{1,2})?"
+        )
+        object.__setattr__(self, "_anchor", re.compile(rf"(?i)(?:{one}[ \t]*)+"))
+        object.__setattr__(self, "_noun", re.compile(rf"(?i){noun}" + ("|####" if self.hashes else "")))
+        object.__setattr__(
+            self,
+            "_heading",
+            re.compile(rf"(?i)(?:the[ \t]+)?(?:(?:final|correct)[ \t]+)?(?:{noun})[ \t]*:?[ \t]*[*_]*[ \t]*$"),
+        )
+
+
+ANSWER_SLOTS = SlotSpec()
+MATH_SLOTS = SlotSpec(hashes=True)
+CHOICE_SLOTS = SlotSpec(nouns=("answer", "option", "choice"))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What :func:`read_answer` found: ``value`` (the text of the one answer slot, stripped; None when the contract
+    is broken), ``kind`` (``"box"``, ``"tag"``, ``"anchor"``, ``"bare"``, ``"none"``) and ``violation`` (the rule
+    broken, ``""`` when the contract holds)."""
+
+    value: str | None
+    kind: str
+    violation: str = ""
+
+
+def _broken(why: str) -> Reading:
+    return Reading(None, "none", why)
+
+
+# ------------------------------------------------------------------------------------------- final region
+
+
+def final_region(text: str) -> tuple[str, str]:
+    """``(region, violation)``: the text after the last ``</think>`` (the whole text without one), or ``("",
+    why)`` when a ``<think>`` is left open or opens again in it."""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        return "", "reasoning left open: a <think> with no </think> after it"
+    return text, ""
+
+
+# ------------------------------------------------------------------------------------------- hiding markup
+
+# Characters that show nothing (or overlay the previous one): format characters (Cf: zero-width space, joiners,
+# soft hyphen, bidirectional controls, tag characters, invisible operators), private use (Co), surrogates, control
+# characters other than tab/newline/CR, combining overlays (U+0334-U+0338, U+20D2, U+20E5, U+20EB), the combining
+# grapheme joiner, variation selectors, and blank glyphs (Hangul fillers, Braille blank).
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u034f\u0334-\u0338\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
+    "\u08e2\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u20d2\u20e5\u20eb\u2800\u3164\ufe00-\ufe0f"
+    "\ufeff\uffa0\ufff9-\ufffb\ue000-\uf8ff\ud800-\udfff\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f\U000e0100-\U000e01ef\U000f0000-\U0010ffff]"
+)
+_HIDING_LATEX = re.compile(
+    r"\\(?:[hv]?phantom|iffalse|comment|color|textcolor|colorbox|fcolorbox|sout|st|xout|cancel|bcancel|xcancel|"
+    r"cancelto|not|rlap|llap|clap|mathrlap|mathllap|mathclap|def|gdef|edef|xdef|let|newcommand|renewcommand|"
+    r"providecommand|DeclareMathOperator)(?![A-Za-z])|\\begin\s*\{\s*comment\s*\}|\\hspace\*?\s*\{\s*-|"
+    r"\\m?kern\s*-|\\mspace\s*\{\s*-|\\!"
+)
+_HIDING_HTML = re.compile(
+    r"(?i)<!--|<\s*/?\s*(?:s|strike|del|details|summary|script|style|template|noscript|iframe|object|textarea)"
+    r"(?:\s[^<>]*)?>|<[a-z][\w-]*(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s<>\"']+))+\s*/?>|"
+    r"<[a-z][\w-]*\s[^<>]*\b(?:hidden|aria-hidden)\b[^<>]*>"
+)
+_HIDING_MARKDOWN = re.compile(r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S")
+
+
+def hiding_markup(region: str) -> str:
+    """Why ``region`` holds markup that hides, strikes or overlays text, or ``""`` (docs/answer_extraction.md §3;
+    boxes inside boxes are checked with the slots)."""
+    for pattern, what in (
+        (_HIDING_HTML, "HTML that hides or strikes text"),
+        (_HIDING_MARKDOWN, "Markdown that hides or strikes text"),
+        (_HIDING_LATEX, "LaTeX that hides, overlays, strikes or redefines"),
+    ):
+        if (m := pattern.search(region)) is not None:
+            return f"{what}: {m.group(0)[:30]!r}"
+    decoded = html.unescape(region) if "&" in region else region
+    if (m := _INVISIBLE.search(decoded)) is not None:
+        return f"an invisible character U+{ord(m.group(0)):04X}"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------------- slots
+
+END_OF_TURN = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|endoftext|>",
+    "</s>",
+    "<eos>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+)
+_END_OF_TURN = re.compile("|".join(re.escape(t) for t in END_OF_TURN))
+# What may follow the slot: whitespace, closing punctuation, closing environments and tags (end-of-turn markup is
+# blanked before the slots are read).
+_CLOSING = re.compile(r"(?:\s|[.!)\]}$*_`'\"\u201d\u2019\u00bb]|\\[)\]]|\\end\s*\{[^{}]*\}|</[A-Za-z][\w-]*\s*>)*")
+_TAG = re.compile(r"(?i)<\s*(/?)\s*answer\b[^<>]*>")
+# Where an anchor may start inside a line: the line's start after Markdown decoration, or a sentence's start.
+_LINE_START = re.compile(r"[ \t]*(?:[#>*_\-][ \t]*)*")
+_SENTENCE_START = re.compile(r"[.!?][ \t]+[*_]{0,2}")
+_COMMA = re.compile(r",[ \t]+")
+_LEAD_IN = re.compile(r"(?i)(?:so|thus|therefore|hence|finally)\b")
+_HASHES = re.compile(r"[ \t]*####[ \t]*(?=[-+\u2212$\\\d.(])")
+_UNESCAPED_PERCENT = re.compile(r"(?<!\\)%[^\n]*\S")
+
+
+@dataclass(frozen=True)
+class _Slot:
+    kind: str
+    start: int
+    end: int
+    value_start: int
+    value_end: int
+
+
+def _tags(region: str) -> tuple[list[tuple[int, int, int, int]], str]:
+    """``(start, end, content_start, content_end)`` of every ``<answer>`` block, or the violation (an ``<answer>``
+    never closed, a stray ``</answer>``, a block opened inside another). Linear."""
+    blocks, open_at = [], None
+    for m in _TAG.finditer(region):
+        if m.group(1):  # </answer>
+            if open_at is None:
+                return [], "a </answer> with no <answer> before it"
+            blocks.append((open_at.start(), m.end(), open_at.end(), m.start()))
+            open_at = None
+        elif open_at is not None:
+            return [], "an <answer> opened inside another (the first never closed)"
+        else:
+            open_at = m
+    if open_at is not None:
+        return [], "an <answer> never closed"
+    return blocks, ""
+
+
+def _line_bounds(text: str, pos: int) -> tuple[int, int]:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return start, len(text) if end < 0 else end
+
+
+def _anchor_value(text: str, value_start: int) -> tuple[int, int]:
+    """The value's extent after an anchor: the rest of its line, or the next non-empty line when the rest is
+    blank (``**Answer:**`` with the value below)."""
+    _, line_end = _line_bounds(text, value_start)
+    if text[value_start:line_end].strip(" \t*_"):
+        return value_start, line_end
+    pos = line_end
+    while pos < len(text):
+        following = text.find("\n", pos + 1)
+        following = len(text) if following < 0 else following
+        if text[pos + 1 : following].strip():
+            return pos + 1, following
+        pos = following
+    return value_start, line_end
+
+
+class _Spans:
+    """Sorted, non-overlapping ``(start, end)`` spans; ``covers(pos)`` in O(log n)."""
+
+    def __init__(self, spans: list[tuple[int, int]]):
+        self.spans = sorted(spans)
+        self.starts = [s for s, _ in self.spans]
+
+    def covers(self, pos: int) -> bool:
+        i = bisect.bisect_right(self.starts, pos) - 1
+        return i >= 0 and pos < self.spans[i][1]
+
+
+def _anchors(text: str, spec: SlotSpec, taken: _Spans) -> list[_Slot]:
+    """Anchor slots of ``text`` outside the ``taken`` spans (boxes, tags), in order."""
+    found: list[_Slot] = []
+    # Only a line holding one of the nouns (or "####") can hold an anchor: the others are skipped unread.
+    for pos in sorted({text.rfind("\n", 0, m.start()) + 1 for m in spec._noun.finditer(text)}):  # type: ignore[attr-defined]
+        line_end = text.find("\n", pos)
+        line_end = len(text) if line_end < 0 else line_end
+        line = text[pos:line_end]
+        if spec.hashes and not taken.covers(pos) and (h := _HASHES.match(line)) is not None:
+            if not found or pos >= found[-1].end:
+                found.append(_Slot("anchor", pos, line_end, pos + h.end(), line_end))
+            continue
+        body = pos + _LINE_START.match(line).end()
+        candidates = [body]
+        candidates += [pos + m.end() for m in _SENTENCE_START.finditer(line)]
+        candidates += [pos + m.end() for m in _COMMA.finditer(line) if _LEAD_IN.match(text, pos + m.end())]
+        for start in sorted(candidates):
+            if taken.covers(start) or (found and start < found[-1].value_start):
+                continue
+            m = spec._anchor.match(text, start, line_end)  # type: ignore[attr-defined]
+            if m is not None:
+                value_start, value_end = _anchor_value(text, m.end())
+            elif start == body and spec._heading.match(text, start, line_end):  # type: ignore[attr-defined]
+                # a line that only names the answer ("### Final Answer"): the value is the next non-empty line
+                value_start, value_end = _anchor_value(text, line_end)
+            else:
+                continue
+            found.append(_Slot("anchor", start, value_end, value_start, value_end))
+    return found
+
+
+def _slots(region: str, spec: SlotSpec, *, allow_tags: bool) -> tuple[list[_Slot], str]:
+    """Every answer slot of ``region``, in order, or the structural violation."""
+    tags, why = _tags(region)
+    if why:
+        return [], why
+    if tags and not allow_tags:
+        return [], "an <answer> inside an <answer>"
+    boxes = _boxes(region)
+    reach = -1  # the furthest content end of the boxes so far (they come in order of their start)
+    for start, _end, content_start, content_end in boxes:
+        if content_end < 0:
+            return [], "a box never closed (cut off)"
+        if start < reach:
+            return [], "a box inside a box"
+        reach = max(reach, content_end)
+        if _UNESCAPED_PERCENT.search(region, content_start, content_end):
+            return [], "a LaTeX comment (%) inside a box"
+    slots = [_Slot("tag", s, e, cs, ce) for s, e, cs, ce in tags]
+    in_tag = [(s, e) for s, e, _, _ in tags]
+    slots += [_Slot("box", s, e, cs, ce) for s, e, cs, ce in boxes if not any(a <= s < b for a, b in in_tag)]
+    held = _Spans([(s.start, s.end) for s in slots])
+    for anchor in _anchors(region, spec, held):
+        # An anchor whose value holds a box or a tag is that box or tag: one slot.
+        i = bisect.bisect_left(held.starts, anchor.value_start)
+        if i == len(held.starts) or held.starts[i] >= anchor.value_end:
+            slots.append(anchor)
+    return sorted(slots, key=lambda s: s.start), ""
+
+
+def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
+    slots, why = _slots(region, spec, allow_tags=not in_tag)
+    if why:
+        return _broken(why)
+    if not slots:
+        value = region.strip()
+        if not value:
+            return _broken("an empty <answer>" if in_tag else "no answer slot")
+        if not in_tag and "\n" in value:
+            return _broken("no answer slot (no box, <answer> tag or anchor line, and more than one line)")
+        return Reading(value, "tag" if in_tag else "bare")
+    if len(slots) > 1 and mode == "train":
+        kinds = ", ".join(s.kind for s in slots)
+        return _broken(f"{len(slots)} answer slots ({kinds})")
+    slot = slots[-1]
+    if mode == "train" and _CLOSING.fullmatch(region, slot.end) is None:
+        after = region[slot.end :].strip()
+        return _broken(f"text after the answer slot: {after[:40]!r}")
+    content = region[slot.value_start : slot.value_end]
+    if slot.kind == "tag":
+        inner = _read(content, spec, mode, in_tag=True)
+        return Reading(inner.value, "tag", inner.violation)
+    value = content.strip()
+    if slot.kind == "anchor":  # Markdown emphasis and a sentence's full stop around the value
+        while value != (stripped := value.strip(" \t*_").rstrip(".!")):
+            value = stripped
+    if not value:
+        return _broken("an empty answer slot")
+    return Reading(value, slot.kind)
+
+
+def read_answer(text: str | None, spec: SlotSpec = ANSWER_SLOTS, mode: str = "train") -> Reading:
+    """The one answer slot of a completion's text under the answer contract, or the rule it breaks.
+
+    ``spec`` says which anchor lines are slots (:data:`ANSWER_SLOTS`, :data:`MATH_SLOTS` with ``#### 42``,
+    :data:`CHOICE_SLOTS` with "the correct option is"). ``mode="eval"`` takes the last of several slots and ignores
+    text after it. The value is the slot's raw text; each reward reads its value from it.
+    """
+    region, why = final_region(text or "")
+    if why:
+        return _broken(why)
+    # End-of-turn markup is no text (and </s> is no strike-through): blanked, so offsets and lines stay.
+    region = _END_OF_TURN.sub(lambda m: " " * len(m.group(0)), region)
+    why = hiding_markup(region)
+    if why:
+        return _broken(why)
+    return _read(region, spec, mode, in_tag=False)

@@ -1,0 +1,441 @@
+"""Reading the one value an answer slot holds: text macros, number words, scale words, units, exact numbers.
+
+The answer contract (``docs/answer_extraction.md`` §6, :mod:`grpo_family.rewards.contract`) says a slot holds one
+value of the reward's kind. These helpers turn a slot's text into that value or say why it is not one; the math,
+multiple-choice, QA and arithmetic rewards build on them. The word lists here are lists of *numerals, units and
+maths names that are read as values*; any other word in a numeric slot breaks the contract. No list of retraction
+or hedge words decides anything.
+
+Standard library only (the scoring worker subprocesses import this module).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+__all__ = [
+    "MATH_NAMES",
+    "SCALES",
+    "UNITS",
+    "GoldShape",
+    "normalise_gold",
+    "number_from_words",
+    "read_math_value",
+    "read_number",
+    "strip_wrappers",
+    "unwrap_text_macros",
+]
+
+# A value may be this long; beyond it the slot holds no readable number (Python refuses int() of > 4300 digits).
+MAX_NUMBER_CHARS = 1000
+
+# ----------------------------------------------------------------------------------------------- text macros
+
+# Every macro whose argument is shown as text: its content is read like any other text (a relation or a word in
+# \textrm{} is seen), never dropped as math-verify drops \text{...}.
+TEXT_MACRO = re.compile(
+    r"\\(?:text(?:rm|bf|it|sf|tt|normal|up|sl|sc|md)?|emph|mbox|hbox|math(?:rm|bf|it|sf|tt|normal)|"
+    r"operatorname\*?|boldsymbol|bm|pmb)(?![A-Za-z])\s*\{"
+)
+
+
+def _closing_brace(text: str, open_at: int) -> int:
+    """Index of the ``}`` matching the ``{`` at ``open_at`` (``\\{`` and ``\\}`` are literal), or -1."""
+    depth, i = 0, open_at
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def unwrap_text_macros(text: str) -> str:
+    """``text`` with every text macro replaced by its content between spaces (``18\\text{ or }21`` ->
+    ``18  or  21``); an unclosed macro keeps the rest of the text as its content."""
+    while (m := TEXT_MACRO.search(text)) is not None:
+        close = _closing_brace(text, m.end() - 1)
+        if close < 0:
+            text = text[: m.start()] + " " + text[m.end() :]
+        else:
+            text = text[: m.start()] + " " + text[m.end() : close] + " " + text[close + 1 :]
+    return text
+
+
+_WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"), ("__", "__"), ("`", "`"))
+
+
+def strip_wrappers(value: str) -> str:
+    """The value without the delimiters around all of it: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``,
+    Markdown bold and code, ``\\displaystyle``, and a sentence's full stop at its end."""
+    value = value.strip()
+    changed = True
+    while changed and value:
+        changed = False
+        for left, right in _WRAPPERS:
+            if len(value) >= len(left) + len(right) and value.startswith(left) and value.endswith(right):
+                inner = value[len(left) : len(value) - len(right)]
+                if left in ("$", "`", "**", "__") and left in inner:  # "$a$ and $b$" is not one wrapped value
+                    continue
+                value, changed = inner.strip(), True
+        for prefix in ("\\displaystyle", "\\textstyle"):
+            if value.startswith(prefix):
+                value, changed = value[len(prefix) :].strip(), True
+        if value.endswith("."):  # a sentence's full stop ("!" may be a factorial)
+            value, changed = value[:-1].rstrip(), True
+    return value
+
+
+# ------------------------------------------------------------------------------------------------- numbers
+
+_SMALL = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen".split()
+    )
+}
+_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if i > 1}
+SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_SIGN_WORDS = {"minus": -1, "negative": -1}
+NUMBER_WORDS = frozenset(_SMALL) | frozenset(_TENS) | frozenset(SCALES) | frozenset(_SIGN_WORDS) | {"and"}
+
+
+def number_from_words(text: str) -> int | None:
+    """The integer that English number words write (``eighteen``, ``twenty-one``, ``one hundred and five``,
+    ``minus three``, ``eighteen thousand``), or None when ``text`` is anything else."""
+    words = re.findall(r"[a-z]+|\S", text.lower().replace("-", " "))
+    if not words:
+        return None
+    sign = 1
+    if words[0] in _SIGN_WORDS:
+        sign, words = _SIGN_WORDS[words[0]], words[1:]
+    total = current = 0
+    seen_number = False
+    previous = ""
+    for word in words:
+        if word in _SMALL:
+            if previous in _SMALL or previous in _TENS and _SMALL[word] >= 10 or previous in _TENS and word == "zero":
+                return None  # "eighteen five", "twenty twelve": not one number
+            current += _SMALL[word]
+        elif word in _TENS:
+            if previous in _SMALL or previous in _TENS:
+                return None
+            current += _TENS[word]
+        elif word == "hundred":
+            if current == 0 or current >= 100:
+                return None
+            current *= 100
+        elif word in SCALES:
+            if current == 0:
+                return None
+            total += current * SCALES[word]
+            current = 0
+        elif word == "and" and seen_number and previous == "hundred" or word == "and" and previous in SCALES:
+            continue
+        else:
+            return None
+        seen_number = True
+        previous = word
+    return sign * (total + current) if seen_number else None
+
+
+_NUMERAL = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|[-+−]?\.\d+")
+_SCALED = re.compile(r"(?P<num>[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*(?P<scale>" + "|".join(SCALES) + r")\b")
+
+
+def numeral_value(numeral: str) -> Fraction:
+    """The exact value of a numeral matched by the numeral pattern (``1,234.50`` -> 2469/2)."""
+    return Fraction(Decimal(numeral.replace(",", "").replace("−", "-")))
+
+
+def apply_scales(text: str) -> str:
+    """Numerals followed by a scale word written out (``18 thousand`` -> ``18000``, ``1.5 million`` -> ``1500000``):
+    a scale word is never dropped."""
+
+    def scaled(m: re.Match) -> str:
+        value = numeral_value(m.group("num")) * SCALES[m.group("scale").lower()]
+        return str(value.numerator) if value.denominator == 1 else str(Decimal(value.numerator) / value.denominator)
+
+    return _SCALED.sub(scaled, text)
+
+
+def read_number(value: str) -> tuple[Fraction | None, str]:
+    """``(number, "")`` for a slot that holds exactly one number — a numeral (sign, thousands separators, decimals,
+    ``\\$``), number words, or either followed by a scale word — else ``(None, why)``."""
+    if len(value) > MAX_NUMBER_CHARS:
+        return None, f"a value longer than {MAX_NUMBER_CHARS} characters"
+    text = strip_wrappers(unwrap_text_macros(value)).replace("\\$", "").replace("$", "").strip()
+    text = " ".join(text.split())
+    words = number_from_words(text)
+    if words is not None:
+        return Fraction(words), ""
+    m = re.fullmatch(r"(?P<num>[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?)(?:\s*(?P<scale>[A-Za-z]+))?", text)
+    if m is None:
+        return None, f"not one number: {value.strip()[:40]!r}"
+    try:
+        number = numeral_value(m.group("num").rstrip("."))
+    except (InvalidOperation, ValueError):
+        return None, f"not one number: {value.strip()[:40]!r}"
+    scale = m.group("scale")
+    if scale is None:
+        return number, ""
+    if scale.lower() in SCALES:
+        return number * SCALES[scale.lower()], ""
+    return None, f"a word after the number: {scale!r}"
+
+
+# --------------------------------------------------------------------------------------------- maths words
+
+# Names that are maths, not words, when written without a backslash.
+MATH_NAMES = frozenset(
+    "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln lg exp max min gcd lcm mod det pi sqrt "
+    "infty inf".split()
+)
+
+# Units dropped after a number when the gold is a pure number (docs/answer_extraction.md §6). Compared in lower
+# case; single letters (m, g, s, h, l) only as the last token of the value.
+UNITS = frozenset(
+    (
+        # length, area, volume
+        "mm cm dm m km in inch inches ft foot feet yd yard yards mi mile miles meter meters metre metres "
+        "centimeter centimeters centimetre centimetres millimeter millimeters kilometer kilometers kilometre "
+        "kilometres ml l liter liters litre litres gallon gallons gal quart quarts pint pints cup cups "
+        "unit units sq square cubic cc "
+        # mass
+        "mg g kg gram grams kilogram kilograms lb lbs pound pounds oz ounce ounces ton tons tonne tonnes "
+        # time
+        "s sec secs second seconds min mins minute minutes h hr hrs hour hours day days week weeks month months "
+        "year years "
+        # money, angle, percent, speed, temperature
+        "dollar dollars cent cents usd euro euros eur pound pence penny pennies yen "
+        "degree degrees deg rad radian radians percent mph kph kmh km/h m/s celsius fahrenheit"
+    ).split()
+)
+
+
+# ---------------------------------------------------------------------------------------------- math values
+
+# Relations at the top level of a value. "=" names a value (x = 5); inequalities in one variable are sets; the rest
+# (approximations, "not equal", arrows) never state one exact value.
+_RELATION = re.compile(
+    r"<=|>=|:=|\\(?:leqslant|geqslant|leq|geq|le|ge|lt|gt|neq|ne|approx|simeq|sim|cong|equiv|propto|to|"
+    r"rightarrow|Rightarrow|longrightarrow|implies|iff|mapsto)(?![A-Za-z])|[=<>≤≥≠≈]"
+)
+_EQUALS = {"=", ":="}
+_LESS = {"<", "<=", "\\le", "\\leq", "\\leqslant", "\\lt", "≤"}
+_GREATER = {">", ">=", "\\ge", "\\geq", "\\geqslant", "\\gt", "≥"}
+# Separators of several values at the top level: "2, 3", "2; 3", "2 \lor 3".
+_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
+# What names a value: x, y_1, a_{n}, \theta, f(x), g(x, y), x'.
+_NAME = re.compile(
+    r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?"
+)
+_WORD_OR_COMMAND = re.compile(r"\\[A-Za-z]+|[A-Za-z]+")
+_NUMBER_WORD_RUN = re.compile(
+    r"(?i)\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS - {"and"}, key=len, reverse=True)) + r")"
+    r"(?:(?:[\s-]+|\s+and\s+)(?:" + "|".join(sorted(NUMBER_WORDS - {"and"}, key=len, reverse=True)) + r"))*\b"
+)
+_UNIT_WORD_TAIL = re.compile(r"(?<![A-Za-z\\])([A-Za-z]+(?:/[A-Za-z]+)?)\.?\s*$")
+_UNIT_EXPONENT_TAIL = re.compile(r"\^\s*\{?\s*[23]\s*\}?\s*$")
+_UNIT_JOIN_TAIL = re.compile(r"(?:/|\\cdot|\bper)\s*$")
+_SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
+
+
+def _top_level(text: str, pattern: re.Pattern) -> list[re.Match]:
+    """The matches of ``pattern`` in ``text`` outside every bracket (``()``, ``[]``, ``{}``, ``\\{\\}``; an
+    interval's ``(1, 3]`` counts as brackets)."""
+    found, depth, i = [], 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            depth += 1 if text[i + 1] == "{" else -1
+            i += 2
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0 and (m := pattern.match(text, i)) is not None:
+            found.append(m)
+            i = m.end()
+            continue
+        i += 1
+    return found
+
+
+def split_top_level(text: str, separator: re.Pattern = _SEPARATOR) -> list[str]:
+    """``text`` split at the separators outside every bracket (``"2, 3"`` -> two parts, ``"(2, 3)"`` -> one)."""
+    cuts = [(m.start(), m.end()) for m in _top_level(text, separator)]
+    starts = [0] + [end for _, end in cuts]
+    ends = [start for start, _ in cuts] + [len(text)]
+    return [text[a:b] for a, b in zip(starts, ends)]
+
+
+def _relations(text: str) -> list[re.Match]:
+    """The relation symbols of ``text`` outside brackets."""
+    return _top_level(text, _RELATION)
+
+
+def _is_name(side: str) -> bool:
+    return _NAME.fullmatch(side.strip()) is not None
+
+
+def _outer_brackets(text: str) -> tuple[str, str]:
+    """The bracket pair around all of ``text`` (``("(", ")")`` for ``(2, 3)``), or ``("", "")``."""
+    text = text.strip()
+    for left, right in (("\\{", "\\}"), ("\\left(", "\\right)"), ("\\left[", "\\right]")):
+        if text.startswith(left) and text.endswith(right):
+            return left, right
+    if len(text) >= 2 and text[0] in "([" and text[-1] in ")]":
+        # the first bracket must close at the end ("(1)(2)" is not wrapped)
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            if depth == 0 and i < len(text) - 1:
+                return "", ""
+        return text[0], text[-1]
+    return "", ""
+
+
+class GoldShape:
+    """What a math gold looks like, for reading an answer against it: how many top-level values it has (``2, 3``:
+    2) and its brackets, whether it is a relation (``x > 2``), whether it is a pure number (units may then follow
+    an answer), and its letters and words (an answer may use them)."""
+
+    def __init__(self, gold: str):
+        text = strip_wrappers(gold.replace("\\$", ""))
+        plain = unwrap_text_macros(text)
+        left, right = _outer_brackets(text)
+        self.parts = len(split_top_level(text[len(left) : len(text) - len(right)] if left else text))
+        self.brackets = (left, right) if self.parts > 1 else ("", "")
+        self.relation = bool(_relations(plain))
+        no_commands = re.sub(r"\\[A-Za-z]+", " ", TEXT_MACRO.sub(" ", text))
+        self.letters = frozenset(re.findall(r"[A-Za-z]", no_commands))
+        self.words = frozenset(w.lower() for w in re.findall(r"[A-Za-z]{2,}", plain) if not _is_command(plain, w))
+        self.numeric = not self.letters and not self.words
+        self.subscripts = bool(re.search(r"\d\s*_", text))
+
+
+def _is_command(text: str, word: str) -> bool:
+    return f"\\{word}" in text and word not in re.findall(r"(?<!\\)\b[A-Za-z]+\b", text)
+
+
+def _number_words_to_digits(text: str) -> str:
+    def digits(m: re.Match) -> str:
+        value = number_from_words(m.group(0))
+        return m.group(0) if value is None else str(value)
+
+    return _NUMBER_WORD_RUN.sub(digits, text)
+
+
+def _drop_units(text: str) -> str:
+    """``text`` without a trailing run of units after a number (``18 cm^2``, ``5 km/h``, ``3 square units``); an
+    exponent goes only with its unit (``x^2`` keeps its square)."""
+    while True:
+        rest = _UNIT_EXPONENT_TAIL.sub("", text).rstrip()
+        m = _UNIT_WORD_TAIL.search(rest)
+        if m is None or any(w.lower() not in UNITS for w in m.group(1).split("/")):
+            return text
+        head = rest[: m.start()]
+        if len(m.group(1)) == 1 and not head[-1:].isspace():
+            return text  # "2m" is a product; "2 m" and "2\text{ m}" are metres
+        if not re.search(r"\d", head):
+            return text
+        text = _UNIT_JOIN_TAIL.sub("", head.rstrip()).rstrip()
+
+
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
+
+
+def _money_and_separators(text: str) -> str:
+    text = text.replace("\\$", " ")
+    if text.count("$") % 2 == 1:  # a lone $ before a number is a dollar sign
+        text = re.sub(r"\$(?=\s*\d)", "", text, count=1)
+    text = strip_wrappers(text)
+    text = re.sub(r"(\d)\{,\}(\d{3})", r"\1\2", text)
+    return re.sub(r"(\d)\\,(\d{3})(?!\d)", r"\1\2", text)
+
+
+def normalise_gold(gold: str) -> str:
+    """A math gold as the answers are read: delimiters, ``\\$`` and text macros unwrapped, degrees and a trailing
+    unit after a number dropped (``5\\text{ cm}^2`` -> ``5``)."""
+    text = unwrap_text_macros(_money_and_separators(strip_wrappers(gold)))
+    text = _DEGREES.sub(" ", text)
+    return " ".join(_drop_units(text.strip()).split())
+
+
+def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
+    """``(latex, violation, as_set)``: the one value (or the gold's number of values) a math slot holds, as LaTeX
+    for math-verify, or why the slot breaks the contract (docs/answer_extraction.md §6). ``as_set``: the value is an
+    inequality in one variable, compared with an interval gold as a set."""
+    text = unwrap_text_macros(_money_and_separators(strip_wrappers(slot)))
+    text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", r"\\%", text)
+    text = apply_scales(text)
+    text = _number_words_to_digits(text)
+    text = apply_scales(text)
+    if gold.numeric:
+        text = _drop_units(_DEGREES.sub(" ", text).strip())
+    text = " ".join(_SPACING.sub(" ", text).split())
+    if not text:
+        return None, "an empty slot", False
+    if "?" in text:
+        return None, "a question mark in the value", False
+    if re.search(r"\d\s*_", text) and not gold.subscripts:
+        return None, "a subscript on a number (a base, an index: not the number)", False
+    for token in _WORD_OR_COMMAND.findall(text):
+        if token.startswith("\\") or len(token) == 1:
+            continue
+        word = token.lower()
+        if word in MATH_NAMES or word in gold.words or set(token) <= gold.letters:
+            continue
+        return None, f"a word in the value: {token!r}", False
+    if re.fullmatch(r"[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text) and gold.parts == 1:
+        text = text.replace(",", "")
+    parts = split_top_level(text)
+    if len(parts) > 1 and len(parts) != gold.parts:
+        return None, f"{len(parts)} values where the gold has {gold.parts}", False
+    values, as_set = [], False
+    for part in parts:
+        part = part.strip()
+        if not part:
+            return None, "an empty value between separators", False
+        if re.search(r"\d\s+[-+−]?\d", part):
+            return None, "two numbers side by side", False
+        relations = _relations(part)
+        if relations and not gold.relation:
+            kinds = [m.group(0) for m in relations]
+            sides = [part[: relations[0].start()]]
+            sides += [part[a.end() : b.start()] for a, b in zip(relations, relations[1:])]
+            sides.append(part[relations[-1].end() :])
+            if len(kinds) == 1 and kinds[0] in _EQUALS:
+                if _is_name(sides[0]):
+                    part = sides[1].strip()
+                elif _is_name(sides[1]):
+                    part = sides[0].strip()
+                else:
+                    return None, "a relation between two values", False
+                if not part:
+                    return None, "a relation without a value", False
+            elif all(k in _LESS for k in kinds) or all(k in _GREATER for k in kinds):
+                named = [i for i, side in enumerate(sides) if _is_name(side)]
+                if len(kinds) > 2 or len(named) != 1 or (len(kinds) == 2 and named != [1]):
+                    return None, "an inequality that is not in one variable", False
+                as_set = True
+            else:
+                return None, f"a relation that states no exact value: {' '.join(kinds)}", False
+        values.append(part)
+    latex = ", ".join(values)
+    if len(values) > 1 and gold.brackets != ("", ""):
+        latex = gold.brackets[0] + latex + gold.brackets[1]
+    return latex, "", as_set
