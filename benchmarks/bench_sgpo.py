@@ -46,7 +46,7 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from grpo_family import GRPOFamilyTrainer  # noqa: E402
-from grpo_family.rewards.judges import JudgeRequest, OpenAICompatibleJudge, ProgrammaticJudge  # noqa: E402
+from grpo_family.judges import JudgeRequest, OpenAICompatibleJudge, ProgrammaticJudge  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, check_steps, make_arithmetic_dataset  # noqa: E402
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer  # noqa: E402
 

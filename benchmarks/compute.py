@@ -811,6 +811,8 @@ FORMULAS = {
         "*A/(S*I); ref = [ref]*K*A/(S*I); dropped forward rows = 0 (the rows are selected before TRL's old and "
         "reference forwards, which run over the K kept rows only)"
     ),
+    # A method not listed (e.g. a loss term's): expected_counts gives it grpo's counts, which the test checks.
+    "other": "as grpo (its changes read the loss forward's log-probs or the rewards: no forward of its own)",
 }
 
 
@@ -834,7 +836,7 @@ def scale_report(scale: dict[str, Any], command: str, processes: dict[str, Any] 
         FORMULAS["all"],
         "",
     ]
-    lines += [f"- **{method}**: {FORMULAS[method]}" for method in METHODS]
+    lines += [f"- **{method}**: {FORMULAS.get(method, FORMULAS['other'])}" for method in METHODS]
     lines += [
         "",
         "Model size: no count above depends on it (rows and tokens are the same for any model); the FLOPs are "

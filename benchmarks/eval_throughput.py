@@ -43,7 +43,7 @@ def run_backend(python: str, backend: str, args, out: Path, *decoding: str) -> d
            "--max_new_tokens", str(args.max_new_tokens), "--no_math_verify", "--output_dir", str(out), *decoding]  # fmt: skip
     if args.limit:
         cmd += ["--limit", str(args.limit)]
-    from grpo_family.trainers.vllm_cpu import engine_env
+    from grpo_family.integrations.vllm_cpu import engine_env
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()

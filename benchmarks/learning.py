@@ -1,7 +1,7 @@
 """Learning benchmark: every method and ``grpo`` on the embedded default (the bundled arithmetic task), same budget,
 several seeds: what ``accelerate launch examples/train.py --method X`` does, measured.
 
-    python benchmarks/learning.py            # full: 6 methods x 3 seeds, ~20 min on 2 CPU cores
+    python benchmarks/learning.py            # full: every method x 3 seeds, ~30 min on 2 CPU cores
     python benchmarks/learning.py --quick    # the same tables from a few tiny steps, < 1 min (run in CI)
 
 Every run starts from the same warm-started tiny Qwen2 (``load_warm_start(seed=0)``) and trains with the
@@ -38,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.runs import _mean, _std, run_all  # noqa: E402 - the training runs, shared with claims.py
+from grpo_family import METHODS  # noqa: E402 - the one method list (light: the trainers load on first use)
 
-METHOD_NAMES = ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"]
+METHOD_NAMES = list(METHODS)
 SETTINGS = {  # setting -> (task difficulty, training steps in a full run: the demo's)
     "default": ("default", None),
 }
@@ -47,14 +48,6 @@ SETTINGS = {  # setting -> (task difficulty, training steps in a full run: the d
 METHOD_OVERRIDES: dict[str, dict] = {}
 PASS_AT = (1, 2, 4, 8, 16)
 QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
-PAPER_CLAIMS = {  # the papers' own headline results, at their scale
-    "grpo": "the baseline every paper compares against",
-    "ms_grpo": "AIME24 pass@1 +5.5 points over GRPO (mean over 6 models); math 5-benchmark average +3.5",
-    "cw_grpo": "R1-Distill-Qwen-1.5B, 5 math benchmarks: average 55.3 vs GRPO 52.6; steadier entropy (Figure 1)",
-    "d3s": "Qwen2.5-Math-7B, 7 math benchmarks: average pass@1 34.3 vs GRPO 29.8, on a fraction of rollouts/tokens",
-    "sgpo": "R1-Distill-Qwen-7B, 9 math benchmarks: overall 66.2 (best judge) vs GRPO 63.7",
-    "gpg": "R1-Distill-Qwen-1.5B, 5 math benchmarks: average 55.7 vs Open-RS1 (GRPO) 53.1; no critic/reference/KL",
-}
 
 
 def warm_start_pass_at_k(difficulty: str, args) -> dict:
@@ -291,7 +284,7 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
         "",
         "| method | the paper's headline result, on its own models and benchmarks |",
         "|---|---|",
-        *[f"| {m} | {c} |" for m, c in PAPER_CLAIMS.items()],
+        *[f"| {m} | {METHODS[m][1].reported_result} |" for m in METHOD_NAMES],
         "",
     ]
     text = "\n".join(lines) + "\n"  # only what this run produced; readings live in learning_reading.md

@@ -42,7 +42,7 @@ QWEN2_5_0_5B = dict(  # Qwen/Qwen2.5-0.5B-Instruct's config.json (architecture o
 
 
 def vllm_env() -> dict:
-    from grpo_family.trainers.vllm_cpu import engine_env
+    from grpo_family.integrations.vllm_cpu import engine_env
 
     return engine_env(kv_cache_gib="2")
 

@@ -39,6 +39,7 @@ from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_m
 from grpo_family.bounds import check_bounds
 from grpo_family.collator import DatasetFormatError
 from grpo_family.eval import EvalData, EvalSetupError, EvaluationCallback
+from grpo_family.integrations.vllm_cpu import shutdown_colocated_vllm
 from grpo_family.launch import (
     check_config_keys,
     check_flags_apply,
@@ -52,7 +53,6 @@ from grpo_family.launch import (
 from grpo_family.preflight import PreflightError
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
-from grpo_family.trainers.vllm_cpu import shutdown_colocated_vllm
 
 logger = logging.getLogger("grpo_family.train")
 

@@ -1,6 +1,9 @@
-"""grpo_family: GRPO-family RL trainers (MS-GRPO, CW-GRPO, D3S, SGPO, GPG) on TRL's GRPOTrainer.
+"""grpo_family: GRPO-family RL trainers (MS-GRPO, CW-GRPO, D3S, SGPO, GPG, KL-Cov, Clip-Cov) on TRL's GRPOTrainer.
 
-``METHODS`` maps a method name to its ``(Config, Trainer)`` pair; ``examples/train.py --method NAME`` uses it.
+``METHODS`` maps a method name to its ``(Config, Trainer)`` pair; ``examples/train.py --method NAME`` uses it. It is
+the one list of methods: the command line, the documentation's tables, the tests and the benchmarks read it, so a
+method is added by its own files (algorithm, trainer, document, tests, recipes) and one line of
+``_METHOD_CLASSES`` below (``docs/architecture.md``, "Add a method").
 
 The trainers (and with them TRL, transformers and torch) are imported on first access of one of the names below
 (PEP 562 module ``__getattr__``), so that ``import grpo_family.rewards`` -- which imports this package first --
@@ -20,27 +23,24 @@ _METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
     "d3s": (".trainers.d3s", "D3SConfig", "D3STrainer"),
     "sgpo": (".trainers.sgpo", "SGPOConfig", "SGPOTrainer"),
     "gpg": (".trainers.gpg", "GPGConfig", "GPGTrainer"),
+    "kl_cov": (".trainers.kl_cov", "KLCovConfig", "KLCovTrainer"),
+    "clip_cov": (".trainers.clip_cov", "ClipCovConfig", "ClipCovTrainer"),
 }
 
 # Public name -> (module, attribute), imported on first access.
 _LAZY: dict[str, tuple[str, str]] = {
     "GRPOConfig": ("trl", "GRPOConfig"),
-    "RewardFunctionError": (".trainers.reward_guards", "RewardFunctionError"),
-    "UnlearnableRunError": (".trainers.unlearnable", "UnlearnableRunError"),
+    "RewardFunctionError": (".runtime.reward_guards", "RewardFunctionError"),
+    "UnlearnableRunError": (".runtime.unlearnable", "UnlearnableRunError"),
     **{name: (module, name) for module, *classes in _METHOD_CLASSES.values() for name in classes},
 }
 
-if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports these on first use
-    from trl import GRPOConfig
+if TYPE_CHECKING:  # what static tools see (the shared names); at run time __getattr__ imports them on first use
+    from trl import GRPOConfig  # noqa: F401 - exported through __all__, which is built from _LAZY
 
-    from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer
-    from .trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
-    from .trainers.d3s import D3SConfig, D3STrainer
-    from .trainers.gpg import GPGConfig, GPGTrainer
-    from .trainers.ms_grpo import MSGRPOConfig, MSGRPOTrainer
-    from .trainers.reward_guards import RewardFunctionError
-    from .trainers.sgpo import SGPOConfig, SGPOTrainer
-    from .trainers.unlearnable import UnlearnableRunError
+    from .runtime.reward_guards import RewardFunctionError  # noqa: F401
+    from .runtime.unlearnable import UnlearnableRunError  # noqa: F401
+    from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer  # noqa: F401
 
     METHODS: dict[str, tuple[type, type]]
 
@@ -69,22 +69,4 @@ def get_method(name: str) -> tuple[type, type]:
     return methods[name]
 
 
-__all__ = [
-    "CWGRPOConfig",
-    "CWGRPOTrainer",
-    "D3SConfig",
-    "D3STrainer",
-    "GPGConfig",
-    "GPGTrainer",
-    "METHODS",
-    "GRPOConfig",
-    "GRPOFamilyConfig",
-    "GRPOFamilyTrainer",
-    "MSGRPOConfig",
-    "MSGRPOTrainer",
-    "RewardFunctionError",
-    "SGPOConfig",
-    "SGPOTrainer",
-    "UnlearnableRunError",
-    "get_method",
-]
+__all__ = sorted({"METHODS", "get_method", *_LAZY})

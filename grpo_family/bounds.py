@@ -9,7 +9,8 @@ TRL's own ``__post_init__`` uses it (``num_generations=0`` used to be a ``ZeroDi
 model or data loads; ``examples/train.py`` also checks its script and model arguments.
 
 A field of your own config subclass can carry its bound in its metadata (``metadata={"help": ..., "bounds":
-Int(min=1)}``); ``tests/test_bounds.py`` walks every field of every config in ``grpo_family.METHODS`` and fails for a
+Int(min=1)}``), and a field that mirrors another config's field names that field's flag (``metadata={"flag":
+"judge_type"}``), whose bound and name it then takes; ``tests/test_bounds.py`` walks every field of every config in ``grpo_family.METHODS`` and fails for a
 field with no bound. A field whose values cannot be bounded here is declared :class:`Unchecked` with the reason.
 
 Bounds say what a single value may be; checks across fields (``tau_min <= num_generations``, batch divisibility, ...)
@@ -783,9 +784,15 @@ BOUNDS: dict[str, Bound] = {
 }
 
 
+def _flag_of(field: dataclasses.Field) -> str:
+    """The flag a field is set by: its name, or ``metadata["flag"]`` for a field that mirrors another config's field
+    (``grpo_family.judges.JudgeConfig.type`` is ``--judge_type``)."""
+    return field.metadata.get("flag", field.name)
+
+
 def _bound_of(field: dataclasses.Field) -> Bound | None:
     declared = field.metadata.get("bounds")
-    return declared if declared is not None else BOUNDS.get(field.name)
+    return declared if declared is not None else BOUNDS.get(_flag_of(field))
 
 
 def bound_for(config_or_class: Any, name: str) -> Bound | None:
@@ -809,7 +816,7 @@ def problems(config: Any, names: Sequence[str] | None = None) -> list[str]:
         if bound is None or value is _NOT_A_VALUE or bound.accepts(value):
             continue
         hint = f" {bound.hint}" if bound.hint else ""
-        out.append(f"--{field.name} must be {bound.describe()}; got {_shown(value, bound)}.{hint}")
+        out.append(f"--{_flag_of(field)} must be {bound.describe()}; got {_shown(value, bound)}.{hint}")
     return out
 
 

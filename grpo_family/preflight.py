@@ -33,7 +33,7 @@ class PreflightError(ValueError):
 
 def check_vllm(args: Any) -> None:
     """A vLLM setting this machine cannot run (server mode without CUDA, sleep mode on vLLM's CPU backend)."""
-    from .trainers.vllm_cpu import check_vllm_settings
+    from .integrations.vllm_cpu import check_vllm_settings
 
     try:
         check_vllm_settings(args)

@@ -132,7 +132,7 @@ def check_resume(checkpoint: str | os.PathLike, args: Any, method: str, num_proc
 def resolve_checkpoint(resume: str | bool | None, output_dir: str) -> str | None:
     """``--resume_from_checkpoint`` as a folder: ``true`` means the newest complete checkpoint of ``output_dir``; a
     folder must exist."""
-    from .trainers.base import latest_complete_checkpoint  # (re-exported there wherever the resume module lives)
+    from .runtime.resume import latest_complete_checkpoint
 
     if resume in (None, False, "", "false", "False"):
         return None

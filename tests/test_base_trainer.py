@@ -53,7 +53,8 @@ def test_grpo_through_base_class_is_bit_identical_to_stock_trl(tiny_model_dir, a
 class ConstantAdvantage(GRPOFamilyTrainer):
     """Trains on advantages it makes up, to check they are what reaches the loss and the logs."""
 
-    def _compute_advantages(self, rewards, batch):
+    def compute_advantages(self, batch):
+        rewards = batch.rewards
         self.seen_rewards = rewards.clone()
         return torch.arange(rewards.numel(), dtype=torch.float32).view_as(rewards) - 7.5
 
@@ -68,8 +69,8 @@ def test_hook_output_is_what_is_trained_on_and_logged(tiny_model_dir, arithmetic
 
 
 class PerTokenAdvantage(GRPOFamilyTrainer):
-    def _compute_advantages(self, rewards, batch):
-        width = batch["completion_ids"].size(1)
+    def compute_advantages(self, batch):
+        rewards, width = batch.rewards, batch.completion_width
         return torch.ones(*rewards.shape, width) * torch.arange(rewards.numel()).view(*rewards.shape, 1)
 
 
@@ -83,9 +84,11 @@ def test_per_token_advantages_reach_the_loss(tiny_model_dir, arithmetic_train, c
 
 def test_logged_reward_metrics_follow_rewards_changed_by_the_hook(tiny_model_dir, arithmetic_train, config_kwargs):
     class Doubled(GRPOFamilyTrainer):
-        def _compute_advantages(self, rewards, batch):
-            batch["rewards"] = torch.full_like(rewards, 2.0)
-            return group_advantages(batch["rewards"])
+        def transform_rewards(self, batch):
+            batch.rewards = torch.full_like(batch.rewards, 2.0)
+
+        def compute_advantages(self, batch):
+            return group_advantages(batch.rewards)
 
     config = GRPOConfig(**config_kwargs(max_steps=1))
     trainer, _, logs = _run(Doubled, tiny_model_dir, arithmetic_train, config)

@@ -198,6 +198,7 @@ def test_method_choices_agree_with_the_method_modules(method, constants):
     so the two cannot drift apart)."""
     config = METHOD_CONFIGS[method]
     modules = [importlib.import_module(config.__module__), importlib.import_module(f"grpo_family.algorithms.{method}")]
+    modules += [importlib.import_module("grpo_family.judges")] if method == "sgpo" else []  # its judge settings
     for field, constant in constants.items():
         declared = next(getattr(m, constant) for m in modules if hasattr(m, constant))
         bound = bound_for(config, field)

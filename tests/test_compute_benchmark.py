@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from method_cases import case
 
 from grpo_family import METHODS
 
@@ -41,8 +42,10 @@ compute = _load_benchmark()
 # its judged groups. Per micro-step: D3S +2 (two pad_across_processes per chunk in _gather_rows for the batch-wide
 # token ranking); GPG -8 (its own loss logs one entropy and reads alpha where TRL's loss logs its clip and entropy
 # metrics). Re-measured after the named stages (D3S 32 + 3/micro-step -> 36 + 2, GPG 1 -> -1).
-SYNC_EXCESS = {"grpo": 11, "ms_grpo": 29, "cw_grpo": 28, "d3s": 36, "sgpo": 29, "gpg": -1}
-SYNC_EXCESS_PER_MICRO_STEP = {"grpo": 0, "ms_grpo": 0, "cw_grpo": 0, "d3s": 2, "sgpo": 0, "gpg": -8}
+# Each method's pinned pair (per generation batch, per extra micro-step) is its case's host_syncs
+# (tests/method_cases/<method>.py).
+SYNC_EXCESS = {method: case(method).host_syncs[0] for method in METHODS}
+SYNC_EXCESS_PER_MICRO_STEP = {method: case(method).host_syncs[1] for method in METHODS}
 
 
 def test_sync_counter_counts_what_a_gpu_run_waits_for():

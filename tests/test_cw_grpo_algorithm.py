@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_family.algorithms.cw_grpo import covariance_stats, covariance_weights
+from grpo_family.algorithms.reference import covariance_weights_reference as reference_weights
 
 SETTINGS = settings(max_examples=60, deadline=None)
 F64 = torch.float64
@@ -21,53 +22,9 @@ def t64(x):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Independent reference: plain Python loops over the valid tokens of each scope (docs/methods/cw_grpo.md §2.4, steps 1-7).
+# The independent reference (grpo_family.algorithms.reference): plain Python loops over the valid tokens of each scope
+# (docs/methods/cw_grpo.md §2.4, steps 1-7).
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def reference_weights(
-    logps, advantages, mask, g, *, scope="group", adv_center="token", std_ddof=0, bandwidth_scale=1.0, normalize=True
-):
-    lp, m = logps.tolist(), mask.tolist()
-    n_rows, t_len = len(lp), len(lp[0]) if lp else 0
-    adv = advantages.tolist()
-
-    def a(i, t):
-        return adv[i] if advantages.dim() == 1 else adv[i][t]
-
-    scopes = [list(range(s, s + g)) for s in range(0, n_rows, g)] if scope == "group" else [list(range(n_rows))]
-    out = [[0.0] * t_len for _ in range(n_rows)]
-    for rows in scopes:
-        toks = [(i, t) for i in rows for t in range(t_len) if m[i][t]]
-        n = len(toks)
-        if n == 0:
-            continue
-        l_bar = math.fsum(lp[i][t] for i, t in toks) / n
-        if adv_center == "token":
-            a_bar = math.fsum(a(i, t) for i, t in toks) / n
-        else:
-            per_row = []
-            for i in rows:
-                ts = [t for t in range(t_len) if m[i][t]]
-                if ts:
-                    per_row.append(math.fsum(a(i, t) for t in ts) / len(ts))
-            a_bar = math.fsum(per_row) / len(per_row)
-        c = {(i, t): (lp[i][t] - l_bar) * (a(i, t) - a_bar) for i, t in toks}
-        c_bar = math.fsum(c.values()) / n
-        std = math.sqrt(math.fsum((x - c_bar) ** 2 for x in c.values()) / max(n - std_ddof, 1))
-        constant = len({lp[i][t] for i, t in toks}) == 1 or len({a(i, t) for i, t in toks}) == 1
-        if std <= 1e-8 or constant or math.isinf(bandwidth_scale):  # degenerate, or an infinitely wide kernel
-            for i, t in toks:
-                out[i][t] = 1.0
-            continue
-        sigma = std * bandwidth_scale
-        logw = {k: -(x * x) / (2 * sigma * sigma) for k, x in c.items()}
-        top = max(logw.values())
-        e = {k: math.exp(x - top) if normalize else math.exp(x) for k, x in logw.items()}
-        total = math.fsum(e.values())
-        for (i, t), x in e.items():
-            out[i][t] = n * x / total if normalize else x
-    return t64(out) if out else torch.zeros(0, t_len, dtype=F64)
 
 
 @st.composite

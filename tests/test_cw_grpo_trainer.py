@@ -68,9 +68,9 @@ class Recording(CWGRPOTrainer):
         super().__init__(*args, **kwargs)
         self.rewards, self.batches, self.loss_inputs = [], [], []
 
-    def _compute_advantages(self, rewards, batch):
-        self.rewards.append(rewards.clone())
-        return super()._compute_advantages(rewards, batch)
+    def compute_advantages(self, batch):
+        self.rewards.append(batch.rewards.clone())
+        return super().compute_advantages(batch)
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
@@ -118,7 +118,7 @@ def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(
     assert (weights[mask] - 1).abs().max() > 0.2
     assert (expected - advantages[:, None] * mask).abs().max() > 0.05
     if reuse:  # the generation batch carries GRPO's advantages; the loss weights them
-        assert torch.equal(batch["advantages"], advantages) and "cw_row" in batch
+        assert torch.equal(batch["advantages"], advantages) and "cw_grpo/row" in batch
     else:
         torch.testing.assert_close(batch["advantages"], expected, atol=1e-4, rtol=1e-4)
 
@@ -179,7 +179,7 @@ def test_weights_from_the_loss_are_reused_on_every_iteration(tiny_model_dir, ari
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     (rewards,), (batch,) = trainer.rewards, trainer.batches
-    assert "old_per_token_logps" not in batch and "cw_row" in batch  # the in-loss path
+    assert "old_per_token_logps" not in batch and "cw_grpo/row" in batch  # the in-loss path
     mask = batch["completion_mask"].bool()
     assert calls == [(mask.size(0),)]  # weights made once, from GRPO's (B,) advantages
 
@@ -277,9 +277,12 @@ def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
         "prompt_mask": torch.tensor([[0, 0, 1, 1, 1]] * 2 + [[1] * 5] * 2),  # left padding, as TRL's
         "completion_ids": torch.randint(3, 90, (4, 6), generator=g),
         "completion_mask": torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 6, [1] * 2 + [0] * 4]),
-        "mode": "train",
     }
-    forward, extra = trainer._rollout_logps(batch)
+
+    def rollout_logps(output):  # the token-weight stage's view of one generation batch with this output
+        return trainer._rollout_logps(trainer.generation_batch(torch.zeros(1, 4), mode="train", output=output))
+
+    forward, extra = rollout_logps(batch)
     assert extra and forward.shape == (4, 6)
     valid = batch["completion_mask"].bool()
     torch.testing.assert_close(forward[valid], independent_logps(tiny_model_dir, batch, 1.0)[valid])
@@ -287,23 +290,23 @@ def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
     sampler = torch.full((4, 6), -0.5)
     old = torch.full((4, 6), -0.25)
     # Default 'policy': the sampler's log-probs are never used, not even when TRL has no old ones.
-    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})
+    logps, extra = rollout_logps({**batch, "sampling_per_token_logps": sampler})
     assert extra and torch.equal(logps, forward)
     assert torch.equal(
-        trainer._rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
+        rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
     )
     trainer.args.cw_logps_source = "sampler"
-    assert torch.equal(trainer._rollout_logps({**batch, "sampling_per_token_logps": sampler})[0], sampler)
+    assert torch.equal(rollout_logps({**batch, "sampling_per_token_logps": sampler})[0], sampler)
     assert torch.equal(
-        trainer._rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
+        rollout_logps({**batch, "old_per_token_logps": old, "sampling_per_token_logps": sampler})[0], old
     )
     nan_on_padding = sampler.clone()
     nan_on_padding[3, 5] = float("nan")  # NaN where the mask is 0 does not matter
-    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": nan_on_padding})
+    logps, extra = rollout_logps({**batch, "sampling_per_token_logps": nan_on_padding})
     assert not extra and torch.equal(logps.nan_to_num(), nan_on_padding.nan_to_num())
     nan_on_token = sampler.clone()
     nan_on_token[0, 0] = float("nan")
-    logps, extra = trainer._rollout_logps({**batch, "sampling_per_token_logps": nan_on_token})
+    logps, extra = rollout_logps({**batch, "sampling_per_token_logps": nan_on_token})
     assert extra and torch.equal(logps, forward)
 
 

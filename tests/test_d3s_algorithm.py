@@ -19,6 +19,7 @@ from grpo_family.algorithms.d3s import (
     select_rollouts,
     token_keep_mask,
 )
+from grpo_family.algorithms.reference import token_keep_mask_reference as reference_token_mask
 
 SETTINGS = settings(max_examples=60, deadline=None)
 F64 = torch.float64
@@ -461,23 +462,6 @@ def test_schedule_monotone_and_bounded(total, g, n0, n1, k0, k1):
 # ----------------------------------------------------------------------------------------------------------------
 # Token level
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def reference_token_mask(adv, ent, mask, ratio, scope, min_keep=1):
-    n_rows, t = ent.shape
-    a = adv[:, None].expand(n_rows, t) if adv.dim() == 1 else adv
-    keep = torch.zeros(n_rows, t, dtype=torch.bool)
-    scopes = [[(i, j) for i in range(n_rows) for j in range(t)]] if scope == "batch" else []
-    if scope == "sequence":
-        scopes = [[(i, j) for j in range(t)] for i in range(n_rows)]
-    for cells in scopes:
-        valid = [(i, j) for i, j in cells if mask[i, j]]
-        n = len(valid)
-        n_keep = min(n, max(min_keep, math.ceil(ratio * n - 1e-9)))
-        ranked = sorted(valid, key=lambda c: (-(abs(a[c].item()) * ent[c].item()), c[0], c[1]))
-        for c in ranked[:n_keep]:
-            keep[c] = True
-    return keep
 
 
 @st.composite

@@ -41,20 +41,21 @@ class GradCapture(TrainerCallback):
 class Tap(GRPOFamilyTrainer):
     """Below D3STrainer in the MRO: sees the batch before selection, and TRL's raw log-probs of the loss forward."""
 
-    def _keep_rows(self, output, stage):
-        self.rec["full"].append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
-        return super()._keep_rows(output, stage)
+    def _keep_rows(self, batch):
+        self.rec["full"].append({k: v.clone() for k, v in batch.output.items() if isinstance(v, torch.Tensor)})
+        return super()._keep_rows(batch)
 
-    def _loss_forward_stage(self, inputs, logps, entropies):
-        # What D3S hands to TRL's loss (its step denominators added), the weights the loss call runs with, and
+    def transform_loss_forward(self, call):
+        # What D3S hands to TRL's loss (its step denominator set), the weights the loss call runs with, and
         # TRL's raw log-probs of the loss forward.
-        self.rec["loss_inputs"].append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        self.rec["loss_inputs"].append({k: v.clone() for k, v in call._data.items() if isinstance(v, torch.Tensor)})
         self.rec["state"].append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        logps = call.logps
         if logps.requires_grad:
             logps.retain_grad()  # d loss / d log pi(token), read after the backward
             self.rec["raw_logps"].append(logps)
-            self.rec["entropies"].append(entropies.detach().clone())
-        return super()._loss_forward_stage(inputs, logps, entropies)
+            self.rec["entropies"].append(call.entropies.detach().clone())
+        super().transform_loss_forward(call)
 
 
 class Recorder(D3STrainer, Tap):
@@ -72,12 +73,17 @@ class Recorder(D3STrainer, Tap):
         self.rec["loss"].append(loss.detach().clone())
         return loss
 
-    def _compute_advantages(self, rewards, batch):
-        self.rec["rewards"].append(rewards.clone())
-        return super()._compute_advantages(rewards, batch)
+    def compute_advantages(self, batch):
+        self.rec["rewards"].append(batch.rewards.clone())
+        return super().compute_advantages(batch)
 
-    def _token_weights(self, inputs, entropies):
-        keep, weight = super()._token_weights(inputs, entropies)
+    def _window_denominators(self, call):
+        counts = super()._window_denominators(call)
+        self.rec["counts"].append(counts)  # the optimizer step's counts the loss call's weights use
+        return counts
+
+    def _token_weights(self, call, entropies, counts):
+        keep, weight = super()._token_weights(call, entropies, counts)
         self.rec["keep"].append(keep.clone())
         self.rec["weight"].append(weight.clone())
         return keep, weight
@@ -264,7 +270,7 @@ def test_step_trains_exactly_the_kept_rollouts_and_tokens(tiny_model_dir, arithm
     scope = "sequence" if config.d3s_token_scope == "sequence" else "batch"
     assert torch.equal(keep, token_keep_mask(inputs["advantages"], entropies, mask, ratio, scope=scope))
     expected_count = planned_kept_tokens(mask.sum(1) if scope == "sequence" else mask.sum(), ratio).sum()
-    assert keep.sum() == expected_count == rec["loss_inputs"][0]["d3s_kept_tokens"]
+    assert keep.sum() == expected_count == rec["counts"][0]["kept_tokens"]
 
     # Unkept tokens get exactly zero gradient from every term; kept tokens with A != 0 get some.
     grad = raw_logps.grad
@@ -416,11 +422,11 @@ def test_batch_scope_ranks_the_whole_generation_batch_once(tiny_model_dir, arith
     entropies, keep = cat(rec["entropies"]), cat([k.int() for k in rec["keep"]]).bool()
     mask = cat([x["completion_mask"] for x in rec["inputs"]]).bool()
     adv = torch.cat([x["advantages"] for x in rec["inputs"]])
-    order = torch.cat([x["d3s_rollout_index"] for x in rec["inputs"]]).argsort()
+    order = torch.cat([x["d3s/rollout_index"] for x in rec["inputs"]]).argsort()
     expected = torch.empty_like(keep)
     expected[order] = token_keep_mask(adv[order], entropies[order], mask[order], 0.2)
     assert torch.equal(keep, expected)
-    assert keep.sum() == planned_kept_tokens(mask.sum(), 0.2) == rec["loss_inputs"][0]["d3s_kept_tokens"]
+    assert keep.sum() == planned_kept_tokens(mask.sum(), 0.2) == rec["counts"][0]["kept_tokens"]
     score = adv.abs()[:, None] * entropies
     assert score[keep].min() >= score[mask & ~keep].max() - 1e-6
 
@@ -431,7 +437,7 @@ def test_token_ties_go_to_the_earlier_rollout_not_the_shuffled_row(tiny_model_di
     options = dict(max_steps=1, d3s_samples_start=4, d3s_samples_end=4, d3s_token_ratio_start=0.25)
     trainer = run(tiny_model_dir, arithmetic_train, D3SConfig(**config_kwargs(**options)), reward=constant_reward)
     full, inputs, keep = trainer.rec["full"][0], trainer.rec["inputs"][0], trainer.rec["keep"][0]
-    index = inputs["d3s_rollout_index"]
+    index = inputs["d3s/rollout_index"]
     assert sorted(index.tolist()) == list(range(8)) and index.tolist() != sorted(index.tolist()), "not shuffled"
     width = inputs["completion_ids"].size(1)
     assert torch.equal(full["completion_ids"][index, :width], inputs["completion_ids"])  # the index is the row's
@@ -596,7 +602,7 @@ def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
         ent = torch.cat([pad(rk["entropies"][c]) for rk in ranks])
         mask = torch.cat([pad(x["completion_mask"]) for x in chunk]).bool()
         adv = torch.cat([x["advantages"] for x in chunk])
-        order = torch.cat([x["d3s_rollout_index"] for x in chunk]).argsort()  # ties by global rollout index
+        order = torch.cat([x["d3s/rollout_index"] for x in chunk]).argsort()  # ties by global rollout index
         keep = torch.empty_like(mask)
         keep[order] = token_keep_mask(adv[order], ent[order], mask[order], ratio)
         assert torch.equal(torch.cat([pad(rk["keep"][c]) for rk in ranks]), keep)
@@ -605,7 +611,27 @@ def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
             rows_r = slice(r * x["completion_ids"].size(0), (r + 1) * x["completion_ids"].size(0))
             local_keep = keep[rows_r, : x["completion_ids"].size(1)] & x["completion_mask"].bool()
             loss = loss + torch.where(local_keep, per_token, 0.0).sum()
-    assert ranks[0]["loss_inputs"][0]["d3s_kept_tokens"] == total_kept
+    assert ranks[0]["counts"][0]["kept_tokens"] == total_kept
     (loss / total_kept).backward()
     for rank in ranks:
         assert_grads_close(rank["grads"], {n: p.grad for n, p in model.named_parameters()})
+
+
+@pytest.mark.multiprocess
+def test_a_process_without_kept_rows_logs_the_true_kl_and_entropy(tiny_model_dir, tmp_path):
+    """Was: rank 1 kept no rollout, its inert padding rows were trimmed to one completion column, and TRL's loss read
+    the one-column KL and entropy as per-sequence values, ignoring the mask: the logged ``kl`` was 0.405 at step 1
+    (policy = reference) and ``entropy`` the mean over padding too. Now both are the real tokens' values."""
+    launch("d3s_logging.py", tiny_model_dir, str(tmp_path), str(TESTS))
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    kept = ranks[0]["kept"]
+    assert torch.equal(kept, ranks[1]["kept"]) and kept.numel() > 0
+    assert not ((kept >= 8) & (kept < 16)).any(), "rank 1 kept rollouts: the inert-only path was not exercised"
+    assert not ranks[1]["calls"][0]["mask"].any()  # rank 1 trains on padding rows only
+    (log,) = [h for h in ranks[0]["logs"] if "kl" in h]
+    other = next(h for h in ranks[1]["logs"] if "kl" in h)
+    assert (log["kl"], log["entropy"]) == (other["kl"], other["entropy"])  # reduced over both ranks
+    assert abs(log["kl"]) < 1e-6  # step 1: the policy is the reference
+    entropy = sum((c["entropies"] * c["mask"]).sum() for r in ranks for c in r["calls"])
+    tokens = sum(c["mask"].sum() for r in ranks for c in r["calls"])
+    assert math.isclose(log["entropy"], float(entropy / tokens), rel_tol=1e-5)

@@ -15,19 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from grpo_family import METHODS
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "methods"
 CITATION = re.compile(r"docs/methods/(\w+)\.md(?:``|`)?\s*§\s*(\d+(?:\.\d+)*)")
 HEADING = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)[. ]", re.M)
 OUTSIDE = re.compile(r"spec §|spec Secs?\.|specs/|spec's|spec:", re.I)
-CONFIGS = {
-    "grpo": ("grpo_family.trainers.base", "GRPOFamilyConfig"),
-    "ms_grpo": ("grpo_family.trainers.ms_grpo", "MSGRPOConfig"),
-    "cw_grpo": ("grpo_family.trainers.cw_grpo", "CWGRPOConfig"),
-    "d3s": ("grpo_family.trainers.d3s", "D3SConfig"),
-    "gpg": ("grpo_family.trainers.gpg", "GPGConfig"),
-    "sgpo": ("grpo_family.trainers.sgpo", "SGPOConfig"),
-}
+CONFIGS = {name: (config.__module__, config.__name__) for name, (config, _) in METHODS.items()}
 
 
 def _sources(*dirs: str) -> list[Path]:
@@ -118,3 +113,20 @@ def test_bare_section_references_point_at_the_module_document():
                 broken.append(f"{where}: docs/methods/{document.group(1)}.md has no heading §{match.group(1)}")
     assert found > 10, f"only {found} bare references found: the pattern no longer matches"
     assert not broken, "\n".join(broken)
+
+
+def test_generated_tables_are_current():
+    """The tables of methods, stages and learning results in README.md and docs/ are written from the code and the
+    committed results by docs/generate.py (never by hand): a new method, stage or benchmark run changes them."""
+    import subprocess
+    import sys
+
+    readme, architecture = (ROOT / "README.md").read_text(), (ROOT / "docs" / "architecture.md").read_text()
+    assert "<!-- generated: methods -->" in readme and "<!-- generated: learning -->" in readme
+    assert "<!-- generated: stages -->" in architecture and "<!-- generated: method-stages -->" in architecture
+    for method in METHODS:  # a row per method
+        assert f"| `{method}` |" in readme and f"| `{method}` |" in architecture
+    result = subprocess.run(
+        [sys.executable, "docs/generate.py", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -93,9 +93,9 @@ def test_cw_grpo_reweights_ms_grpo_advantages(tiny_model_dir, arithmetic_train, 
         def _covariance_weights(self, logps, advantages, mask, num_generations):
             return mask.float()
 
-        def _compute_advantages(self, rewards, batch):
-            rewards_seen.append(rewards.clone())
-            return super()._compute_advantages(rewards, batch)
+        def compute_advantages(self, batch):
+            rewards_seen.append(batch.rewards.clone())
+            return super().compute_advantages(batch)
 
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)

@@ -35,7 +35,8 @@ from grpo_family.algorithms.gpg import (  # noqa: E402
     loss_row_weights,
     plan_assembly,
 )
-from grpo_family.trainers.gpg import GPGConfig, GPGTrainer  # noqa: E402
+from grpo_family.trainers.base import GRPOFamilyTrainer  # noqa: E402
+from grpo_family.trainers.gpg import GPGConfig  # noqa: E402
 
 NORMALIZATION = {"group_token_mean": "group", "global_token_mean": "token", "sequence_mean": "sequence"}
 
@@ -441,7 +442,7 @@ def _fake_trainer(G: int, mode: str = "token_truncate"):
     accelerator = types.SimpleNamespace(process_index=0, num_processes=1, gather=lambda t: t.reshape(1))
     return types.SimpleNamespace(
         num_generations=G, accelerator=accelerator, _tokenizer=types.SimpleNamespace(pad_token_id=0),
-        pad_to_multiple_of=None, vllm_importance_sampling_mode=mode, _loss_mask=GPGTrainer._loss_mask,
+        pad_to_multiple_of=None, vllm_importance_sampling_mode=mode, _name="GPG",
     )  # fmt: skip
 
 
@@ -464,7 +465,7 @@ def test_merge_rounds_pads_every_round_to_the_widest(widths, mode):
     per_token = mode.startswith("token")
     outputs = [_round_output(k, w, n, w if per_token else 1) for k, w in enumerate(widths)]
     plan = [(0, 0), (1, 1)]  # slot 0: round-0 group 0; slot 1: round-1 group 1
-    merged = GPGTrainer._merge_rounds(_fake_trainer(G, mode), outputs, plan)
+    merged = GRPOFamilyTrainer._merge_round_outputs(_fake_trainer(G, mode), outputs, plan)
     width = max(widths)
     assert merged["completion_ids"].shape == (n, width) and merged["completion_mask"].shape == (n, width)
     for rows, (k, g) in zip((slice(0, 2), slice(2, 4)), plan):

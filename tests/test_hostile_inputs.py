@@ -32,11 +32,11 @@ from conftest import HANG_GUARD_S, digit_share_reward
 from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from method_cases import case
 from test_judges import FakeOpenAI, ScriptedLM, completion
 
 from grpo_family import METHODS, RewardFunctionError
-from grpo_family.rewards import get_reward_funcs, reward_names
-from grpo_family.rewards.judges import (
+from grpo_family.judges import (
     JudgeRequest,
     OpenAICompatibleJudge,
     ProgrammaticJudge,
@@ -45,11 +45,13 @@ from grpo_family.rewards.judges import (
     parse_verdict,
     strip_reasoning,
 )
+from grpo_family.judges.batch import _clean_verdict
+from grpo_family.judges.steps import split_steps
+from grpo_family.rewards import get_reward_funcs, reward_names
 from grpo_family.rewards.math import MathAccuracyReward
-from grpo_family.rewards.steps import split_steps
 from grpo_family.rewards.timeout import RewardTimeoutError, get_runner, with_timeout
-from grpo_family.trainers.base import GuardedReward, is_empty_prompt
-from grpo_family.trainers.sgpo import _clean_verdict
+from grpo_family.runtime.reward_guards import GuardedReward
+from grpo_family.runtime.setup_checks import is_empty_prompt
 
 MB = 1_000_000
 
@@ -677,23 +679,8 @@ def test_guarded_reward_unit_behaviour():
 # ------------------------------------------------------------------------------------------------ configs
 # One incompatible combination per method: rejected when the config is built (before any model is loaded), by the
 # method's one __post_init__, with a message that names the options and what to change.
-BAD_CONFIGS = {
-    "grpo": ({"per_device_train_batch_size": 6, "num_generations": 4}, r"divisible by num_generations"),
-    "ms_grpo": ({"tau_min": 5, "num_generations": 4}, r"tau_min=5 exceeds num_generations=4; need 2 <= tau_min"),
-    "cw_grpo": ({"cw_bandwidth_scale": 0.0}, r"cw_bandwidth_scale must be > 0 .*1.0 = the paper.*use method 'grpo'"),
-    "d3s": (
-        {"d3s_drop_degenerate_groups": True, "d3s_sample_scope": "pooled"},
-        r"d3s_drop_degenerate_groups needs d3s_sample_scope='group'",
-    ),
-    "sgpo": (
-        {"judge_batch_timeout": 2000.0, "ddp_timeout": 1800},
-        r"judge_batch_timeout \(2000s\) must stay below ddp_timeout.*Lower judge_batch_timeout or raise ddp_timeout",
-    ),
-    "gpg": (
-        {"steps_per_generation": 2, "gradient_accumulation_steps": 1},
-        r"steps_per_generation \(2\) must equal gradient_accumulation_steps \(1\).*Leave steps_per_generation",
-    ),
-}
+# Each method's combination is its case's bad_config (tests/method_cases/<method>.py).
+BAD_CONFIGS = {method: case(method).bad_config for method in METHODS}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

@@ -29,7 +29,7 @@ def imported_after(statement: str) -> set[str]:
         "import grpo_family.rewards",
         "import grpo_family",
         "from grpo_family.rewards import get_reward_funcs, math_accuracy_reward, code_tests_reward",
-        "import grpo_family.rewards.judges, grpo_family.rewards.timeout, grpo_family.rewards.code",
+        "import grpo_family.judges, grpo_family.rewards.timeout, grpo_family.rewards.code",
     ],
 )
 def test_the_rewards_import_neither_trl_nor_transformers(statement):

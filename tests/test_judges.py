@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import HANG_GUARD_S
 
-from grpo_family.rewards.judges import (
+from grpo_family.judges import (
     DEFAULT_PROMPT_PATH,
     FAIL,
     HeuristicReferenceJudge,
@@ -33,7 +33,7 @@ from grpo_family.rewards.judges import (
     strip_reasoning,
     verdict_schema,
 )
-from grpo_family.rewards.steps import split_steps
+from grpo_family.judges.steps import split_steps
 
 REQUEST = JudgeRequest(
     problem="Compute 2+3*4.",
@@ -450,7 +450,7 @@ def test_openai_judge_bounds_max_tokens_by_the_served_context(server, caplog):
     server.behave = vllm_like(2048)
     server.models = [{"id": "judge-model", "object": "model", "max_model_len": 2048}]
     judge = judge_for(server)
-    with caplog.at_level(logging.WARNING, logger="grpo_family.rewards.judges"):
+    with caplog.at_level(logging.WARNING, logger="grpo_family.judges.step_judges"):
         verdicts = judge.judge([REQUEST] * 3)
         verdicts += judge.judge([REQUEST])
     assert [v.first_error for v in verdicts] == [2] * 4
@@ -464,7 +464,7 @@ def test_openai_judge_bounds_max_tokens_by_the_served_context(server, caplog):
 
 def test_openai_judge_warns_about_a_model_the_server_does_not_serve(server, caplog):
     server.models = [{"id": "other-model", "max_model_len": 4096}]
-    with caplog.at_level(logging.WARNING, logger="grpo_family.rewards.judges"):
+    with caplog.at_level(logging.WARNING, logger="grpo_family.judges.step_judges"):
         judge_for(server).judge([REQUEST])
     assert "serves other-model, not 'judge-model'" in caplog.text
 

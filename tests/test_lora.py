@@ -10,47 +10,23 @@ import math
 
 import pytest
 import torch
-from conftest import digit_share_reward
+from method_cases import case
 from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM
 
 from grpo_family import METHODS
-from grpo_family.tasks import arithmetic_reward
 
 # Learning rate 1e-2 (not the embedded default 5e-6) so that two Adam steps move every adapter entry visibly.
 LEARNING_RATE = 1e-2
 BETA = 0.04  # TRL's documented KL coefficient; GPG has no KL term and rejects any beta != 0
 
-# What each method needs on top of the shared tiny config to run its own logic on the tiny random model.
-METHOD_OVERRIDES = {
-    "grpo": {},
-    "ms_grpo": {},
-    "cw_grpo": {},  # steps_per_generation 1: per-token weights built from the loss's own forward
-    "d3s": {},  # per-token keep mask in the loss forward, rows dropped after scoring
-    "sgpo": {"judge_type": "programmatic"},
-    "gpg": {"beta_th": None},  # resampling has its own tests; here one generation round per step
-}
-# Metric that proves the method's own code ran (grpo is the base class and logs none of its own).
-METHOD_METRIC = {
-    "ms_grpo": "ms_grpo/abs_diff_to_grpo",
-    "cw_grpo": "cw_grpo/weight_std",
-    "d3s": "d3s/kept_rollouts",
-    "sgpo": "sgpo/judge_requests",
-    "gpg": "gpg/alpha",
-}
-
+# What each method needs on top of the shared tiny config to run its own logic on the tiny random model, and the
+# metric that proves its own code ran, are its case (tests/method_cases/<method>.py). CW-GRPO with
+# steps_per_generation 1 builds its per-token weights from the loss's own forward; D3S keeps a per-token mask in
+# the loss forward, rows dropped after scoring.
 CASES = [pytest.param(name, 0.0, {}, id=name) for name in METHODS]
-CASES += [pytest.param(name, BETA, {}, id=f"{name}-beta") for name in METHODS if name != "gpg"]
-# CW-GRPO's other per-token path: (P, G, T) advantages from an extra no-grad forward of the adapted model.
+CASES += [pytest.param(name, BETA, {}, id=f"{name}-beta") for name in METHODS if case(name).accepts_beta]
 CASES += [pytest.param("cw_grpo", 0.0, {"cw_reuse_loss_logps": False}, id="cw_grpo-extra_forward")]
-
-
-def _reward_funcs(name: str) -> list:
-    if name == "sgpo":
-        # Correctness first (what the judge colours); the dense digit reward keeps groups non-degenerate, because a
-        # random model's answers are all wrong with first step wrong (RTS 0), i.e. equal rewards, no gradient.
-        return [arithmetic_reward, digit_share_reward]
-    return [digit_share_reward]
 
 
 def _completion_logps(model, batch: dict) -> torch.Tensor:
@@ -68,10 +44,10 @@ def test_lora_adapter_trains_and_base_stays_frozen(
     name, beta, extra, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch
 ):
     Config, Trainer = METHODS[name]
-    args = Config(**config_kwargs(learning_rate=LEARNING_RATE, beta=beta, **METHOD_OVERRIDES[name], **extra))
+    args = Config(**config_kwargs(learning_rate=LEARNING_RATE, beta=beta, **case(name).options, **extra))
     trainer = Trainer(
         model=tiny_model_dir,
-        reward_funcs=_reward_funcs(name),
+        reward_funcs=list(case(name).rewards),
         args=args,
         train_dataset=arithmetic_train,
         processing_class=tiny_tokenizer,
@@ -105,8 +81,9 @@ def test_lora_adapter_trains_and_base_stays_frozen(
     for n, before in adapters.items():
         assert torch.isfinite(after[n]).all(), f"{n} is not finite"
         assert not torch.equal(after[n], before), f"adapter weight {n} did not train"
-    if name in METHOD_METRIC:
-        values = [h[METHOD_METRIC[name]] for h in logs if METHOD_METRIC[name] in h]
+    metric = case(name).metric
+    if metric is not None:
+        values = [h[metric] for h in logs if metric in h]
         assert len(values) == 2 and all(math.isfinite(v) for v in values)
     if name == "sgpo":
         assert sum(h["sgpo/judge_requests"] for h in logs) > 0  # the judge was asked under PEFT

@@ -22,6 +22,7 @@ from grpo_family.algorithms.ms_grpo import (
     scale_weights,
     validate_multiscale_options,
 )
+from grpo_family.algorithms.reference import multiscale_advantages_reference as ms_reference
 
 EXACT_METHODS = ("auto", "enumerate", "counts")
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -33,26 +34,6 @@ def t(rows):
 
 def one_hot(G, tau_min, tau):
     return [1.0 if k == tau else 0.0 for k in range(tau_min, G + 1)]
-
-
-def ms_reference(r, tau_min=2, w=None, std="population", eps=1e-6):
-    """docs/methods/ms_grpo.md §3.1 slow reference: every subgroup, z-scores averaged per scale, then mixed."""
-    G = len(r)
-    w = w or [1.0 / (G - tau_min + 1)] * (G - tau_min + 1)
-    out = [0.0] * G
-    for k, tau in enumerate(range(tau_min, G + 1)):
-        acc = [0.0] * G
-        for S in itertools.combinations(range(G), tau):
-            vals = [r[j] for j in S]
-            if len(set(vals)) == 1:
-                continue  # degenerate: contributes 0 but counts in the denominator
-            mu = statistics.fmean(vals)
-            sd = statistics.pstdev(vals) if std == "population" else statistics.stdev(vals)
-            for j in S:
-                acc[j] += (r[j] - mu) / (sd + eps)
-        for j in range(G):
-            out[j] += w[k] * acc[j] / math.comb(G - 1, tau - 1)
-    return out
 
 
 def grpo(r, std="population", eps=1e-6):
@@ -455,16 +436,15 @@ def test_greedy_selection_balance_and_diversity():
 
     for tau, expected in ((3, 46.20), (4, 40.00), (5, 33.31)):
         assert round(jaccard_sum(diverse_subgroups(8, tau, 8)), 2) == expected
-    ms_module._candidate_pool.cache_clear()
-    ms_module._greedy_rows.cache_clear()
+    cache = ms_module.MultiscaleCache()  # the caller's (a trainer keeps one per run)
     # docs/methods/ms_grpo.md §11.9: warn ...
     with pytest.warns(UserWarning, match=r"C\(24, 12\) = 2704156 .* random pool"):
-        big = diverse_subgroups(24, 12, 5)  # C(24, 12) > pool limit: greedy on a fixed-seed random pool
+        big = diverse_subgroups(24, 12, 5, cache=cache)  # C(24, 12) > pool limit: greedy on a fixed-seed random pool
     assert len(set(big)) == 5 and big[0] == tuple(range(12)) and all(len(S) == 12 for S in big)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # ... once: the pool is cached per (G, tau)
-        assert diverse_subgroups(24, 12, 5) == big
-        assert len(diverse_subgroups(24, 12, 7)) == 7
+        warnings.simplefilter("error")  # ... once: the pool is kept in the cache per (G, tau)
+        assert diverse_subgroups(24, 12, 5, cache=cache) == big
+        assert len(diverse_subgroups(24, 12, 7, cache=cache)) == 7
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning while the full pool is enumerated
         diverse_subgroups(16, 8, 3)  # C(16, 8) = 12870 <= 20000

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 from conftest import digit_share_reward
@@ -12,13 +10,14 @@ from test_distributed import record_advantages
 from grpo_family import METHODS, MSGRPOConfig, MSGRPOTrainer
 from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.algorithms.ms_grpo import multiscale_advantages
+from grpo_family.trainers.stages import stage_generator
 
 
 class Recording(MSGRPOTrainer):
-    def _compute_advantages(self, rewards, batch):
-        generator_state = self._scale_generator().get_state()  # the generator this call draws from
-        advantages = super()._compute_advantages(rewards, batch)
-        self.records = getattr(self, "records", []) + [(rewards.clone(), advantages.clone(), generator_state)]
+    def compute_advantages(self, batch):
+        generator_state = batch.generator("ms_grpo").get_state()  # the generator this call draws from
+        advantages = super().compute_advantages(batch)
+        self.records = getattr(self, "records", []) + [(batch.rewards.clone(), advantages.clone(), generator_state)]
         return advantages
 
     def _generate_and_score_completions(self, inputs):
@@ -112,7 +111,7 @@ def test_logged_subgroups_per_prompt(
         per_device_train_batch_size=8, **options,
     )  # fmt: skip
     trainer.model.train()
-    trainer._compute_advantages(torch.rand(4, 8, generator=torch.Generator().manual_seed(0)), {})
+    trainer.compute_advantages(trainer.generation_batch(torch.rand(4, 8, generator=torch.Generator().manual_seed(0))))
     assert trainer._metrics["train"]["ms_grpo/subgroups_per_prompt"] == [expected]
 
 
@@ -128,7 +127,7 @@ def test_scale_draws_are_seeded_per_call_from_the_step(
     def call(trainer, rewards, global_step, micro_step, mode="train"):
         trainer.state.global_step, trainer._step = global_step, micro_step
         trainer.model.train(mode == "train")
-        return trainer._compute_advantages(rewards, {})
+        return trainer.compute_advantages(trainer.generation_batch(rewards))
 
     def make():
         return _trainer(MSGRPOTrainer, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, **options)
@@ -195,9 +194,7 @@ def test_two_processes_get_identical_advantages_for_the_whole_batch(tiny_model_d
     # A single process with the config's seed (0) draws the same scales: generation i happens at optimizer step i
     # and micro-step i (one micro-step per optimizer step).
     for i, record in enumerate(rank0):
-        at = types.SimpleNamespace(args=types.SimpleNamespace(seed=0), state=types.SimpleNamespace(global_step=i))
-        at._step, at._mode = i, "train"
-        generator = MSGRPOTrainer._scale_generator(at)
+        generator = stage_generator("ms_grpo", 0, i, 1 + i)  # (name, seed, global step, 1 + micro-step)
         kwargs = dict(tau_min=2, num_scales=2, subgroups_per_scale=2)
         assert torch.equal(
             record["advantages"], multiscale_advantages(record["rewards"], generator=generator, **kwargs)

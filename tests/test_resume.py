@@ -26,16 +26,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import digit_share_reward, tiny_config_kwargs
+from conftest import tiny_config_kwargs
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from method_cases import case
 from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from grpo_family import METHODS, GRPOFamilyTrainer
-from grpo_family.tasks import arithmetic_reward
-from grpo_family.trainers.base import EpochAlignedSampler
+from grpo_family.runtime.resume import EpochAlignedSampler
 
 TESTS = Path(__file__).resolve().parent
 MAX_STEPS = 4
@@ -45,31 +45,9 @@ NUM_PROMPTS = 4  # 8 completions per step, G = 4: 2 prompts per step, 2 steps pe
 TIMING_KEYS = {"step_time", "sgpo/judge_latency_s"}
 
 
-def gpg_parity_reward(completions, answer, **kwargs):
-    """Dense reward for odd gold answers, 0 for even ones: the groups of even-answer prompts are degenerate, so GPG's
-    beta_th resampling draws extra prompts."""
-    dense = digit_share_reward(completions)
-    return [value if int(gold) % 2 else 0.0 for value, gold in zip(dense, answer)]
-
-
-# Per method: config options and reward functions.
-SETUPS = {
-    "grpo": ({}, [digit_share_reward]),
-    "ms_grpo": (dict(num_scales=2, subgroups_per_scale=2, selection="random"), [digit_share_reward]),
-    "cw_grpo": ({}, [digit_share_reward]),
-    # The schedule moves at every step (N_s 2 -> 4 of G = 4, token share 0.25 -> 1.0 over 4 steps).
-    "d3s": (
-        dict(d3s_samples_start=2, d3s_samples_end=4, d3s_token_ratio_start=0.25, d3s_token_ratio_end=1.0),
-        [digit_share_reward],
-    ),
-    # The random model answers nothing right: every group is all-negative and judged while the epoch counter is
-    # below 1.25, i.e. at steps 1-3 (epochs 0, 0.5, 1.0), not at step 4 (1.5).
-    "sgpo": (
-        dict(correctness_reward="arithmetic_reward", sgpo_num_epochs=1.25),
-        [arithmetic_reward, digit_share_reward],
-    ),
-    "gpg": (dict(beta_th=1.0, max_generation_rounds=3), [gpg_parity_reward]),
-}
+# Per method: config options and reward functions under which its state matters across a checkpoint (its case,
+# tests/method_cases/<method>.py).
+SETUPS = {m: (case(m).resume_options, list(case(m).resume_rewards or case(m).rewards)) for m in METHODS}
 
 
 def _trainer(method, model_dir, tokenizer, dataset, output_dir, **overrides):
@@ -158,15 +136,8 @@ def test_resume_is_lossless(method, uninterrupted, tiny_model_dir, tiny_tokenize
     _assert_same_logs(logs, expected_logs)
 
     # The method's state did change between the checkpoint and the end (so it had to be restored).
-    step3, step4 = expected_logs[3], expected_logs[4]
-    if method == "d3s":
-        assert step4["d3s/token_ratio"] > step3["d3s/token_ratio"] > expected_logs[1]["d3s/token_ratio"]
-    elif method == "sgpo":
-        assert step3["sgpo/active"] == 1.0 and step3["sgpo/judge_requests"] > 0 and step4["sgpo/active"] == 0.0
-    elif method == "gpg":
-        assert max(step3["gpg/rounds"], step4["gpg/rounds"]) > 1
-    elif method == "ms_grpo":
-        assert step3["ms_grpo/abs_diff_to_grpo"] > 0
+    if case(method).resume_check is not None:
+        case(method).resume_check(expected_logs)
 
 
 # ---------------------------------------------------------------------------------------------------- not vacuous
@@ -340,7 +311,7 @@ def test_resume_true_skips_a_checkpoint_cut_short(tiny_model_dir, tiny_tokenizer
     """A run killed while writing checkpoint-3 (simulated: a folder with the weights only) used to make
     ``resume_from_checkpoint=True`` pick it and fail ("Can't find a valid checkpoint"); now it warns, skips it and
     resumes from the newest complete one."""
-    from grpo_family.trainers.base import COMPLETE_MARKER
+    from grpo_family.runtime.resume import COMPLETE_MARKER
 
     out = tmp_path / "out"
     first = _trainer("grpo", tiny_model_dir, tiny_tokenizer, dataset, out, max_steps=2, save_strategy="steps",

@@ -21,7 +21,7 @@ from conftest import digit_share_reward, tiny_config_kwargs
 from test_judges import FakeOpenAI, completion
 
 from grpo_family import METHODS
-from grpo_family.rewards.judges import JudgeRequest, OpenAICompatibleJudge
+from grpo_family.judges import JudgeRequest, OpenAICompatibleJudge
 from grpo_family.tasks import arithmetic_reward
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_family.algorithms.grpo import group_advantages
+from grpo_family.algorithms.reference import group_advantages_reference as reference_advantages
 from grpo_family.algorithms.sgpo import (
     groups_to_judge,
     partial_credit,
@@ -27,20 +28,6 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
-
-
-def reference_advantages(rewards, ddof=1, eps=1e-4):
-    """docs/methods/sgpo.md §2.8 written out with plain Python floats: NaN-excluded mean/std, NaN -> 0, < 2 valid -> 0."""
-    out = []
-    for row in rewards:
-        valid = [r for r in row if not math.isnan(r)]
-        if len(valid) < 2:
-            out.append([0.0] * len(row))
-            continue
-        mean = sum(valid) / len(valid)
-        std = math.sqrt(sum((r - mean) ** 2 for r in valid) / (len(valid) - ddof))
-        out.append([0.0 if math.isnan(r) or std == 0 else (r - mean) / (std + eps) for r in row])
-    return out
 
 
 def library_advantages(rewards, ddof=1, eps=1e-4):

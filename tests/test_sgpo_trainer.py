@@ -3,6 +3,7 @@ that is down / slow / talking nonsense, and a 2-process run where the judge is a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import socket
@@ -21,18 +22,22 @@ from transformers import PreTrainedTokenizerFast, TrainerState
 from trl import TrlParser
 
 from grpo_family.algorithms.grpo import group_advantages
-from grpo_family.rewards.extract import completion_text
-from grpo_family.rewards.judges import (
+from grpo_family.judges import (
     HeuristicReferenceJudge,
+    JudgeConfig,
     JudgeRequest,
     JudgeVerdict,
     OpenAICompatibleJudge,
     ProgrammaticJudge,
     TransformersJudge,
+    make_judge,
 )
-from grpo_family.rewards.steps import split_steps
+from grpo_family.judges.batch import check_judge_columns
+from grpo_family.judges.steps import split_steps
+from grpo_family.rewards.extract import completion_text
 from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, check_steps, split_into_steps
-from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer, check_judge_columns, make_judge
+from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
+from grpo_family.trainers.stages import GenerationBatch
 
 PROBLEM = "Compute 2+3*4."
 ANSWER = "14"
@@ -100,17 +105,20 @@ class Recording(SGPOTrainer):
         super().__init__(*args, **kwargs)
         self.records = []
 
-    def _compute_advantages(self, rewards, batch):
-        base_per_func = batch["rewards_per_func"].clone()
-        base = rewards.clone()
-        advantages = super()._compute_advantages(rewards, batch)
+    def transform_rewards(self, batch):
+        self.base = (batch.rewards.clone(), batch.rewards_per_func.clone())
+        super().transform_rewards(batch)
+
+    def compute_advantages(self, batch):
+        base, base_per_func = self.base
+        advantages = super().compute_advantages(batch)
         self.records.append(
             {
                 "base": base,
                 "base_per_func": base_per_func,
-                "trained": batch.get("rewards", base).clone(),
+                "trained": batch.rewards.clone(),
                 "advantages": advantages.clone(),
-                "texts": [completion_text(c) for c in batch["completions"]],
+                "texts": [completion_text(c) for c in batch.completions],
             }
         )
         return advantages
@@ -212,6 +220,25 @@ def test_make_judge_from_config(tmp_path, tiny_model_dir):
     assert isinstance(local, TransformersJudge) and local.temperature == 0.0
 
 
+def test_judge_settings_are_one_object_read_from_the_flat_fields(tmp_path):
+    """``SGPOConfig.judge`` is the JudgeConfig of the flat ``judge_*`` fields: every JudgeConfig field names an
+    SGPOConfig field with the same default, a flat value set after construction is what the judge code reads, and a
+    bad setting is refused when the config is built, naming the flag."""
+    config = SGPOConfig(**tiny_config_kwargs(tmp_path))
+    sgpo_fields = {f.name: f for f in dataclasses.fields(SGPOConfig)}
+    for field in dataclasses.fields(JudgeConfig):
+        flag = field.metadata["flag"]
+        assert flag in sgpo_fields, flag
+        assert sgpo_fields[flag].default == field.default, flag
+    assert config.judge == JudgeConfig()
+    config.judge_answer_column, config.num_judge_votes = "final_answer", 3
+    assert (config.judge.answer_column, config.judge.num_votes) == ("final_answer", 3)
+    with pytest.raises(ValueError, match="--judge_max_steps must be an integer >= 1"):
+        SGPOConfig(**tiny_config_kwargs(tmp_path, judge_max_steps=0))
+    with pytest.raises(ValueError, match="--judge_type must be one of"):
+        JudgeConfig(type="oracle")  # built alone: the same bounds, under the flags' names
+
+
 def test_structured_judge_verdicts_from_the_command_line(tmp_path):
     """`--judge_structured_output true` (TRL's parser, as examples/train.py parses) reaches the served judge, which
     then asks for the verdict JSON; the flag is refused for a judge it cannot apply to."""
@@ -270,7 +297,7 @@ class ScriptedJudge:
 
 
 def bare_trainer(judge, **overrides) -> SGPOTrainer:
-    """An SGPOTrainer with just what ``_compute_advantages`` reads (single process, no model)."""
+    """An SGPOTrainer with just what its reward-transform and advantage stages read (single process, no model)."""
     trainer = object.__new__(SGPOTrainer)
     trainer.args = SGPOConfig(**tiny_config_kwargs(_CONFIG_DIR, **overrides))
     trainer.judge = judge
@@ -317,14 +344,13 @@ def test_hook_matches_the_spec_on_scripted_verdicts(case, scope):
     judge = ScriptedJudge(verdicts, num_steps)
     trainer = bare_trainer(judge, judge_scope=scope)
     base = torch.tensor(correct).view(-1, group_size)
-    batch = {
-        "mode": "train",
-        "num_generations": group_size,
-        "rewards_per_func": base.reshape(-1, 1).clone(),
-        "inputs": [{"prompt": [{"role": "user", "content": "p"}], "answer": "a", "solution": "s"}] * len(rows),
-        "completions": [[{"role": "assistant", "content": t}] for t in texts],
-    }
-    advantages = trainer._compute_advantages(base.clone(), batch)
+    batch = stage_batch(
+        trainer,
+        base,
+        inputs=[{"prompt": [{"role": "user", "content": "p"}], "answer": "a", "solution": "s"}] * len(rows),
+        completions=[[{"role": "assistant", "content": t}] for t in texts],
+    )
+    advantages = advantage_stages(trainer, batch)
 
     from grpo_family.algorithms.sgpo import vote_first_error
 
@@ -346,9 +372,9 @@ def test_hook_matches_the_spec_on_scripted_verdicts(case, scope):
                 expected[b, i] = math.nan
             else:
                 expected[b, i] = sigmoid_credit(1.0 if verdict is None else (verdict - 1) / k)
-    trained = batch["rewards"].double()
+    trained = batch.rewards.double()
     assert torch.allclose(trained, expected, atol=1e-6, equal_nan=True)
-    assert torch.equal(advantages, group_advantages(batch["rewards"]))
+    assert torch.equal(advantages, group_advantages(batch.rewards))
     # Groups outside the scope are bit-identical to GRPO.
     for b in range(base.size(0)):
         if (scope == "all_negative" and base[b].any()) or (scope == "all_incorrect" and base[b].all()):
@@ -364,38 +390,42 @@ def test_hook_outside_the_window_is_grpo_and_never_calls_the_judge():
     trainer = bare_trainer(judge, sgpo_num_epochs=3.0)
     trainer.state.epoch = 3.0
     base = torch.zeros(1, 2)
-    batch = {
-        "mode": "train",
-        "num_generations": 2,
-        "rewards_per_func": base.reshape(-1, 1).clone(),
-        "inputs": [{"prompt": "p", "answer": "a"}] * 2,
-        "completions": ["c0-0\n\nc0-1", "c1-0\n\nc1-1"],
-    }
-    assert torch.equal(trainer._compute_advantages(base.clone(), batch), torch.zeros(1, 2))
-    assert judge.requests == [] and "rewards" not in batch
+    batch = stage_batch(
+        trainer, base, inputs=[{"prompt": "p", "answer": "a"}] * 2, completions=["c0-0\n\nc0-1", "c1-0\n\nc1-1"]
+    )
+    assert torch.equal(advantage_stages(trainer, batch), torch.zeros(1, 2))
+    assert judge.requests == [] and batch.rewards is batch.raw_rewards  # the rewards were left as they were
     assert trainer._metrics["train"]["sgpo/active"] == [0.0]
     trainer.state.epoch = 2.99
-    trainer._compute_advantages(base.clone(), batch)
+    advantage_stages(trainer, stage_batch(trainer, base, inputs=batch.inputs, completions=batch.completions))
     assert len(judge.requests) == 2 and trainer._metrics["train"]["sgpo/active"] == [0.0, 1.0]
     # Eval batches are never judged.
-    batch["mode"] = "eval"
-    trainer._compute_advantages(base.clone(), batch)
+    advantage_stages(
+        trainer, stage_batch(trainer, base, inputs=batch.inputs, completions=batch.completions, mode="eval")
+    )
     assert len(judge.requests) == 2
 
 
-def hook_batch(texts, correct, group_size, **row):
-    """``(base rewards, batch)`` as ``_compute_advantages`` receives them; ``texts`` are strings or completions."""
+def stage_batch(trainer, base, **fields):
+    """The generation batch the stages receive for the correctness rewards ``base`` ``(P, G)``."""
+    rewards = base.clone()
+    values = dict(mode="train", num_generations=base.size(1), rewards_per_func=base.reshape(-1, 1).clone())
+    values.update(raw_rewards=rewards, rewards=rewards, logger=trainer.log_method_metric, method="sgpo")
+    return GenerationBatch(**{**values, **fields})
+
+
+def advantage_stages(trainer, batch):
+    """What the base class runs on a generation batch's rewards: the reward-transform stage, then the advantages."""
+    trainer.transform_rewards(batch)
+    return trainer.compute_advantages(batch)
+
+
+def hook_batch(trainer, texts, correct, group_size, **row):
+    """``(base rewards, batch)`` as the stages receive them; ``texts`` are strings or completions."""
     base = torch.tensor(correct, dtype=torch.float32).view(-1, group_size)
     row = {"prompt": [{"role": "user", "content": "p"}], "answer": "a", "solution": "s", **row}
     completions = [[{"role": "assistant", "content": t}] if isinstance(t, str) else t for t in texts]
-    batch = {
-        "mode": "train",
-        "num_generations": group_size,
-        "rewards_per_func": base.reshape(-1, 1).clone(),
-        "inputs": [row] * len(texts),
-        "completions": completions,
-    }
-    return base, batch
+    return base, stage_batch(trainer, base, inputs=[row] * len(texts), completions=completions)
 
 
 def numbered_texts(num_steps):
@@ -429,8 +459,8 @@ def test_hook_reproduces_the_spec_worked_examples(num_steps, votes, expected):
     verdicts = {n: v for n, v in enumerate(votes) if v is not None}
     judge = ScriptedJudge(verdicts, dict(enumerate(num_steps)))
     trainer = bare_trainer(judge)
-    base, batch = hook_batch(numbered_texts(num_steps), [0.0] * len(num_steps), len(num_steps))
-    advantages = trainer._compute_advantages(base.clone(), batch)
+    base, batch = hook_batch(trainer, numbered_texts(num_steps), [0.0] * len(num_steps), len(num_steps))
+    advantages = advantage_stages(trainer, batch)
     torch.testing.assert_close(advantages, torch.tensor([expected]), atol=2e-6, rtol=0)
     assert len(judge.requests) == len(verdicts)
 
@@ -440,14 +470,14 @@ def test_hook_reproduces_e6_inside_and_after_the_window():
     num_steps = [1, 1, 1, 1, 1, 1, 1, 1, 8, 10, 3, 16]
     judge = ScriptedJudge({8: [7], 9: [2], 10: [None], 11: [4]}, dict(enumerate(num_steps)))
     trainer = bare_trainer(judge, sgpo_num_epochs=3.0)
-    base, batch = hook_batch(numbered_texts(num_steps), correct, 4)
-    inside = trainer._compute_advantages(base.clone(), batch)
+    base, batch = hook_batch(trainer, numbered_texts(num_steps), correct, 4)
+    inside = advantage_stages(trainer, batch)
     expected = [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0.800134, -0.886957, 0.928907, -0.842085]]
     torch.testing.assert_close(inside, torch.tensor(expected), atol=2e-6, rtol=0)
     assert len(judge.requests) == 4 and trainer._metrics["train"]["sgpo/judge_calls"] == [4.0]
     trainer.state.epoch = 3.0
-    base, batch = hook_batch(numbered_texts(num_steps), correct, 4)
-    after = trainer._compute_advantages(base.clone(), batch)
+    base, batch = hook_batch(trainer, numbered_texts(num_steps), correct, 4)
+    after = advantage_stages(trainer, batch)
     expected = [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0, 0, 0, 0]]
     torch.testing.assert_close(after, torch.tensor(expected), atol=2e-6, rtol=0)
     assert len(judge.requests) == 4  # no judge call after the window
@@ -475,8 +505,8 @@ def test_judge_calls_counts_the_model_calls_the_judge_reports():
         3: ([2, 2], 1),  # M = 2 greedy votes from one generation
     }
     trainer = bare_trainer(ReportingJudge(script))
-    base, batch = hook_batch(numbered_texts([4, 4, 4, 4]), [0.0] * 4, 4)
-    trainer._compute_advantages(base.clone(), batch)
+    base, batch = hook_batch(trainer, numbered_texts([4, 4, 4, 4]), [0.0] * 4, 4)
+    advantage_stages(trainer, batch)
     metrics = trainer._metrics["train"]
     assert metrics["sgpo/judge_requests"] == [4.0]
     assert metrics["sgpo/judge_calls"] == [3.0 + 3.0 + 1.0 + 1.0]  # not the 5 votes
@@ -504,8 +534,8 @@ def test_judge_sees_the_reasoning_trl_parsed_out_of_the_completion():
     ]
     judge = RecordingJudge()
     trainer = bare_trainer(judge)
-    base, batch = hook_batch(completions, [0.0] * 4, 4)
-    trainer._compute_advantages(base.clone(), batch)
+    base, batch = hook_batch(trainer, completions, [0.0] * 4, 4)
+    advantage_stages(trainer, batch)
     seen = [list(r.steps) for r in judge.requests]
     assert seen == [
         split_steps("<think>\n3*4=12\n\n2+12=15\n</think>\n\nAnswer: 15"),
@@ -555,9 +585,9 @@ NO_ERROR_TEXTS = [
 def test_no_error_policy_in_the_hook(policy, rewards, advantages, rts_mean):
     votes = {text: [None] for text in NO_ERROR_TEXTS[:3]} | {NO_ERROR_TEXTS[3]: [2]}
     trainer = bare_trainer(KeyedJudge(votes), sgpo_no_error_policy=policy)
-    base, batch = hook_batch(NO_ERROR_TEXTS, [0.0] * 4, 4)
-    got = trainer._compute_advantages(base.clone(), batch)
-    torch.testing.assert_close(batch["rewards"], torch.tensor([rewards]), atol=2e-6, rtol=0)
+    base, batch = hook_batch(trainer, NO_ERROR_TEXTS, [0.0] * 4, 4)
+    got = advantage_stages(trainer, batch)
+    torch.testing.assert_close(batch.rewards, torch.tensor([rewards]), atol=2e-6, rtol=0)
     torch.testing.assert_close(got, torch.tensor([advantages]), atol=5e-6, rtol=0)
     metrics = trainer._metrics["train"]
     assert metrics["sgpo/rts_mean"] == [pytest.approx(rts_mean)] and metrics["sgpo/rts_max"] == [1.0]
@@ -568,19 +598,19 @@ def test_judge_answer_column_is_checked_against_the_training_set(caplog):
     prompt = [{"role": "user", "content": PROBLEM}]
     trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"], "solution": [SOLUTION]})
     with pytest.raises(ValueError, match="judge_answer_column 'answer' is not a training-set column"):
-        check_judge_columns(trainer.args, trainer.train_dataset, None)
+        check_judge_columns(trainer.args.judge, trainer.train_dataset, None)
     trainer.args.judge_answer_column = "final_answer"
-    check_judge_columns(trainer.args, trainer.train_dataset, None)  # the right column: fine
+    check_judge_columns(trainer.args.judge, trainer.train_dataset, None)  # the right column: fine
     # No reference column: the warning names the gold-answer column the judge sees instead, which exists.
     trainer.train_dataset = Dataset.from_dict({"prompt": [prompt], "final_answer": ["14"]})
-    with caplog.at_level(logging.WARNING, logger="grpo_family.trainers.sgpo"):
-        check_judge_columns(trainer.args, trainer.train_dataset, None)
+    with caplog.at_level(logging.WARNING, logger="grpo_family.judges.batch"):
+        check_judge_columns(trainer.args.judge, trainer.train_dataset, None)
     assert "gold answer (column 'final_answer')" in caplog.text
     # ... and the judge is sent that column's value.
     judge = RecordingJudge()
     trainer = bare_trainer(judge, judge_answer_column="final_answer")
-    base, batch = hook_batch(["a\n\nb", "c\n\nd"], [0.0, 0.0], 2, final_answer="14")
-    trainer._compute_advantages(base.clone(), batch)
+    base, batch = hook_batch(trainer, ["a\n\nb", "c\n\nd"], [0.0, 0.0], 2, final_answer="14")
+    advantage_stages(trainer, batch)
     assert [r.gold_answer for r in judge.requests] == ["14", "14"]
 
 

@@ -112,3 +112,61 @@ def test_trl_loss_makes_its_forward_before_reading_the_advantages():
     assert forward < source.find('inputs["advantages"]'), (
         "TRL's loss reads the advantages before its forward; the loss-forward stage (D3S, CW-GRPO) would come too late"
     )
+
+
+# ---------------------------------------------------------------------------------------------------- the one list
+def test_every_stage_is_a_method_of_the_base_class_and_every_override_is_a_stage():
+    """STAGES names the base class's stage methods; a method class overrides stages (or TRL's public compute_loss),
+    never a stage-like public method the list does not know."""
+    from grpo_family import METHODS
+    from grpo_family.trainers.base import GRPOFamilyTrainer
+    from grpo_family.trainers.stages import STAGES
+
+    hooks = [stage.hook for stage in STAGES if stage.hook != "loss_term"]
+    assert all(callable(getattr(GRPOFamilyTrainer, hook)) for hook in hooks)
+    allowed = {*hooks, "loss_term_options", "compute_loss", "loss_forward_fix"}
+    for method, (_, trainer_cls) in METHODS.items():
+        for cls in trainer_cls.__mro__[: trainer_cls.__mro__.index(GRPOFamilyTrainer)]:
+            public = {n for n, v in vars(cls).items() if not n.startswith("_") and callable(v)}
+            inherited = {n for n in public if hasattr(GRPOFamilyTrainer, n)}
+            assert inherited <= allowed, f"{method}: {cls.__name__} overrides {sorted(inherited - allowed)}"
+
+
+def test_methods_reach_trl_only_through_the_stage_contexts():
+    """No method module reads or writes TRL's metrics (``self._metrics``), its micro-step counter (``self._step``),
+    its buffers or its batch keys: those go through GenerationBatch / MicroBatch / LossCall and the base class."""
+    import re
+    from pathlib import Path
+
+    from grpo_family import METHODS
+    from grpo_family.trainers import base
+
+    trl_keys = {
+        "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
+        "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio",
+        "tool_mask",
+    }  # fmt: skip
+    private = re.compile(r"self\._(metrics|step|buffered_inputs|logs)\b")
+    subscript = re.compile(r"\[\s*[\"'](\w+)[\"']\s*\]|\.get\(\s*[\"'](\w+)[\"']")
+    modules = {Path(trainer.__module__.replace(".", "/") + ".py") for _, trainer in METHODS.values()}
+    checked = 0
+    for module in sorted(modules):
+        path = Path(base.__file__).parents[2] / module
+        if path.name == "base.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        checked += 1
+        assert not private.search(text), f"{path.name} reaches TRL's state: {private.search(text).group(0)}"
+        keys = {a or b for a, b in subscript.findall(text)} & trl_keys
+        assert not keys, f"{path.name} reads TRL's batch keys {sorted(keys)}; use the stage context"
+    assert checked == len(METHODS) - 1
+
+
+def test_every_method_has_a_test_case():
+    """The shared tests read each method's case (tests/method_cases/<method>.py)."""
+    from method_cases import MethodCase, case
+
+    from grpo_family import METHODS
+
+    for method in METHODS:
+        assert isinstance(case(method), MethodCase), method

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_family.rewards.steps import merge_steps, number_steps, split_steps
+from grpo_family.judges.steps import merge_steps, number_steps, split_steps
 
 # Words without sentence punctuation, "$" or newlines, so the expected split is known by construction.
 word = st.text(alphabet="abcxyz0123456789+=()", min_size=1, max_size=6)

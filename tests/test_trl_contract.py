@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import inspect
 import linecache
+import math
 import re
 import textwrap
 from collections.abc import Callable, Iterator
@@ -38,10 +39,11 @@ from trl.trainer.utils import RepeatSampler
 
 from grpo_family.trainers import base as family_base
 from grpo_family.trainers import d3s as family_d3s
-from grpo_family.trainers import gpg as family_gpg
 
 TRAINERS_DIR = Path(family_base.__file__).parent
 PACKAGE_DIR = TRAINERS_DIR.parent
+# Where grpo_family reaches into TRL's trainer: the trainers and the infrastructure around them.
+TRL_USERS = [PACKAGE_DIR / name for name in ("trainers", "runtime", "integrations")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -556,7 +558,7 @@ FACTS: tuple[Fact, ...] = (
     # --- what the generation step produces
     Fact(
         "keys of _generate_and_score_completions' output",
-        "GPG._merge_rounds (pads each known key, refuses unknown ones), base.FORWARD_KEYS (multimodal inputs)",
+        "base._merge_round_outputs (GPG's rounds: pads each known key, refuses unknown ones), base.FORWARD_KEYS (multimodal inputs)",
         output_keys,
         tuple(
             sorted(
@@ -579,7 +581,7 @@ FACTS: tuple[Fact, ...] = (
     ),
     Fact(
         "padding sides and values of the generation output",
-        "GPG._merge_rounds: prompts padded on the left, completions on the right, tool_mask with 1",
+        "base._merge_round_outputs: prompts padded on the left, completions on the right, tool_mask with 1",
         padding,
         (
             ("completion_ids", "'right'", "self._tokenizer.pad_token_id"),
@@ -593,7 +595,7 @@ FACTS: tuple[Fact, ...] = (
     ),
     Fact(
         "num_items_in_batch formula",
-        "GPG._merge_rounds recomputes it for the assembled batch; D3S inverts TRL's use of it",
+        "base._merge_round_outputs recomputes it for the assembled batch; D3S inverts TRL's use of it",
         lambda t: assignments(GRPOTrainer, GEN, "loss_mask", "num_items_in_batch"),
         {
             "loss_mask": ["completion_mask if tool_mask is None else completion_mask * tool_mask"],
@@ -925,13 +927,13 @@ def test_a_moved_helper_is_reported(stock_trainer, monkeypatch):
 
 
 def private_trl_names_used(stock_trainer) -> dict[str, list[str]]:
-    """Every ``<anything>._x`` of grpo_family/trainers whose ``_x`` TRL provides: a ``GRPOTrainer`` method or
+    """Every ``<anything>._x`` of grpo_family/{trainers,runtime,integrations} whose ``_x`` TRL provides: a ``GRPOTrainer`` method or
     attribute (class or instance), or one of its vLLM generation backend's."""
     from trl.generation.vllm_generation import VLLMGeneration
 
     provided = set(dir(GRPOTrainer)) | set(vars(stock_trainer)) | set(dir(VLLMGeneration))
     used: dict[str, list[str]] = collections.defaultdict(list)
-    for path in sorted(TRAINERS_DIR.glob("*.py")):
+    for path in sorted(p for folder in TRL_USERS for p in folder.glob("*.py")):
         for match in re.finditer(r"\.(_(?!_)\w+)", path.read_text(encoding="utf-8")):
             if match.group(1) in provided and path.name not in used[match.group(1)]:
                 used[match.group(1)].append(path.name)
@@ -945,13 +947,39 @@ def test_every_private_trl_name_is_pinned(stock_trainer):
     assert {"_step", "_metrics", "_calculate_rewards", "_iter_named_params"} <= set(used)  # the scan finds them
     missing = {name: files for name, files in used.items() if name not in pinned}
     assert not missing, (
-        f"grpo_family/trainers uses private TRL names that no contract fact pins: {missing}. Add a Fact to FACTS "
+        f"grpo_family (trainers, runtime, integrations) uses private TRL names that no contract fact pins: {missing}. Add a Fact to FACTS "
         "for each (what the code relies on, and its value in the installed TRL)."
     )
 
 
 def test_the_gpg_merge_keys_are_the_pinned_output_keys():
-    """GPG pads by key: its sets must cover every non-multimodal key TRL may return."""
-    known = family_gpg._LEFT_PADDED | family_gpg._RIGHT_PADDED | family_gpg._PER_ROW | {"num_items_in_batch"}
+    """The merge of generation rounds (GPG) pads by key: its sets must cover every non-multimodal key TRL may return."""
+    known = family_base.LEFT_PADDED | family_base.RIGHT_PADDED | family_base.PER_ROW | {"num_items_in_batch"}
     pinned = set(next(f for f in FACTS if f.name.startswith("keys of")).pinned)
     assert pinned - set(family_base.FORWARD_KEYS) == known
+
+
+# ------------------------------------------------------------------------------------------------ the loss-term seam
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_aggregate_token_loss_is_trls_aggregation(stock_trainer, loss_type, train):
+    """A loss term's per-token loss is added to TRL's loss as TRL aggregates its own (algorithms.losses.
+    aggregate_token_loss): with the policy at the old one (ratio 1) TRL's loss of per-token advantages A is the
+    aggregation of -A, for every clipped-ratio loss type, with accumulation and steps_per_generation in training."""
+    from grpo_family.algorithms.losses import aggregate_token_loss
+
+    advantages = torch.tensor([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]])
+    batch = loss_batch([], advantages=advantages, num_items=12.0)
+    batch["completion_mask"] = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    trl = run_loss(stock_trainer, batch, loss_type=loss_type, train=train, accumulation=4, spg=2)
+    ours = aggregate_token_loss(
+        -advantages,
+        batch["completion_mask"],
+        loss_type,
+        num_items_in_batch=12.0,
+        num_processes=1,
+        accumulation=4 if train else 1,
+        steps_per_generation=2 if train else 1,
+        max_completion_length=stock_trainer.max_completion_length,
+    )
+    assert trl != 0 and math.isclose(trl, float(ours), rel_tol=1e-6), (trl, float(ours))

@@ -48,11 +48,12 @@ except ImportError:
 from conftest import HANG_GUARD_S  # noqa: E402
 from test_vllm_batch import METHOD_METRIC  # noqa: E402
 
-from grpo_family.rewards.judges import JudgeRequest, OpenAICompatibleJudge  # noqa: E402
-from grpo_family.trainers import vllm_cpu  # noqa: E402
+import grpo_family  # noqa: E402
+from grpo_family.integrations import vllm_cpu  # noqa: E402
+from grpo_family.judges import JudgeRequest, OpenAICompatibleJudge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"]
+METHODS = list(grpo_family.METHODS)
 # max |log p_vLLM - log p_trainer| over the probe's tokens right after a sync. vLLM serves the float32 checkpoint
 # in bfloat16 (its "auto" dtype downcasts float32 models; TRL does not pass a dtype): measured here 0.0025-0.005 on
 # the random-init model during training and 0.016 after the embedding is scaled by 3 (sharper distributions).
@@ -103,7 +104,7 @@ def test_every_method_trains_with_colocated_vllm(method, vllm_model_dir, tmp_pat
     # Without the sync, sampling would have used the previous weights: far outside the bound after an update.
     assert max(gap_max for gap_max, _ in result["stale_gaps"][1:]) > STALE_MIN, result["stale_gaps"]
     # TRL's importance-sampling correction on real sampler log-probs, wherever the method's config keeps it on.
-    corrected = method != "gpg"
+    corrected = grpo_family.METHODS[method][0].__dataclass_fields__["vllm_importance_sampling_correction"].default
     assert result["importance_sampling_correction"] == corrected
     for h in steps:
         assert ("sampling/importance_sampling_ratio/mean" in h) == corrected

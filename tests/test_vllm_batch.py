@@ -28,12 +28,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import digit_share_reward
+from method_cases import case
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import pad
 
 from grpo_family import METHODS
-from grpo_family.tasks import arithmetic_reward
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "dist"))
 from gpg_common import flagged_dataset, flat_or_dense_reward  # noqa: E402
@@ -41,30 +40,9 @@ from gpg_common import flagged_dataset, flat_or_dense_reward  # noqa: E402
 NOISE = 0.05  # |sampler log-prob - trainer log-prob| per token, the "vLLM mismatch" of the fake
 TOL = 1e-4  # float32 batch-order differences between two scorings of the same tokens
 
-METHOD_OVERRIDES = {
-    "grpo": {},
-    "ms_grpo": {},
-    "cw_grpo": {},
-    "d3s": {},
-    "sgpo": {"judge_type": "programmatic"},
-    "gpg": {"beta_th": None},
-}
-METHOD_METRIC = {
-    "ms_grpo": "ms_grpo/abs_diff_to_grpo",
-    "cw_grpo": "cw_grpo/weight_std",
-    "d3s": "d3s/kept_rollouts",
-    "sgpo": "sgpo/judge_requests",
-    "gpg": "gpg/alpha",
-}
-# TRL's four correction modes, spread over the methods (GPG: its own default, no correction; tested below).
-IS_MODE = {
-    "grpo": "sequence_mask",
-    "ms_grpo": "token_mask",
-    "cw_grpo": "token_truncate",
-    "d3s": "sequence_truncate",
-    "sgpo": "sequence_mask",
-    "gpg": None,
-}
+# Each method's tiny-run options, rewards, own metric and vLLM importance-sampling mode (TRL's four modes spread over
+# the methods; GPG: its own default, no correction, tested below) are its case (tests/method_cases/<method>.py).
+METHOD_METRIC = {name: case(name).metric for name in METHODS if case(name).metric}
 
 
 # ---------------------------------------------------------------------------------------------------- the fake
@@ -181,18 +159,12 @@ def check_vllm_columns(trainer, inputs: dict) -> None:
         assert "importance_sampling_ratio" not in inputs
 
 
-def _reward_funcs(name: str) -> list:
-    # SGPO: correctness first (what its judge colours), plus a dense reward so that a random model's groups are
-    # not all equal (its wrong answers all get RTS 0).
-    return [arithmetic_reward, digit_share_reward] if name == "sgpo" else [digit_share_reward]
-
-
 def _build(name, config_kwargs, tiny_model_dir, tiny_tokenizer, train_dataset, reward_funcs=None, **overrides):
     Config, Trainer = METHODS[name]
-    kwargs = {**METHOD_OVERRIDES[name], **overrides}
+    kwargs = {**case(name).options, **overrides}
     return Trainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        reward_funcs=reward_funcs or _reward_funcs(name),
+        reward_funcs=reward_funcs or list(case(name).rewards),
         args=Config(**config_kwargs(**kwargs)),
         train_dataset=train_dataset,
         processing_class=tiny_tokenizer,
@@ -209,7 +181,7 @@ def _train_logs(trainer) -> list[dict]:
 def test_every_method_trains_on_a_vllm_batch(
     name, tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs, monkeypatch
 ):
-    mode = IS_MODE[name]
+    mode = case(name).vllm_is_mode
     correction = {"vllm_importance_sampling_mode": mode} if mode else {}
     trainer = _build(name, config_kwargs, tiny_model_dir, tiny_tokenizer, arithmetic_train, **correction)
     assert trainer.vllm_importance_sampling_correction == (mode is not None)  # GPG: off by its config default

@@ -12,8 +12,8 @@ import pytest
 from trl import GRPOConfig
 
 from grpo_family import GRPOFamilyTrainer
+from grpo_family.integrations import vllm_cpu
 from grpo_family.tasks import arithmetic_reward
-from grpo_family.trainers import vllm_cpu
 
 
 def _config(tmp_path, **kwargs) -> GRPOConfig:

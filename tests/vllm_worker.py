@@ -25,13 +25,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+from method_cases import case  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from grpo_family import METHODS  # noqa: E402
+from grpo_family.integrations import vllm_cpu  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset  # noqa: E402
-from grpo_family.trainers import vllm_cpu  # noqa: E402
-
-METHOD_OVERRIDES = {"sgpo": {"judge_type": "programmatic"}, "gpg": {"beta_th": None}}
 
 
 def vllm_settings(**overrides) -> dict:
@@ -44,7 +43,7 @@ def build(method: str, model_dir: str, out_dir: str, steps: int, lr: float, **ov
     Config, Trainer = METHODS[method]
     kwargs = tiny_config_kwargs(
         out_dir, max_steps=steps, learning_rate=lr, per_device_train_batch_size=16, num_generations=8,
-        max_completion_length=24, **{**vllm_settings(), **METHOD_OVERRIDES.get(method, {}), **overrides},
+        max_completion_length=24, **{**vllm_settings(), **case(method).options, **overrides},
     )  # fmt: skip
     # Correctness first (what SGPO's judge colours), plus a dense reward so that groups are not all equal.
     return Trainer(

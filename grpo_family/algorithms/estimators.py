@@ -24,7 +24,7 @@ import torch
 
 from .gpg import F_NORMS, gpg_advantages
 from .grpo import group_advantages
-from .ms_grpo import multiscale_advantages, validate_multiscale_options
+from .ms_grpo import MultiscaleCache, multiscale_advantages, validate_multiscale_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,19 +36,30 @@ class Estimator:
     function: Callable[..., torch.Tensor]
     validate: Callable[..., None]
     sampled: bool = False  # draws from ``generator`` (for some options)
+    new_cache: Callable[[], Any] | None = None  # a cache the caller keeps and passes back as ``cache=`` (one per run)
 
     def __call__(self, rewards: torch.Tensor, *, generator: torch.Generator | None = None, **options: Any):
+        """``options`` may include ``cache`` (a ``new_cache()`` object) for an estimator that takes one."""
         return self.function(rewards, generator=generator, **options)
 
 
 ESTIMATORS: dict[str, Estimator] = {}
 
 
-def register_estimator(name: str, validate: Callable[..., None] | None = None, *, sampled: bool = False):
-    """Decorator: register ``function`` under ``name`` (``validate`` defaults to a check of the option names)."""
+def register_estimator(
+    name: str,
+    validate: Callable[..., None] | None = None,
+    *,
+    sampled: bool = False,
+    new_cache: Callable[[], Any] | None = None,
+):
+    """Decorator: register ``function`` under ``name`` (``validate`` defaults to a check of the option names). An
+    estimator that can reuse work across calls names ``new_cache``: its caller keeps one cache per run and passes it
+    as ``cache=``; algorithms/ itself keeps no state between calls."""
 
     def decorate(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        ESTIMATORS[name] = Estimator(name, function, validate or _option_names_check(name, function), sampled)
+        check = validate or _option_names_check(name, function)
+        ESTIMATORS[name] = Estimator(name, function, check, sampled, new_cache)
         return function
 
     return decorate
@@ -66,7 +77,7 @@ def validate_estimator(name: str, num_generations: int, options: Mapping[str, An
 
 
 def _option_names_check(name: str, function: Callable[..., torch.Tensor]) -> Callable[..., None]:
-    allowed = [p for p in inspect.signature(function).parameters if p not in ("rewards", "generator")]
+    allowed = [p for p in inspect.signature(function).parameters if p not in ("rewards", "generator", "cache")]
 
     def validate(num_generations: int, **options: Any) -> None:
         unknown = sorted(set(options) - set(allowed))
@@ -101,9 +112,9 @@ def _validate_multiscale(num_generations: int, **options: Any) -> None:
     validate_multiscale_options(num_generations, **options)
 
 
-@register_estimator("ms_grpo", _validate_multiscale, sampled=True)
-def ms_grpo_estimator(rewards: torch.Tensor, *, generator=None, **options: Any) -> torch.Tensor:
-    return multiscale_advantages(rewards, generator=generator, **options)
+@register_estimator("ms_grpo", _validate_multiscale, sampled=True, new_cache=MultiscaleCache)
+def ms_grpo_estimator(rewards: torch.Tensor, *, generator=None, cache=None, **options: Any) -> torch.Tensor:
+    return multiscale_advantages(rewards, generator=generator, cache=cache, **options)
 
 
 @register_estimator("gpg", lambda num_generations, **options: _validate_gpg(num_generations, **options))

@@ -177,6 +177,8 @@ def gpg_loss(
     *,
     alpha: float = 1.0,
     normalization: str = "group",
+    row_weights: torch.Tensor | None = None,
+    token_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GPG policy-gradient loss, a scalar to minimise (paper Eq. 5 with Eq. 8's alpha; docs/methods/gpg.md §2.3, A1).
 
@@ -195,6 +197,11 @@ def gpg_loss(
         mask: ``(N, T)``, nonzero on completion tokens; masked positions never affect the loss or gradient.
         num_generations: group size ``G``.
         alpha: AGE factor (:func:`gpg_alpha`), multiplies the loss.
+        row_weights: ``(N,)`` per-row weights ``w_i`` made once for the whole batch (:func:`loss_row_weights` of its
+            global mask); when given, the loss is ``sum_i w_i * sum_t -A_i * logp_{i,t}`` over these rows and
+            ``normalization`` is not used, so a trainer's micro-batches and processes add up to the full-batch loss.
+        token_scale: ``(N, T)`` or ``(N, 1)`` factors of the per-token loss (e.g. TRL's vLLM importance-sampling
+            ratio), or None.
     """
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}.")
@@ -202,9 +209,14 @@ def gpg_loss(
         advantages = advantages[:, None]
     keep = mask.bool()
     zero = torch.zeros_like(per_token_logps)
+    per_token = -advantages * per_token_logps
+    if token_scale is not None:
+        per_token = per_token * token_scale
     # torch.where (not a product with the mask) so non-finite log-probs on padding cannot leak in.
-    per_token = torch.where(keep, -advantages * per_token_logps, zero)
-    if normalization == "group":
+    per_token = torch.where(keep, per_token, zero)
+    if row_weights is not None:
+        loss = (per_token.sum(dim=1) * row_weights.to(per_token.dtype)).sum()
+    elif normalization == "group":
         weights = group_token_weights(keep, num_generations).to(per_token)
         loss = (per_token.sum(dim=1) * weights).sum()
     elif normalization == "token":

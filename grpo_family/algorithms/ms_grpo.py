@@ -7,9 +7,9 @@ averages are mixed with scale weights (§2.6). Three exact engines compute the s
 * **value-class tables** (few distinct rewards, e.g. binary correctness or sums of binary checks): a
   subgroup's statistics depend only on how many copies of each value it holds, so a per-scale average is a
   multivariate-hypergeometric sum over count vectors (§3.2) — polynomial in G, computed for every prompt
-  at once by tensor ops (tables of the batch's value set cached across calls, a warm call being a
-  gather), which makes exact MS-GRPO practical at G = 64;
-* **enumeration**: every subgroup as a row of a cached 0/1 membership matrix, statistics for all prompts
+  at once by tensor ops (tables of the batch's value set, which a caller-owned :class:`MultiscaleCache` keeps
+  across calls: a warm call is a gather), which makes exact MS-GRPO practical at G = 64;
+* **enumeration**: every subgroup as a row of a 0/1 membership matrix, statistics for all prompts
   by matrix products (§3.1); refused above ``MAX_ENUMERATED_SUBGROUPS`` subgroups per prompt;
 * the **accelerated** scheme (§2.8): dilated scale sampling (``num_scales`` = M) and greedy
   Jaccard-diverse subgroups (``subgroups_per_scale`` = K), both reward-independent and shared by every
@@ -23,7 +23,6 @@ the prompt is treated as the group of its scorable completions (docs/methods/ms_
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import numbers
@@ -32,6 +31,7 @@ import warnings
 import torch
 
 __all__ = [
+    "MultiscaleCache",
     "diverse_subgroups",
     "draw_scales",
     "dss_intervals",
@@ -64,6 +64,36 @@ GREEDY_POOL_LIMIT = 20_000
 _TIE_TOL = 1e-9  # greedy ties (docs/methods/ms_grpo.md §2.8b)
 
 
+# ----------------------------------------------------------------------------------------------- cache
+
+
+class MultiscaleCache:
+    """Work :func:`multiscale_advantages` can reuse from one call to the next, owned by its caller (a trainer keeps
+    one per run; ``algorithms.estimators`` registers it as the ``ms_grpo`` estimator's cache). Without one, every
+    call computes everything it needs, so the work a call does never depends on what ran before it.
+
+    Holds: tables of the batches' reward value sets (``value_set_tables``: a dense index over the count vectors
+    pointing at rows computed once, least recently used dropped beyond ``max_value_set_tables``), the last value set
+    per device (tried first: no sort when the rewards repeat it), and the constant tables of each ``(G, tau)``
+    (subgroup membership, greedy-diverse rows, two-valued lookup tables).
+    """
+
+    def __init__(self, max_value_set_tables: int = 16):
+        self.max_value_set_tables = max_value_set_tables
+        self.value_set_tables: dict = {}
+        self.last_value_set: dict = {}
+        self.constants: dict = {}
+
+
+def _constant(cache: MultiscaleCache | None, key: tuple, compute):
+    """``compute()``, kept in ``cache`` under ``key`` when there is a cache."""
+    if cache is None:
+        return compute()
+    if key not in cache.constants:
+        cache.constants[key] = compute()
+    return cache.constants[key]
+
+
 # ----------------------------------------------------------------------------------------------- options
 
 
@@ -88,7 +118,6 @@ def _weights_key(weights) -> str | tuple[float, ...]:
         raise ValueError(f"weights must be one of {WEIGHT_SCHEMES} or a sequence of floats, got {weights!r}") from None
 
 
-@functools.lru_cache(maxsize=1024)
 def _scale_weights(num_generations: int, tau_min: int, key: str | tuple[float, ...]) -> tuple[float, ...]:
     G, R = num_generations, num_generations - tau_min + 1
     taus = range(tau_min, G + 1)
@@ -245,13 +274,11 @@ def draw_scales(
     return mask
 
 
-@functools.lru_cache(maxsize=256)
 def _candidate_pool(G: int, tau: int) -> torch.Tensor:
     """Bool ``[N, G]`` size-``tau`` subsets in lexicographic order: all of them, or a fixed-seed sample (§11.9)."""
     if math.comb(G, tau) <= GREEDY_POOL_LIMIT:
         idx = torch.tensor(list(itertools.combinations(range(G), tau)), dtype=torch.long).reshape(-1, tau)
         return torch.zeros(len(idx), G, dtype=torch.bool).scatter_(1, idx, True)
-    # Once per (G, tau): this function is cached.
     warnings.warn(
         f"MS-GRPO diverse subgroups: C({G}, {tau}) = {math.comb(G, tau)} candidate subgroups exceed "
         f"GREEDY_POOL_LIMIT={GREEDY_POOL_LIMIT}, so the greedy Jaccard selection runs on a fixed-seed random pool of "
@@ -268,9 +295,8 @@ def _candidate_pool(G: int, tau: int) -> torch.Tensor:
     return torch.unique(1 - pool.to(torch.uint8), dim=0) == 0
 
 
-@functools.lru_cache(maxsize=256)
-def _greedy_rows(G: int, tau: int, K: int) -> torch.Tensor:
-    pool = _candidate_pool(G, tau)
+def _greedy_rows(G: int, tau: int, K: int, cache=None) -> torch.Tensor:
+    pool = _constant(cache, ("pool", G, tau), lambda: _candidate_pool(G, tau))
     if len(pool) <= K:
         return pool
     members = pool.double()
@@ -287,14 +313,17 @@ def _greedy_rows(G: int, tau: int, K: int) -> torch.Tensor:
     return pool[picks]
 
 
-def diverse_subgroups(num_generations: int, tau: int, k: int) -> tuple[tuple[int, ...], ...]:
-    """Greedy Jaccard-diverse selection of ``k`` size-``tau`` subgroups (docs/methods/ms_grpo.md §2.8b, Eq. 7-9), cached.
+def diverse_subgroups(
+    num_generations: int, tau: int, k: int, *, cache: MultiscaleCache | None = None
+) -> tuple[tuple[int, ...], ...]:
+    """Greedy Jaccard-diverse selection of ``k`` size-``tau`` subgroups (docs/methods/ms_grpo.md §2.8b, Eq. 7-9).
 
     Each step adds the candidate with the largest summed Jaccard distance to those already chosen; ties
     (within 1e-9) go to the lexicographically earliest, so the first pick is ``(0, ..., tau-1)``. All
-    subgroups when ``C(G, tau) <= k``. Depends only on ``(G, tau, k)``, never on rewards.
+    subgroups when ``C(G, tau) <= k``. Depends only on ``(G, tau, k)``, never on rewards; ``cache`` keeps the
+    candidate pool and the selection for later calls.
     """
-    rows = _greedy_rows(num_generations, tau, k)
+    rows = _constant(cache, ("greedy", num_generations, tau, k), lambda: _greedy_rows(num_generations, tau, k, cache))
     return tuple(tuple(torch.nonzero(r).flatten().tolist()) for r in rows)
 
 
@@ -331,14 +360,12 @@ def num_subgroups(
 # ----------------------------------------------------------------------------------------- shared helpers
 
 
-@functools.lru_cache(maxsize=8)
 def _binomials(n_max: int) -> torch.Tensor:
     """float64 ``[n_max+1, n_max+1]``, ``C(n, k)`` (exact ints rounded once; 0 for k > n)."""
     rows = [[float(math.comb(n, k)) for k in range(n_max + 1)] for n in range(n_max + 1)]
     return torch.tensor(rows, dtype=torch.float64)
 
 
-@functools.lru_cache(maxsize=256)
 def _all_subsets(G: int, tau: int, device: str = "cpu") -> torch.Tensor:
     idx = torch.tensor(list(itertools.combinations(range(G), tau)), dtype=torch.long).reshape(-1, tau)
     return torch.zeros(len(idx), G, dtype=torch.float64).scatter_(1, idx, 1.0).to(device)
@@ -443,20 +470,19 @@ def _anchored(values: torch.Tensor, present: torch.Tensor, eps: float) -> torch.
     return out
 
 
-# Tables of the batch-wide value set, by (G, tau_min, std, eps, anchored values): count vector -> row.
-_GLOBAL_TABLES: dict = {}
-_GLOBAL_TABLES_MAX = 16
 _GLOBAL_GRID_MAX = 2**20  # (G + 1) ** (distinct values in the batch) count-vector slots at most
 
 
-def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: str, eps: float) -> torch.Tensor:
-    """``[B, R, D]`` tables for counts ``N`` ``[B, D]`` over one batch-wide value set ``V`` ``[D]``, cached
-    across calls: a dense index over the ``(G+1)^D`` count vectors points at rows computed once, so a warm
-    call is two gathers; missing patterns are computed together by :func:`_class_tables`."""
+def _global_tables(
+    N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: str, eps: float, cache: MultiscaleCache | None
+) -> torch.Tensor:
+    """``[B, R, D]`` tables for counts ``N`` ``[B, D]`` over one batch-wide value set ``V`` ``[D]``: a dense index over
+    the ``(G+1)^D`` count vectors points at rows computed once (kept in ``cache`` across calls, so a warm call is two
+    gathers); missing patterns are computed together by :func:`_class_tables`."""
     B, D = N.shape
     G = int(N.sum(1).max())
     key = (G, R, D, tau_min, std, eps, str(V.device), tuple(V.tolist()))
-    entry = _GLOBAL_TABLES.pop(key, None)
+    entry = cache.value_set_tables.pop(key, None) if cache is not None else None
     if entry is None:
         entry = (torch.full(((G + 1) ** D,), -1, dtype=torch.long, device=V.device),
                  torch.zeros(0, R, D, dtype=torch.float64, device=V.device))  # fmt: skip
@@ -473,13 +499,11 @@ def _global_tables(N: torch.Tensor, V: torch.Tensor, R: int, tau_min: int, std: 
         index[new] = torch.arange(len(table), len(table) + len(new), device=N.device)
         table = torch.cat([table, rows])
         slot = index.index_select(0, flat)
-    _GLOBAL_TABLES[key] = (index, table)  # most recently used last
-    while len(_GLOBAL_TABLES) > _GLOBAL_TABLES_MAX:
-        _GLOBAL_TABLES.pop(next(iter(_GLOBAL_TABLES)))
+    if cache is not None:
+        cache.value_set_tables[key] = (index, table)  # most recently used last
+        while len(cache.value_set_tables) > cache.max_value_set_tables:
+            cache.value_set_tables.pop(next(iter(cache.value_set_tables)))
     return table.index_select(0, slot)
-
-
-_LAST_VALUE_SET: dict = {}  # device -> the last batch value set, tried first (no sort when rewards repeat it)
 
 
 def _classes_of(x, finite, V):
@@ -492,15 +516,15 @@ def _classes_of(x, finite, V):
     return cls, bool(((V.take(cls) == x) | ~finite).all())
 
 
-def _batch_value_set(x, finite):
-    """``(V, cls)``: the batch's distinct finite rewards and each reward's index in them, when one cached table
-    set can serve every prompt: few enough for a dense index over ``(G+1)^D`` count vectors, and well
+def _batch_value_set(x, finite, cache: MultiscaleCache | None):
+    """``(V, cls)``: the batch's distinct finite rewards and each reward's index in them, when one table set can
+    serve every prompt: few enough for a dense index over ``(G+1)^D`` count vectors, and well
     separated, so that one set of anchored differences rounds no gap noticeably (<= 2^-42 relative when every
     gap is >= 2^-10 of the largest magnitude); otherwise None and each pattern keeps its own anchor
-    (docs/methods/ms_grpo.md §3.2)."""
+    (docs/methods/ms_grpo.md §3.2). With a cache, the last batch's value set is tried first."""
     G = x.shape[1]
     key = str(x.device)
-    V = _LAST_VALUE_SET.get(key)
+    V = cache.last_value_set.get(key) if cache is not None else None
     if V is not None:  # the common case in training: the same reward levels as the last batch
         cls, ok = _classes_of(x, finite, V)
         if ok and len(V) * math.log2(G + 1) <= math.log2(
@@ -513,18 +537,19 @@ def _batch_value_set(x, finite):
         return None
     if float((V[1:] - V[:-1]).min()) < 2**-10 * float(V.abs().max()):
         return None
-    _LAST_VALUE_SET[key] = V
+    if cache is not None:
+        cache.last_value_set[key] = V
     return V, _classes_of(x, finite, V)[0]
 
 
-def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps, V=None):
+def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps, V=None, cache=None):
     """Exact mix for prompts whose rewards take few distinct values (docs/methods/ms_grpo.md §3.2), vectorised
     over prompts. With a batch value set ``V`` (``cls`` then indexes it and ``counts`` ``[b, D]`` counts it),
-    every prompt's counts index one cached table set; otherwise each distinct (counts, anchored values) pattern
+    every prompt's counts index one table set (kept in ``cache``); otherwise each distinct (counts, anchored values) pattern
     of the batch is tabulated, all in one batched computation."""
     R = W.shape[1]
     if V is not None:
-        tables = _global_tables(counts, V, R, tau_min, std, eps)
+        tables = _global_tables(counts, V, R, tau_min, std, eps, cache)
         return (tables * W[..., None]).sum(1).gather(1, cls) * finite
     D = int(n_cls.max())
     n, v = counts[:, :D], values[:, :D]
@@ -535,7 +560,6 @@ def _counts_engine(x, finite, W, cls, counts, values, n_cls, tau_min, std, eps, 
     return per_class.gather(1, cls.clamp(max=D - 1)) * finite
 
 
-@functools.lru_cache(maxsize=1024)
 def _two_valued_table(G: int, delta: float, tau_min: int, std: str, eps: float, w: tuple, device: str):
     """``[G+1, 2]``: mixed advantage of (lower, upper) value when ``P`` of G rewards take the upper one."""
     p = torch.arange(1, G)
@@ -547,7 +571,7 @@ def _two_valued_table(G: int, delta: float, tau_min: int, std: str, eps: float, 
     return table.to(device)
 
 
-def _two_valued_fast(rewards, w: tuple, tau_min, std, eps):
+def _two_valued_fast(rewards, w: tuple, tau_min, std, eps, cache=None):
     """Exact MS advantages when every prompt has at most two distinct finite rewards (binary correctness),
     as a table lookup by the number of upper values; None when the batch is not of that kind."""
     B, G = rewards.shape
@@ -566,7 +590,14 @@ def _two_valued_fast(rewards, w: tuple, tau_min, std, eps):
     if len(deltas) == 0:
         return torch.zeros(B, G, dtype=dtype, device=rewards.device)
     dev = str(rewards.device)
-    tables = [_two_valued_table(G, d, tau_min, std, eps, w, dev) for d in deltas.tolist()]
+    tables = [
+        _constant(
+            cache,
+            ("two_valued", G, d, tau_min, std, eps, w, dev),
+            lambda d=d: _two_valued_table(G, d, tau_min, std, eps, w, dev),
+        )
+        for d in deltas.tolist()
+    ]
     n_hi = hi.sum(1)
     if len(tables) == 1:  # the usual case: one reward gap in the whole batch
         vals = tables[0][n_hi]
@@ -673,10 +704,10 @@ def _subset_engine(x, finite, W, cls, n_cls, tau_min, std, eps, groups):
 # ------------------------------------------------------------------------------------------ dispatch
 
 
-def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
+def _exact_advantages(x, finite, W, *, tau_min, std, eps, method, cache=None):
     """Per prompt, weights ``W`` mixed over the exact per-scale averages; engine chosen per prompt."""
     B, G = x.shape
-    found = _batch_value_set(x, finite) if method != "enumerate" else None
+    found = _batch_value_set(x, finite, cache) if method != "enumerate" else None
     V = None
     if found is None:
         cls, counts, values, n_cls = _value_classes(x, finite)
@@ -708,11 +739,11 @@ def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
     r = use_counts
     if B > 0 and bool(r.all()):  # the usual few-valued batch: no row selection
         Wn = W / W.sum(1, keepdim=True).clamp_min(1e-300)
-        out = _counts_engine(x, finite, Wn, cls, counts, values, n_cls, tau_min, std, eps, V)
+        out = _counts_engine(x, finite, Wn, cls, counts, values, n_cls, tau_min, std, eps, V, cache)
     elif bool(r.any()):
         Wn = W[r] / W[r].sum(1, keepdim=True).clamp_min(1e-300)
         vals = None if values is None else values[r]
-        out[r] = _counts_engine(x[r], finite[r], Wn, cls[r], counts[r], vals, n_cls[r], tau_min, std, eps, V)
+        out[r] = _counts_engine(x[r], finite[r], Wn, cls[r], counts[r], vals, n_cls[r], tau_min, std, eps, V, cache)
     if bool(r.any()):
         empty = r & (W.sum(1) == 0)  # no weight left at this prompt's scales: GRPO fallback (§2.8c)
         if bool(empty.any()):
@@ -720,16 +751,20 @@ def _exact_advantages(x, finite, W, *, tau_min, std, eps, method):
     r = live & ~use_counts
     if bool(r.any()):
         used = torch.nonzero((W[r] > 0).any(0)).flatten().tolist()
-        groups = _enumeration_groups(G, tau_min, used, x.device)
+        groups = _enumeration_groups(G, tau_min, used, x.device, cache)
         out[r] = _subset_engine(x[r], finite[r], W[r], cls[r], n_cls[r], tau_min, std, eps, groups)
     return out
 
 
-def _enumeration_groups(G, tau_min, used, device):
+def _subsets(cache, G: int, tau: int, device) -> torch.Tensor:
+    return _constant(cache, ("subsets", G, tau, str(device)), lambda: _all_subsets(G, tau, str(device)))
+
+
+def _enumeration_groups(G, tau_min, used, device, cache=None):
     """Every subgroup of each used scale; scales with few subgroups are padded together into one pass."""
     batch = []
     for k in used:
-        m = _all_subsets(G, tau_min + k, str(device))
+        m = _subsets(cache, G, tau_min + k, device)
         if batch and (len(batch) + 1) * max(len(m), *(len(b) for _, b in batch)) > 256:
             yield torch.tensor([j for j, _ in batch], device=device), _stack([b for _, b in batch])
             batch = []
@@ -738,7 +773,7 @@ def _enumeration_groups(G, tau_min, used, device):
         yield torch.tensor([j for j, _ in batch], device=device), _stack([b for _, b in batch])
 
 
-def _diverse_advantages(x, finite, W, K, selection, generator, *, tau_min, std, eps):
+def _diverse_advantages(x, finite, W, K, selection, generator, *, tau_min, std, eps, cache=None):
     """Per-scale averages over K greedy-diverse (or random) subgroups at each drawn scale (docs/methods/ms_grpo.md §2.8b, c).
 
     Each prompt gathers only its own drawn scales' subgroups, so the work is ``B * M * K * G``."""
@@ -758,8 +793,9 @@ def _diverse_advantages(x, finite, W, K, selection, generator, *, tau_min, std, 
         if not used[k]:
             return empty
         if selection == "greedy" or math.comb(G, tau) <= K:
-            return _greedy_rows(G, tau, K).to(device=x.device, dtype=torch.float64)
-        return _random_rows(G, tau, K, n, generator, x.device)
+            rows = _constant(cache, ("greedy", G, tau, K), lambda: _greedy_rows(G, tau, K, cache))
+            return rows.to(device=x.device, dtype=torch.float64)
+        return _random_rows(G, tau, K, n, generator, x.device, cache)
 
     blocks = [members(k) for k in range(R)]
     if any(m.dim() == 3 for m in blocks):
@@ -774,14 +810,14 @@ def _diverse_advantages(x, finite, W, K, selection, generator, *, tau_min, std, 
     return out
 
 
-def _random_rows(G: int, tau: int, K: int, n: int, generator, device) -> torch.Tensor:
+def _random_rows(G: int, tau: int, K: int, n: int, generator, device, cache=None) -> torch.Tensor:
     """``[n, K', G]`` uniformly random size-``tau`` subgroups per prompt (the paper's random-K ablation):
     K distinct ones when ``C(G, tau)`` is enumerable, otherwise K independent draws (repeats possible but
     vanishingly rare, probability < K^2 / (2 * GREEDY_POOL_LIMIT))."""
     gen_dev = generator.device if generator is not None else device
     N = math.comb(G, tau)
     if N <= GREEDY_POOL_LIMIT:
-        pool = _all_subsets(G, tau, str(device))
+        pool = _subsets(cache, G, tau, device)
         pick = torch.rand(n, N, generator=generator, device=gen_dev).topk(min(K, N), dim=1).indices.to(device)
         return pool[pick]
     idx = torch.rand(n, K, G, generator=generator, device=gen_dev).argsort(-1)[..., :tau].to(device)
@@ -820,13 +856,14 @@ def multiscale_advantages(
     draw: str = "per_group",
     permute_labels: bool = False,
     method: str = "auto",
+    cache: MultiscaleCache | None = None,
 ) -> torch.Tensor:
     """MS-GRPO advantages ``(num_prompts, G)`` for rewards ``(num_prompts, G)`` (docs/methods/ms_grpo.md §2.4-2.6, §2.8).
 
     Exact (every subgroup of size >= ``tau_min``) when ``num_scales`` and ``subgroups_per_scale`` are None;
     otherwise accelerated: ``num_scales`` = M dilated scale draws (``partition`` "bottom" | "paper", one
     draw per prompt or per batch), ``subgroups_per_scale`` = K subgroups per drawn scale chosen greedily
-    Jaccard-diverse (``selection="greedy"``, cached per (G, tau, K)) or uniformly at random ("random", the
+    Jaccard-diverse (``selection="greedy"``) or uniformly at random ("random", the
     paper's ablation); ``permute_labels`` shuffles completion labels per prompt first (accelerated mode only:
     the exact estimator is permutation-equivariant). Randomness comes from ``generator`` only.
 
@@ -837,7 +874,8 @@ def multiscale_advantages(
     enumeration otherwise, and raises ``ValueError`` if general rewards would need more than
     ``MAX_ENUMERATED_SUBGROUPS`` subgroups per prompt; "counts" / "enumerate" force one engine.
     Non-finite rewards are unscorable: excluded from every subgroup, advantage 0. Float64 inside; returns
-    the rewards' dtype.
+    the rewards' dtype. ``cache`` (a :class:`MultiscaleCache` the caller keeps) lets later calls reuse tables; the
+    result is the same with or without one.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be (num_prompts, num_generations), got shape {tuple(rewards.shape)}")
@@ -858,7 +896,7 @@ def multiscale_advantages(
         rewards, eps = _rescale_extreme(rewards, eps)
     accelerated = num_scales is not None or subgroups_per_scale is not None
     if not accelerated and method != "enumerate" and B > 0:
-        fast = _two_valued_fast(rewards, w, tau_min, std, eps)
+        fast = _two_valued_fast(rewards, w, tau_min, std, eps, cache)
         if fast is not None:
             return fast
 
@@ -873,7 +911,7 @@ def multiscale_advantages(
     drawn = draw_scales(B, G, tau_min=tau_min, num_scales=num_scales, partition=partition, draw=draw,
                         generator=generator, device=x.device)  # fmt: skip
     W = _row_weights(finite.sum(1), G, tau_min, weights) * drawn  # [B, R]; 0 at undrawn scales
-    opts = dict(tau_min=tau_min, std=std, eps=eps)
+    opts = dict(tau_min=tau_min, std=std, eps=eps, cache=cache)
     if subgroups_per_scale is None:
         out = _exact_advantages(x, finite, W, method=method, **opts)
     else:

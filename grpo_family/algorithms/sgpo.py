@@ -176,7 +176,7 @@ def sgpo_rewards(
         first_error: nested lists of verdicts (int / ``None`` / ``nan``), same shape; already voted (see
             :func:`vote_first_error`). Read only for the incorrect completions of judged groups, so any
             placeholder may stand elsewhere.
-        num_steps: nested lists of step counts ``K`` (see ``grpo_family.rewards.steps.split_steps``), same
+        num_steps: nested lists of step counts ``K`` (see ``grpo_family.judges.steps.split_steps``), same
             shape; read where ``first_error`` is.
         beta, gamma, mode: the partial-credit map, see :func:`partial_credit`.
         scope: which groups are judged, see :func:`groups_to_judge`.

@@ -197,7 +197,7 @@ class VLLMBackend:
                 '--backend vllm needs vLLM: pip install -e ".[vllm]" on a GPU machine, or on a CPU machine the '
                 "separate environment of README's 'vLLM on a CPU machine'. Or use --backend generate."
             ) from error
-        from grpo_family.trainers.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, vllm_platform_is_cpu
+        from grpo_family.integrations.vllm_cpu import DEFAULT_CPU_KVCACHE_GIB, vllm_platform_is_cpu
 
         if vllm_platform_is_cpu() and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = DEFAULT_CPU_KVCACHE_GIB  # unset, vLLM takes most of the RAM

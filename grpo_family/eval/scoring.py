@@ -1,6 +1,6 @@
 """Scoring completions for evaluation: one function, :func:`score_samples`, with the scoring mode as an argument.
 
-Every reward call goes through the trainers' guard (:class:`~grpo_family.trainers.reward_guards.GuardedReward`, or
+Every reward call goes through the trainers' guard (:class:`~grpo_family.runtime.reward_guards.GuardedReward`, or
 its async twin, non-strict) under a deadline (:func:`~grpo_family.rewards.with_timeout`, ``timeout`` seconds per
 call): a reward that raises, times out, returns strings, NaN, numpy values or None on some rows, is ``async``, or calls
 ``sys.exit`` leaves those rows unscored (``None``), counted in :attr:`Scores.unscored` with the reasons in
@@ -100,7 +100,7 @@ def guard_reward(
     """``func`` behind the trainers' guard, never strict (no set-up error is raised: failures become None), with a
     per-call deadline unless it has its own (``with_timeout``'s ``reward_deadline``) or ``timeout`` is None."""
     from grpo_family.rewards.timeout import with_timeout
-    from grpo_family.trainers.reward_guards import AsyncGuardedReward, GuardedReward
+    from grpo_family.runtime.reward_guards import AsyncGuardedReward, GuardedReward
 
     name = _name(func)
     wrapped = _exit_is_an_error(func)

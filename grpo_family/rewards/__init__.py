@@ -28,7 +28,7 @@ before training, the golds a reward cannot read (count and examples) and fails f
 ``with_timeout(func, seconds)`` gives any reward function a per-call deadline: a call that never returns scores
 ``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
 
-Step judges for SGPO (:mod:`grpo_family.rewards.judges`): ``OpenAICompatibleJudge`` (vLLM / hosted APIs),
+Step judges for SGPO (:mod:`grpo_family.judges`): ``OpenAICompatibleJudge`` (vLLM / hosted APIs),
 ``TransformersJudge`` (a local model), ``ProgrammaticJudge`` (the bundled task, exact), ``HeuristicReferenceJudge``
 (numbers checked against the reference solution; crude, for smoke tests and CI).
 
@@ -41,6 +41,20 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 
+from ..judges import (
+    DEFAULT_PROMPT_PATH,
+    FAIL,
+    HeuristicReferenceJudge,
+    JudgeRequest,
+    JudgeVerdict,
+    OpenAICompatibleJudge,
+    ProgrammaticJudge,
+    PromptTemplate,
+    StepJudge,
+    TransformersJudge,
+    parse_verdict,
+    strip_reasoning,
+)
 from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
 from .code import CodeTestsReward, Sandbox, code_tests_reward, extract_code, parse_test_cases
 from .extract import (
@@ -63,20 +77,6 @@ from .format import (
     think_prefilled_boxed_format_reward,
 )
 from .golds import GoldReport, check_golds
-from .judges import (
-    DEFAULT_PROMPT_PATH,
-    FAIL,
-    HeuristicReferenceJudge,
-    JudgeRequest,
-    JudgeVerdict,
-    OpenAICompatibleJudge,
-    ProgrammaticJudge,
-    PromptTemplate,
-    StepJudge,
-    TransformersJudge,
-    parse_verdict,
-    strip_reasoning,
-)
 from .math import MathAccuracyReward, math_accuracy_reward, parse_answer, parse_gold, score_math, too_expensive
 from .qa import (
     QAReward,

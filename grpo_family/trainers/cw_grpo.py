@@ -9,7 +9,7 @@ Where the pieces come from (docs/methods/cw_grpo.md §3.2):
 
 * the advantages are those of ``cw_base_estimator`` (any registered in ``algorithms.estimators``; GRPO's by
   default, the paper's);
-* the weights are computed once per generation batch, in the token-weight stage (``_weight_advantages``) before TRL
+* the weights are computed once per generation batch, in the token-weight stage (``weight_advantages``) before TRL
   shuffles and splits it (or in the loss, below), on the log-probs, masks and advantages of **every** completion gathered from all
   processes (a prompt's G completions can straddle processes), so each group's statistics are the group's; every
   process computes the same weights and keeps its own rows;
@@ -23,7 +23,7 @@ Where the pieces come from (docs/methods/cw_grpo.md §3.2):
   has no ``old_per_token_logps`` (it then uses the loss's own log-probs as the old ones: the policy has not moved
   since the rollout). The weights are then computed inside the loss, from the log-probs its forward just made,
   gathered across processes and put back in global row order, before TRL reads the advantages: no extra forward.
-  TRL's ``_compute_loss`` is not copied; the base class's loss-forward stage (``_loss_forward_stage``) receives the
+  TRL's ``_compute_loss`` is not copied; the base class's loss-forward stage (``transform_loss_forward``) receives the
   loss's log-probs, and a loss that did not make its forward before reading the advantages raises instead of
   training unweighted. The weighted advantages are
   written into TRL's buffered batch and its row tags removed, so with ``num_iterations > 1`` the later passes over
@@ -42,10 +42,10 @@ from typing import Any
 import torch
 from accelerate.utils import gather, pad_across_processes
 
-from ..algorithms.cw_grpo import ADV_CENTERS, SCOPES, covariance_stats, covariance_weights
+from ..algorithms.cw_grpo import covariance_stats, covariance_weights
 from ..algorithms.estimators import validate_estimator
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
-from .stages import estimator_options
+from .stages import GenerationBatch, LossCall, estimator_options
 
 logger = logging.getLogger(__name__)
 
@@ -140,25 +140,6 @@ class CWGRPOConfig(GRPOFamilyConfig):
         super().__post_init__()
         self.cw_estimator_options = estimator_options(self.cw_estimator_options, "cw_estimator_options")
         validate_estimator(self.cw_base_estimator, self.num_generations, self.cw_estimator_options)
-        if self.cw_scope not in SCOPES:
-            raise ValueError(f"cw_scope must be one of {SCOPES} (default 'group'), got {self.cw_scope!r}.")
-        if self.cw_adv_center not in ADV_CENTERS:
-            raise ValueError(
-                f"cw_adv_center must be one of {ADV_CENTERS} (default 'token'), got {self.cw_adv_center!r}."
-            )
-        if self.cw_std_ddof not in (0, 1):
-            raise ValueError(f"cw_std_ddof must be 0 (population std, default) or 1, got {self.cw_std_ddof!r}.")
-        if not self.cw_bandwidth_scale > 0:  # also rejects NaN
-            raise ValueError(
-                f"cw_bandwidth_scale must be > 0 (1.0 = the paper), got {self.cw_bandwidth_scale!r}; to train plain "
-                "GRPO use method 'grpo' (or cw_bandwidth_scale=inf)."
-            )
-        if not self.cw_eps > 0:
-            raise ValueError(f"cw_eps must be > 0 (default 1e-8), got {self.cw_eps!r}.")
-        if self.cw_logps_source not in LOGPS_SOURCES:
-            raise ValueError(
-                f"cw_logps_source must be one of {LOGPS_SOURCES} (default 'policy'), got {self.cw_logps_source!r}."
-            )
         if self.importance_sampling_level != "token":
             warnings.warn(
                 "CW-GRPO weights tokens; with importance_sampling_level='sequence' the ratio is per sequence while "
@@ -182,6 +163,8 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "cw_grpo"
+    summary = "a Gaussian kernel down-weights tokens whose log-prob/advantage covariance is extreme"
+    reported_result = "R1-Distill-Qwen-1.5B, 5 math benchmarks: average 55.3 vs GRPO 52.6; steadier entropy (Figure 1)"
     _tag_names = ["trl", "grpo", "grpo_family", "cw_grpo"]
     _name = "CW-GRPO"
     _paper = {
@@ -212,20 +195,26 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             eps=a.cw_eps,
         )
 
+    @property
+    def loss_forward_fix(self) -> str:
+        if self.args.cw_reuse_loss_logps:
+            return "Set cw_reuse_loss_logps=False (one extra forward pass)."
+        return GRPOFamilyTrainer.loss_forward_fix
+
     # ------------------------------------------------------------------ rollout log-probs
     @torch.no_grad()
-    def _rollout_logps(self, batch: dict[str, Any]) -> tuple[torch.Tensor, bool]:
+    def _rollout_logps(self, batch: GenerationBatch) -> tuple[torch.Tensor, bool]:
         """This process's (B, T) rollout log-probs of the sampled tokens, and whether an extra forward made them.
 
         The choice depends only on the config (TRL computes ``old_per_token_logps`` or not for every process
         alike), except for non-finite sampler log-probs, which are checked across processes.
         """
-        old = batch.get("old_per_token_logps")
+        old = batch.old_logps
         if old is not None:
             return old.detach(), False
-        sampler = batch.get("sampling_per_token_logps")
+        sampler = batch.sampling_logps
         if sampler is not None and self.args.cw_logps_source == "sampler":
-            valid = self._loss_mask(batch).bool()
+            valid = batch.loss_mask.bool()
             bad = (~torch.isfinite(sampler) & valid).any().to(torch.float32).reshape(1)
             if not bool(gather(bad).any()):  # vLLM may return NaN for tokens it could not score
                 if not self._warned_sampler_logps:
@@ -236,10 +225,8 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
                     self._warned_sampler_logps = True
                 return sampler.detach(), False
         # One extra no-grad forward pass; the same helper as TRL's, so the same temperature scaling.
-        size = (
-            self.args.per_device_train_batch_size if batch["mode"] == "train" else self.args.per_device_eval_batch_size
-        )
-        logps, _ = self._no_grad_logps_and_entropies(batch, batch_size=size)
+        size = self.args.per_device_train_batch_size if batch.mode == "train" else self.args.per_device_eval_batch_size
+        logps, _ = self.policy_logps(batch, batch_size=size)
         return logps.detach(), True
 
     def _covariance_weights(self, logps, advantages, mask, num_generations) -> torch.Tensor:
@@ -248,75 +235,65 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
             logps, advantages, mask, num_generations, normalize=self.args.cw_normalize, **self.cw_kwargs
         )
 
-    def _defers_to_loss(self, batch: dict[str, Any]) -> bool:
+    def _defers_to_loss(self, batch: GenerationBatch) -> bool:
         """Whether the loss's own forward provides the rollout log-probs (same decision on every process)."""
-        if not self.args.cw_reuse_loss_logps or batch.get("old_per_token_logps") is not None:
+        if not self.args.cw_reuse_loss_logps or batch.old_logps is not None:
             return False
-        if batch.get("sampling_per_token_logps") is not None and self.args.cw_logps_source == "sampler":
+        if batch.sampling_logps is not None and self.args.cw_logps_source == "sampler":
             return False
-        return batch["mode"] == "eval" or self.args.steps_per_generation == 1
+        return batch.mode == "eval" or self.args.steps_per_generation == 1
 
-    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
-        return self._estimate(self.args.cw_base_estimator, rewards, batch, self.args.cw_estimator_options)
+    def compute_advantages(self, batch: GenerationBatch) -> torch.Tensor:
+        return self.estimate_advantages(self.args.cw_base_estimator, batch, self.args.cw_estimator_options)
 
     # ------------------------------------------------------------------ token-weight stage
-    def _weight_advantages(self, stage, batch: dict[str, Any]) -> torch.Tensor:
+    def weight_advantages(self, batch: GenerationBatch) -> torch.Tensor:
         """GRPO advantages times the CW weights: (P * G, T) per-token advantages on the gathered batch (or the (P * G,)
-        GRPO advantages that the loss's own forward weights, see :meth:`_loss_forward_stage`)."""
-        rewards, flat = stage.rewards, stage.advantages.float()
-        num_generations = stage.num_generations
+        GRPO advantages that the loss's own forward weights, see :meth:`transform_loss_forward`)."""
+        rewards, flat = batch.raw_rewards, batch.advantages.float()
+        num_generations = batch.num_generations
         if not flat.any():
             # Every group is degenerate (or unscorable): A * w = 0 whatever w is, so skip the log-probs. The
             # advantages are global, so every process skips alike (a forward under ZeRO-3 is collective).
-            self._log_degenerate_batch()
-            return stage.advantages
+            self._log_degenerate_batch(batch.log)
+            return batch.advantages
         # Unscorable completions (NaN reward) are trained with advantage 0; keep them out of the statistics.
         scored = ~torch.isnan(rewards).reshape(-1)
         if self._defers_to_loss(batch):
-            stage.extras["cw_scored"] = scored
-            return stage.advantages
+            # Weights come in the loss: tag every row with its global index (TRL shuffles the rows).
+            n = batch.num_local_rows
+            device = batch.completion_mask.device
+            rows = torch.arange(n, device=device) + self.accelerator.process_index * n
+            batch.set("row", rows)
+            batch.set("scored", scored.to(device)[rows])
+            return batch.advantages
         logps, extra_forward = self._rollout_logps(batch)
-        mask = self._loss_mask(batch)
+        mask = batch.loss_mask
         # Pad every process's tensors to the widest completion, then gather: rows in TRL's global order.
         logps = gather(pad_across_processes(logps.float().contiguous(), dim=1, pad_index=0)).to(rewards.device)
         mask = gather(pad_across_processes(mask.contiguous(), dim=1, pad_index=0)).to(rewards.device)
         mask = mask.bool() & scored[:, None]
         weights = self._covariance_weights(logps, flat, mask, num_generations)
-        self._log_weights(logps, flat, mask, weights, num_generations, extra_forward)
+        self._log_weights(batch.log, logps, flat, mask, weights, num_generations, extra_forward)
         return flat[:, None] * weights
 
-    def _finish_generation_batch(self, output: dict[str, Any], stage) -> None:
-        scored = stage.extras.get("cw_scored")
-        if scored is not None:  # weights come in the loss: tag every row with its global index (TRL shuffles)
-            n = output["completion_ids"].size(0)
-            rows = torch.arange(n, device=output["completion_ids"].device) + self.accelerator.process_index * n
-            output["cw_row"] = rows
-            output["cw_scored"] = scored.to(rows.device)[rows]
-
     # ------------------------------------------------------------------ weights from the loss's log-probs
-    def _needs_loss_forward(self, inputs: dict[str, Any]) -> str | None:
-        if "cw_row" not in inputs:
-            return None
-        return (
-            "CW-GRPO: TRL's loss did not compute the policy log-probs before reading the advantages, so the "
-            "covariance weights could not be applied. Set cw_reuse_loss_logps=False (one extra forward pass)."
-        )
-
-    def _loss_forward_stage(self, inputs, logps, entropies):
-        logps, entropies = super()._loss_forward_stage(inputs, logps, entropies)
-        if "cw_row" in inputs:  # the loss's policy forward: weight the advantages before TRL reads them
-            inputs["advantages"] = self._weigh_in_loss(inputs, logps.detach())
-            # ``inputs`` is TRL's buffered batch: with num_iterations > 1 the next passes get this same dict. Drop
-            # the row tags so that they train on these weighted advantages as they are (weights computed once per
-            # generation batch, docs/methods/cw_grpo.md §2.6/§6) instead of weighting them again.
-            del inputs["cw_row"], inputs["cw_scored"]
-        return logps, entropies
+    def transform_loss_forward(self, call: LossCall) -> None:
+        if "row" in call:  # the loss's policy forward: weight the advantages before TRL reads them
+            weighted = self._weigh_in_loss(call, call.logps.detach())
+            call.advantages = weighted
+            # With num_iterations > 1 the next passes get the buffered micro-batch again: store the weighted
+            # advantages there and drop the row tags, so that they train on them as they are (weights computed once
+            # per generation batch, docs/methods/cw_grpo.md §2.6/§6) instead of weighting them again.
+            call.buffered.advantages = weighted
+            call.buffered.pop("row")
+            call.buffered.pop("scored")
 
     @torch.no_grad()
-    def _weigh_in_loss(self, inputs: dict[str, Any], logps: torch.Tensor) -> torch.Tensor:
+    def _weigh_in_loss(self, call: LossCall, logps: torch.Tensor) -> torch.Tensor:
         """(B, T) per-token advantages of this process's (shuffled) rows, from the whole gathered batch."""
-        rows, advantages = inputs["cw_row"], inputs["advantages"].float()
-        mask = self._loss_mask(inputs).bool() & inputs["cw_scored"][:, None]
+        rows, advantages = call.get("row"), call.advantages.float()
+        mask = call.loss_mask.bool() & call.get("scored")[:, None]
         all_rows = gather(rows)
         order = torch.argsort(all_rows)
         if not torch.equal(all_rows[order], torch.arange(all_rows.numel(), device=all_rows.device)):
@@ -326,40 +303,41 @@ class CWGRPOTrainer(GRPOFamilyTrainer):
         all_logps = gather(pad_across_processes(logps.float().contiguous(), dim=1, pad_index=0))[order]
         all_mask = gather(pad_across_processes(mask.contiguous(), dim=1, pad_index=0))[order].bool()
         all_advantages = gather(advantages)[order]
-        num_generations = self.num_generations if self.model.training else self.num_generations_eval
+        num_generations = call.num_generations
         weights = self._covariance_weights(all_logps, all_advantages, all_mask, num_generations)
-        self._log_weights(all_logps, all_advantages, all_mask, weights, num_generations, False)
-        return (all_advantages[:, None] * weights)[rows, : logps.size(1)].to(inputs["advantages"].dtype)
+        self._log_weights(call.log, all_logps, all_advantages, all_mask, weights, num_generations, False)
+        return (all_advantages[:, None] * weights)[rows, : logps.size(1)].to(call.advantages.dtype)
 
-    def _log_degenerate_batch(self) -> None:
+    @staticmethod
+    def _log_degenerate_batch(log) -> None:
         for name, value in (
             ("weight_min", 1.0),
             ("weight_max", 1.0),
             ("weight_std", 0.0),
             ("frac_weight_lt_0.5", 0.0),
         ):
-            self.log_method_metric(name, value)
-        self.log_method_metric("degenerate_frac", 1.0)
-        self.log_method_metric("extra_forward", 0.0)
+            log(name, value)
+        log("degenerate_frac", 1.0)
+        log("extra_forward", 0.0)
 
     @torch.no_grad()
-    def _log_weights(self, logps, advantages, mask, weights, num_generations, extra_forward: bool) -> None:
+    def _log_weights(self, log, logps, advantages, mask, weights, num_generations, extra_forward: bool) -> None:
         valid = weights[mask]
         stats = covariance_stats(logps, advantages, mask, num_generations, **self.cw_kwargs)
         if valid.numel():
-            self.log_method_metric("weight_min", valid.min().item())
-            self.log_method_metric("weight_max", valid.max().item())
-            self.log_method_metric("weight_std", valid.std(correction=0).item())
-            self.log_method_metric("frac_weight_lt_0.5", (valid < 0.5).float().mean().item())
+            log("weight_min", valid.min().item())
+            log("weight_max", valid.max().item())
+            log("weight_std", valid.std(correction=0).item())
+            log("frac_weight_lt_0.5", (valid < 0.5).float().mean().item())
         live = ~stats.degenerate & (stats.num_tokens > 0)
         if live.any():
             if math.isfinite(self.args.cw_bandwidth_scale):  # kappa = inf: the bandwidth is inf, not a metric
-                self.log_method_metric("sigma_mean", stats.sigma[live].mean().item())
-            self.log_method_metric("cov_mean", stats.covariance[live].mean().item())
+                log("sigma_mean", stats.sigma[live].mean().item())
+            log("cov_mean", stats.covariance[live].mean().item())
         nonempty = stats.num_tokens > 0
         if nonempty.any():
-            self.log_method_metric("degenerate_frac", stats.degenerate[nonempty].double().mean().item())
-        self.log_method_metric("extra_forward", float(extra_forward))
+            log("degenerate_frac", stats.degenerate[nonempty].double().mean().item())
+        log("extra_forward", float(extra_forward))
 
 
 __all__ = ["CWGRPOConfig", "CWGRPOTrainer"]

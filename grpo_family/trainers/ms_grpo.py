@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from ..algorithms.grpo import group_advantages
-from ..algorithms.ms_grpo import multiscale_advantages, num_subgroups, validate_multiscale_options
+from ..algorithms.ms_grpo import num_subgroups, validate_multiscale_options
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
-from .stages import stage_generator
+from .stages import GenerationBatch
 
 
 @dataclass
@@ -129,11 +129,13 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
     within every subgroup of size tau that contains it (or within M sampled scales x K diverse subgroups in
     the accelerated mode). Rewards are the globally gathered ones, so every process computes the same advantages;
     the scale and subgroup draws come from a generator seeded afresh for every call from ``(args.seed,
-    global_step)`` and TRL's micro-step counter (see :meth:`_scale_generator`): identical on every process,
+    global_step)`` and TRL's micro-step counter (:meth:`GenerationBatch.generator`): identical on every process,
     independent of evaluation, and reproduced by a resumed run without any state of its own.
     """
 
     method_name = "ms_grpo"
+    summary = "advantage = average of z-scores over every subgroup (of many sizes) of the group; exact, exact-fast for few-valued rewards, or sampled (M scales, K diverse subgroups)"
+    reported_result = "AIME24 pass@1 +5.5 points over GRPO (mean over 6 models); math 5-benchmark average +3.5"
     _tag_names = ["trl", "grpo", "grpo_family", "ms_grpo"]
     _name = "MS-GRPO"
     _paper = {
@@ -148,18 +150,13 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
             }"""),
     }
 
-    def _scale_generator(self) -> torch.Generator:
-        """A CPU generator for this call's scale and subgroup draws, seeded from ``("ms_grpo", args.seed,
-        global_step, slot)`` by the one seeding helper (docs/methods/ms_grpo.md §3.4, §11.5; see
-        ``GRPOFamilyTrainer._stage_generator``): ``slot`` is 0 in evaluation and ``1 + self._step`` in training."""
-        slot = 1 + self._step if self._mode == "train" else 0
-        return stage_generator("ms_grpo", self.args.seed, self.state.global_step, slot)
-
-    def _compute_advantages(self, rewards: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+    def compute_advantages(self, batch: GenerationBatch) -> torch.Tensor:
+        """The ``ms_grpo`` estimator of the registry (``algorithms.estimators``) on the gathered rewards; its scale and
+        subgroup draws come from ``batch.generator("ms_grpo")`` (docs/methods/ms_grpo.md §3.4, §11.5)."""
         args = self.args
-        # G < tau_min (only reachable if the config check was bypassed): multiscale_advantages gives zeros (docs/methods/ms_grpo.md §6).
-        advantages = multiscale_advantages(rewards, generator=self._scale_generator(), **args.multiscale_kwargs())
-        grpo = group_advantages(rewards, scale=self.scale_rewards)
+        # G < tau_min (only reachable if the config check was bypassed): the estimator gives zeros (docs/methods/ms_grpo.md §6).
+        advantages = self.estimate_advantages("ms_grpo", batch, args.multiscale_kwargs())
+        grpo = group_advantages(batch.rewards, scale=self.scale_rewards)
         scales = dict(
             tau_min=args.tau_min,
             num_scales=args.num_scales,
@@ -167,6 +164,6 @@ class MSGRPOTrainer(GRPOFamilyTrainer):
             partition=args.partition,
             weights=args.weights,
         )
-        self.log_method_metric("subgroups_per_prompt", num_subgroups(rewards.size(1), **scales))
-        self.log_method_metric("abs_diff_to_grpo", (advantages - grpo).abs().mean().item())
+        batch.log("subgroups_per_prompt", num_subgroups(batch.rewards.size(1), **scales))
+        batch.log("abs_diff_to_grpo", (advantages - grpo).abs().mean().item())
         return advantages

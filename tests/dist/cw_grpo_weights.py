@@ -27,12 +27,12 @@ class Recording(CWGRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        if "cw_row" not in out:  # weights made in the hook
+        if "cw_grpo/row" not in out:  # weights made in the hook
             self.records[-1]["local"] = out["advantages"].clone()  # before TRL shuffles the rows
         return out
 
     def _compute_loss(self, model, inputs):
-        rows = inputs.get("cw_row")  # weights made in the loss: rows shuffled, tagged with their global index
+        rows = inputs.get("cw_grpo/row")  # weights made in the loss: rows shuffled, tagged with their global index
         loss = super()._compute_loss(model, inputs)  # removes the tags once the advantages are weighted
         if rows is not None:
             self.records[-1]["loss_rows"] = rows.clone()

@@ -55,6 +55,7 @@ def main():
         "full": rec["full"][0],
         "inputs": rec["inputs"],
         "loss_inputs": rec["loss_inputs"],
+        "counts": rec["counts"],
         "entropies": rec["entropies"],
         "keep": rec["keep"],
         "grads": trainer.grad_capture.grads[0],

@@ -13,7 +13,7 @@ from grpo_family.algorithms.gpg import gpg_advantages, gpg_alpha, gpg_loss
 from grpo_family.tasks import make_arithmetic_dataset
 from grpo_family.trainers.gpg import GPGTrainer
 
-RECORDED = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "gpg_row_weights")
+RECORDED = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "gpg/row_weights")
 
 
 def flat_or_dense_reward(completions, completion_ids, flat, **kwargs):
@@ -44,7 +44,7 @@ class RecordingGPG(GPGTrainer):
         if self.model.training:
             record = {k: out[k].detach().cpu().clone() for k in RECORDED}
             record["rewards"] = self._gpg_step_rewards.detach().cpu().clone()
-            record["alpha"] = float(out["gpg_alpha"][0])
+            record["alpha"] = float(out["gpg/alpha"][0])
             self.records.append(record)
         return out
 

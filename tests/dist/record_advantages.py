@@ -23,9 +23,9 @@ def recording(trainer_cls):
     class Recording(trainer_cls):
         records = []
 
-        def _compute_advantages(self, rewards, batch):
-            advantages = super()._compute_advantages(rewards, batch)
-            self.records.append({"rewards": rewards.clone(), "advantages": advantages.clone()})
+        def compute_advantages(self, batch):
+            advantages = super().compute_advantages(batch)
+            self.records.append({"rewards": batch.rewards.clone(), "advantages": advantages.clone()})
             return advantages
 
         def _generate_and_score_completions(self, inputs):

@@ -10,7 +10,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerFast
 
 from grpo_family.rewards.extract import completion_text
-from grpo_family.rewards.judges import ProgrammaticJudge
+from grpo_family.judges import ProgrammaticJudge
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
 
 sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
@@ -36,15 +36,18 @@ class Recording(SGPOTrainer):
         super().__init__(*args, **kwargs)
         self.records = []
 
-    def _compute_advantages(self, rewards, batch):
-        base = rewards.clone()
-        advantages = super()._compute_advantages(rewards, batch)
+    def transform_rewards(self, batch):
+        self.base = batch.rewards.clone()
+        super().transform_rewards(batch)
+
+    def compute_advantages(self, batch):
+        advantages = super().compute_advantages(batch)
         self.records.append(
             {
-                "base": base,
-                "trained": batch["rewards"].clone(),
+                "base": self.base,
+                "trained": batch.rewards.clone(),
                 "advantages": advantages.clone(),
-                "texts": [completion_text(c) for c in batch["completions"]],
+                "texts": [completion_text(c) for c in batch.completions],
                 "judge_calls": len(self.judge.calls),
             }
         )

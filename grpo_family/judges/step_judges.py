@@ -5,7 +5,7 @@ One small interface, four implementations::
     judge.judge(requests: list[JudgeRequest]) -> list[JudgeVerdict]
 
 A :class:`JudgeRequest` holds the problem, a reference solution (falls back to the gold answer), the gold answer
-and the response already split into steps by :func:`grpo_family.rewards.steps.split_steps`, so every judge sees
+and the response already split into steps by :func:`grpo_family.judges.steps.split_steps`, so every judge sees
 the same numbering and ``K``. A :class:`JudgeVerdict` holds the ``M`` votes and their majority
 (:func:`grpo_family.algorithms.sgpo.vote_first_error`), each an ``int`` (1-based first wrong step), ``None`` (no
 wrong step) or ``float("nan")`` (:data:`FAIL`: the judge failed, timed out or said something unparseable or out
@@ -27,7 +27,7 @@ advantage).
 The two LLM judges share the prompt template (:class:`PromptTemplate`, default ``judge_prompt.txt`` next to this
 file, docs/methods/sgpo.md §3.3; pass your own file to replace it) and the parser (:func:`parse_verdict`, docs/methods/sgpo.md §3.4).
 
-Like the rest of :mod:`grpo_family.rewards`, importing this module needs only the standard library; torch and
+Importing this module needs only the standard library (and the answer helpers of :mod:`grpo_family.rewards`); torch and
 transformers are imported when a verdict is voted or a local model is used.
 """
 
@@ -54,8 +54,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
-
-from .extract import last_boxed, last_tag_content
 
 __all__ = [
     "DEFAULT_PROMPT_PATH",
@@ -93,7 +91,7 @@ def _is_fail(verdict: Verdict) -> bool:
 class JudgeRequest:
     """One incorrect response to judge.
 
-    ``steps`` come from :func:`grpo_family.rewards.steps.split_steps` (``K = len(steps)``). ``reference_solution``
+    ``steps`` come from :func:`grpo_family.judges.steps.split_steps` (``K = len(steps)``). ``reference_solution``
     may be ``None`` or empty: the prompt then shows the gold answer as the reference (docs/methods/sgpo.md §3.3).
     """
 
@@ -314,6 +312,9 @@ _HASH_ANSWER = re.compile(r"^[ \t]*####[ \t]*[-\w\\$]", re.MULTILINE)
 
 
 def _states_answer(text: str) -> bool:
+    # Imported here: grpo_family.rewards re-exports this module, so a module-level import would be circular.
+    from ..rewards.extract import last_boxed, last_tag_content
+
     return bool(
         last_boxed(text) is not None
         or last_tag_content(text, "answer") is not None

@@ -58,7 +58,7 @@ def check_prompts(train_dataset: Any, eval_dataset: Any) -> None:
             raise ValueError(
                 f"{len(empty)} of {len(dataset)} rows of the {name} have an empty prompt (no question text; rows "
                 f"{shown}). Drop them before training: `dataset = dataset.filter(lambda row: not "
-                "is_empty_prompt(row['prompt']))` with `from grpo_family.trainers.base import is_empty_prompt`, "
+                "is_empty_prompt(row['prompt']))` with `from grpo_family.runtime.setup_checks import is_empty_prompt`, "
                 "or point the collator's question_column= at the column that holds the questions."
             )
 

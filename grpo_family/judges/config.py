@@ -1,0 +1,118 @@
+"""SGPO's judge settings as one object (:class:`JudgeConfig`) and the judge they describe (:func:`make_judge`).
+
+``SGPOConfig`` keeps the settings as flat ``judge_*`` fields, because TRL's ``TrlParser`` (transformers'
+``HfArgumentParser``) makes command-line flags and recipe keys from flat dataclass fields only (a dataclass-typed
+field's flag is handed whole, as one string, to the class); ``SGPOConfig.judge`` is a :class:`JudgeConfig` built from them on each read, which is all the
+judging code reads. The settings are checked against their flags' bounds (:mod:`grpo_family.bounds`), with
+messages that name the flags a user sets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from ..bounds import check_bounds
+from .step_judges import HeuristicReferenceJudge, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
+
+logger = logging.getLogger(__name__)
+
+JUDGE_TYPES = ("programmatic", "openai", "transformers", "heuristic")  # what make_judge builds
+GRACE_S = 1.0  # beyond batch_timeout, for a judge that honours the deadline itself to hand back its results
+
+
+def _flag(default, flag: str):
+    return dataclasses.field(default=default, metadata={"flag": flag})
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig:
+    """Which step judge SGPO asks, how, and which dataset columns it reads. Each field's ``flag`` metadata names the
+    ``SGPOConfig`` field (and command-line flag) it comes from, whose help text gives the default and the paper's
+    value:
+
+    * the judge: ``type`` (``judge_type``), ``base_url``, ``model``, ``api_key_env`` (the *name* of the variable
+      holding the key), ``num_votes`` (``num_judge_votes``), ``temperature``, ``max_tokens``, ``timeout``,
+      ``max_retries``, ``concurrency``, ``prompt_template_path``, ``structured_output`` (verdicts constrained to
+      JSON by the server; ``openai`` only);
+    * a batch: ``batch_timeout`` (what is still pending then is a failure), ``step_splitter``, ``max_steps``
+      (``judge_max_steps``);
+    * the data: ``problem_column``, ``answer_column``, ``reference_column``, ``require_reference``.
+    """
+
+    type: str = _flag("programmatic", "judge_type")
+    base_url: str | None = _flag(None, "judge_base_url")
+    model: str | None = _flag(None, "judge_model")
+    api_key_env: str = _flag("JUDGE_API_KEY", "judge_api_key_env")
+    num_votes: int = _flag(1, "num_judge_votes")
+    temperature: float | None = _flag(None, "judge_temperature")
+    max_tokens: int = _flag(16384, "judge_max_tokens")
+    timeout: float = _flag(600.0, "judge_timeout")
+    max_retries: int = _flag(2, "judge_max_retries")
+    concurrency: int = _flag(64, "judge_concurrency")
+    batch_timeout: float = _flag(900.0, "judge_batch_timeout")
+    prompt_template_path: str | None = _flag(None, "judge_prompt_template_path")
+    step_splitter: str = _flag("paragraph", "step_splitter")
+    max_steps: int | None = _flag(None, "judge_max_steps")
+    problem_column: str | None = _flag(None, "judge_problem_column")
+    answer_column: str = _flag("answer", "judge_answer_column")
+    reference_column: str = _flag("solution", "judge_reference_column")
+    require_reference: bool = _flag(False, "require_reference")
+    structured_output: bool = _flag(False, "judge_structured_output")
+
+    @classmethod
+    def from_flags(cls, config) -> JudgeConfig:
+        """The settings held by ``config``'s flat fields (``SGPOConfig``'s ``judge_*`` fields and the others named
+        in each field's ``flag``)."""
+        return cls(**{f.name: getattr(config, f.metadata["flag"]) for f in dataclasses.fields(cls)})
+
+    def __post_init__(self):
+        check_bounds(self)  # each setting against its flag's bound (grpo_family.bounds); the error names the flag
+        if self.structured_output and self.type != "openai":
+            raise ValueError(
+                f"judge_structured_output applies to judge_type='openai' (a served judge), not {self.type!r}."
+            )
+
+
+def make_judge(config: JudgeConfig):
+    """The judge ``config`` describes (a :class:`JudgeConfig`, or a config holding one as ``.judge``: ``SGPOConfig``)."""
+    config = getattr(config, "judge", config)
+    if config.temperature == 0 and config.num_votes > 1:
+        logger.warning("num_judge_votes > 1 with judge_temperature 0: the votes will be identical.")
+    if config.type == "programmatic":
+        return ProgrammaticJudge()
+    if config.type == "heuristic":
+        return HeuristicReferenceJudge()
+    if config.type == "openai":
+        if not config.base_url or not config.model:
+            raise ValueError(
+                "judge_type='openai' needs judge_base_url (e.g. 'http://judge-host:8000/v1' for `vllm serve`) and "
+                "judge_model (the served model name), or pass a judge object: SGPOTrainer(..., judge=...)."
+            )
+        return OpenAICompatibleJudge(
+            config.base_url,
+            config.model,
+            api_key_env=config.api_key_env,
+            num_votes=config.num_votes,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            timeout=config.timeout,
+            max_retries=config.max_retries,
+            concurrency=config.concurrency,
+            batch_timeout=config.batch_timeout,
+            prompt_template=config.prompt_template_path,
+            structured=config.structured_output,
+        )
+    if not config.model:
+        raise ValueError("judge_type='transformers' needs judge_model (a model path or Hub id), or pass judge=...")
+    return TransformersJudge(
+        config.model,
+        model_kwargs={"dtype": "auto"},
+        num_votes=config.num_votes,
+        temperature=config.temperature,
+        max_new_tokens=config.max_tokens,
+        prompt_template=config.prompt_template_path,
+    )
+
+
+__all__ = ["GRACE_S", "JUDGE_TYPES", "JudgeConfig", "make_judge"]
