@@ -64,10 +64,16 @@ def build_model(kind: str, path: Path) -> None:
     tokenizer.save_pretrained(path)
 
 
-def prompts(n: int) -> list[list[int]]:
+def prompts(n: int, path: str) -> list[list[int]]:
+    """The bundled task's first ``n`` eval prompts, in the chat template of the model at ``path`` (a real model's
+    own; the bundled tokenizer's for the models built here)."""
+    from transformers import AutoTokenizer
+
     from grpo_family.tasks import build_tokenizer, make_arithmetic_dataset
 
-    tokenizer = build_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.chat_template:
+        tokenizer = build_tokenizer()
     out = []
     for row in make_arithmetic_dataset("eval", n, seed=0):
         ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
@@ -81,7 +87,7 @@ def measure_generate(path: str, n: int, new_tokens: int) -> dict:
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    batch = prompts(n)
+    batch = prompts(n, path)
     width = max(map(len, batch))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in batch])
     mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in batch])[:, None]).long()
@@ -102,7 +108,7 @@ def measure_vllm(path: str, n: int, new_tokens: int) -> dict:
     llm = LLM(model=path, seed=0, max_model_len=256, max_num_seqs=n)
     startup = time.perf_counter() - start
     params = SamplingParams(temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens, ignore_eos=True)
-    requests = [{"prompt_token_ids": p} for p in prompts(n)]
+    requests = [{"prompt_token_ids": p} for p in prompts(n, path)]
     llm.generate(requests[:2], params, use_tqdm=False)  # first-call warm-up, outside the timing
     start = time.perf_counter()
     outputs = llm.generate(requests, params, use_tqdm=False)

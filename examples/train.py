@@ -50,6 +50,7 @@ from grpo_family.launch import (
     log_level,
     stop_with_launcher,
 )
+from grpo_family.models import resolve_model
 from grpo_family.preflight import PreflightError
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
@@ -81,7 +82,8 @@ class TrainScriptArguments(ScriptArguments):
     dataset_preset: str = field(
         default="auto",
         metadata={
-            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa, code or prompt (see grpo_family.collator)."
+            "help": "Collator preset: auto, gsm8k, math, dapo, choice, qa, code, prompt or reasoning_gym (see "
+            "grpo_family.collator)."
         },
     )
     question_column: str | None = field(default=None, metadata={"help": "Column holding the question."})
@@ -101,6 +103,14 @@ class TrainScriptArguments(ScriptArguments):
             "help": "Keep only the training rows passing these column rules (grpo_family.collator.filter_rows): "
             'column -> allowed values, e.g. {"level": ["Level 3", "Level 4", "Level 5"]}, or a range, e.g. '
             '{"Year": {"min": 1997, "max": 2023}}. The kept-row count is logged; keeping 0 rows fails at start.'
+        },
+    )
+    dataset_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "reasoning_gym/<task> datasets: the number of training problems (size, default 2000), the "
+            'generator\'s seed (default 0) and the task\'s own options, e.g. {"size": 1000, "max_terms": 3} (JSON on '
+            "the command line, a mapping in the YAML). The held-out split has num_eval_examples problems."
         },
     )
     num_eval_examples: int = field(default=200, metadata={"help": "Held-out examples scored before and after."})
@@ -151,8 +161,11 @@ def parse_args(argv: list[str] | None = None):
     parser = TrlParser((TrainScriptArguments, config_cls, ModelConfig, DatasetMixtureConfig))
     if known.config:
         check_config_keys(known.recipe, (action.dest for action in parser._actions), known.config)
-    if not torch.cuda.is_available():  # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects
-        parser.set_defaults(bf16=False, dataloader_pin_memory=False)
+    if not torch.cuda.is_available():
+        # TRL defaults to bf16 and pinned memory, which a CPU-only machine rejects, and to gradient checkpointing,
+        # which on a CPU recomputes every forward in the backward for memory a CPU rarely lacks (the real model's
+        # backward: +40% CPU time; benchmarks/results/realmodel.md). Any of them can still be set.
+        parser.set_defaults(bf16=False, dataloader_pin_memory=False, gradient_checkpointing=False)
     if not has_accelerator():  # CPU training arguments, so that a multi-process launch trains as one run (gloo)
         parser.set_defaults(use_cpu=True)
     embedded = known.model_name_or_path is None and known.dataset_name is None
@@ -187,6 +200,7 @@ def preflight(script_args, training_args, model_args) -> dict:
     checks.check_hub_reachable(training_args.push_to_hub)
     if model_args.model_name_or_path is None:  # the embedded default
         return {}
+    model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # a local alias -> its checkpoint
     checks.check_model_path(model_args.model_name_or_path)
     checks.check_model_path(script_args.reward_model_name_or_path, "--reward_model_name_or_path")
     quantization_config = checks.check_quantization(model_args)
@@ -200,7 +214,8 @@ def preflight(script_args, training_args, model_args) -> dict:
         raw, name = get_dataset(mixture), ", ".join(d.path for d in mixture.datasets)
     elif script_args.dataset_name:
         name = script_args.dataset_name
-        raw = checks.load_data(name, script_args.dataset_config, streaming=script_args.dataset_streaming)
+        raw = checks.load_data(name, script_args.dataset_config, streaming=script_args.dataset_streaming,
+                               options=script_args.dataset_options, eval_size=script_args.num_eval_examples)  # fmt: skip
     else:
         raise PreflightError("Give --dataset_name (or a `datasets:` mixture in the --config YAML).")
     train = filter_rows(checks.check_split(raw, script_args.dataset_train_split, name), script_args.dataset_filters,

@@ -767,6 +767,7 @@ SCRIPT_ARGUMENTS: dict[str, Bound] = {
     "system_prompt": Text(optional=True),
     "user_instruction": Text(optional=True),
     "dataset_filters": Mapping(optional=True),
+    "dataset_options": Mapping(optional=True),  # reasoning_gym/<task> only (preflight.load_data says so otherwise)
     "num_eval_examples": Int(1),  # 0 used to report an accuracy of 0.000 over no examples
     "eval_max_new_tokens": Int(1, optional=True),
     "held_out_every": Int(0),  # 0: before and after training only

@@ -44,12 +44,17 @@ preset        columns (first present wins)                gold
                                                           HumanEval; see :mod:`grpo_family.rewards.code`)
 ``prompt``    ``prompt``, ``answer``                      passed through unchanged (the bundled tasks); a system
                                                           message is added only when ``system_prompt`` is given
+``reasoning_  ``question``, ``answer``,                   ``answer`` as is; the entry column is kept for the
+gym``         ``reasoning_gym_entry``                     ``reasoning_gym`` reward (the task's own verifier).
+                                                          Rows of ``--dataset_name reasoning_gym/<task>``
+                                                          (:mod:`grpo_family.tasks.reasoning_gym`)
 ============  ==========================================  ======================================================
 
-Auto-detection, in order: a test column (``test_cases``, ``tests``, ``input_output``, ``test_list``) -> ``code``;
-``prompt`` + ``answer`` -> ``prompt``; an ``options``/``choices`` column -> ``choice``;
-``prompt`` + ``solution``/``reward_model`` -> ``dapo``; ``problem`` -> ``math``; ``question`` + ``answer`` whose
-first rows contain ``####`` -> ``gsm8k``; ``question`` + ``answer``/``answers`` -> ``qa``. Column overrides
+Auto-detection, in order: a ``reasoning_gym_entry`` column -> ``reasoning_gym``; a test column (``test_cases``,
+``tests``, ``input_output``, ``test_list``) -> ``code``; ``prompt`` + ``answer`` -> ``prompt``; an
+``options``/``choices`` column -> ``choice``; ``prompt`` + ``solution``/``reward_model`` -> ``dapo``; ``problem``
+-> ``math``; ``question`` + ``answer`` whose first rows contain ``####`` -> ``gsm8k``; ``question`` +
+``answer``/``answers`` -> ``qa``. Column overrides
 (``question_column=`` ...) take part in the detection; with only overrides to go on, ``qa`` (gold as is) is used.
 
 A needed column that is missing raises :class:`DatasetFormatError` before any row is processed; its message names
@@ -77,6 +82,7 @@ __all__ = [
     "DatasetFormatError",
     "MATH_SYSTEM_PROMPT",
     "PRESETS",
+    "REASONING_GYM_SYSTEM_PROMPT",
     "REASONING_SYSTEM_PROMPT",
     "SYSTEM_PROMPTS",
     "detect_preset",
@@ -110,6 +116,12 @@ CODE_SYSTEM_PROMPT = (
     "```python code block at the end; it reads standard input and writes standard output unless the problem asks "
     "for a function."
 )
+# reasoning-gym tasks: their questions say what to compute, not how to mark the answer, which the verifier and the
+# answer rewards read from an <answer> block.
+REASONING_GYM_SYSTEM_PROMPT = (
+    "Solve the problem. You may reason briefly first, then give only the final answer inside <answer> </answer> "
+    "tags, for example <answer>42</answer>."
+)
 
 # ``system_prompt=`` also accepts these names. "none" (or "") means no system message.
 SYSTEM_PROMPTS: dict[str, str] = {
@@ -118,10 +130,13 @@ SYSTEM_PROMPTS: dict[str, str] = {
     "boxed": BOXED_SYSTEM_PROMPT,
     "choice": CHOICE_SYSTEM_PROMPT,
     "code": CODE_SYSTEM_PROMPT,
+    "reasoning_gym": REASONING_GYM_SYSTEM_PROMPT,
     "none": "",
 }
 
-PRESETS = ("gsm8k", "math", "dapo", "choice", "qa", "code", "prompt")
+PRESETS = ("gsm8k", "math", "dapo", "choice", "qa", "code", "prompt", "reasoning_gym")
+# The column that carries a reasoning-gym entry (grpo_family.tasks.reasoning_gym.ENTRY_COLUMN).
+_RG_ENTRY = "reasoning_gym_entry"
 _ALIASES = {
     "math500": "math",
     "math-500": "math",
@@ -154,6 +169,7 @@ _DEFAULT_SYSTEM = {
     "qa": REASONING_SYSTEM_PROMPT,
     "code": CODE_SYSTEM_PROMPT,
     "prompt": "",
+    "reasoning_gym": REASONING_GYM_SYSTEM_PROMPT,
 }
 
 # Candidate columns per role, first present wins.
@@ -165,6 +181,7 @@ _QUESTION = {
     "qa": ("question", "query", "problem"),
     "code": ("question", "problem", "prompt", "text", "description"),
     "prompt": ("prompt",),
+    "reasoning_gym": ("question",),
 }
 _GOLD = {
     "gsm8k": ("answer",),
@@ -174,6 +191,7 @@ _GOLD = {
     "qa": ("answer", "answers", "gold"),
     "code": ("test_cases", "tests", "input_output", "test_list", "test"),
     "prompt": ("answer",),
+    "reasoning_gym": ("answer",),
 }
 _OPTIONS = ("options", "choices")
 
@@ -275,6 +293,8 @@ def _how_to_map(preset: str) -> str:
 def detect_preset(dataset, *, question_column=None, answer_column=None, options_column=None) -> str:
     """The preset ``"auto"`` picks for ``dataset`` (see the module docstring); DatasetFormatError if none fits."""
     cols = set(_columns(dataset))
+    if _RG_ENTRY in cols:
+        return "reasoning_gym"
     if cols & set(_GOLD["code"][:-1]):  # "test" alone is too generic to detect on
         return "code"
     has_gold = "answer" in cols or answer_column is not None
@@ -449,6 +469,21 @@ def _plan(dataset, preset, question_column, answer_column, solution_column, opti
 
         return row_fn
 
+    if preset == "reasoning_gym":
+        if _RG_ENTRY not in cols:
+            raise DatasetFormatError(
+                f"Preset 'reasoning_gym' needs the {_RG_ENTRY!r} column that --dataset_name reasoning_gym/<task> "
+                f"writes; columns found: {cols}. Load the data with grpo_family.tasks.reasoning_gym_splits."
+            )
+
+        def row_fn(row):
+            out = {"prompt": _messages(system, row[q]), "answer": row[a], _RG_ENTRY: row[_RG_ENTRY]}
+            if s is not None:
+                out["solution"] = row[s]
+            return out
+
+        return row_fn
+
     if preset == "qa":
 
         def row_fn(row):
@@ -610,7 +645,7 @@ def prepare_dataset(
             return {**out, "prompt": _with_instruction(out["prompt"], user_instruction)}
 
     mapped = _map(dataset, row_fn, remove=_columns(dataset), desc=f"grpo_family: preparing {name} prompts")
-    order = [c for c in ("prompt", "answer", "test_cases", "solution") if c in (mapped.column_names or ())]
+    order = [c for c in ("prompt", "answer", "test_cases", "solution", _RG_ENTRY) if c in (mapped.column_names or ())]
     if order and list(mapped.column_names) != order:
         mapped = mapped.select_columns(order)
     _warn_missing_gold(mapped, name)

@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 REAL_PATH_ONLY = (
     "reward_funcs", "reward_model_name_or_path", "max_unreadable_golds", "dataset_preset", "question_column",
     "answer_column", "solution_column", "options_column", "system_prompt", "user_instruction", "dataset_filters",
-    "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets", "streaming",
-    "test_split_size", "model_revision", "attn_implementation", "dtype", "trust_remote_code", "model_init_kwargs",
+    "dataset_options", "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_streaming", "datasets",
+    "streaming", "test_split_size", "model_revision", "attn_implementation", "dtype", "trust_remote_code", "model_init_kwargs",
     "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage",
 )  # fmt: skip
 EMBEDDED_ONLY = ("task_difficulty",)

@@ -232,12 +232,24 @@ def _data_files(directory: str) -> list[str]:
     )
 
 
-def load_data(name: str, config: str | None = None, streaming: bool = False):
+def load_data(
+    name: str, config: str | None = None, streaming: bool = False, options: dict | str | None = None,
+    eval_size: int = 200,
+):  # fmt: skip
     """A ``DatasetDict`` (``IterableDatasetDict`` when streaming) from the Hub, a local data file (a single file is
-    the ``train`` split) or a local directory (``config``, when given, is a subdirectory of it; otherwise ignored
-    with a warning: configs name Hub builder configurations)."""
+    the ``train`` split), a local directory (``config``, when given, is a subdirectory of it; otherwise ignored
+    with a warning: configs name Hub builder configurations) or a reasoning-gym task, ``reasoning_gym/<task>``:
+    ``options`` (a dict, or its JSON) gives the number of training problems (``size``, default 2000), the
+    generator's ``seed`` (default 0) and the task's own options; the ``test`` split holds ``eval_size`` problems
+    that no training problem repeats (:func:`grpo_family.tasks.reasoning_gym.reasoning_gym_splits`)."""
     from datasets import load_dataset
 
+    from .tasks.reasoning_gym import task_name
+
+    if task_name(name) is not None:
+        return load_reasoning_gym(name, options, eval_size)
+    if options:
+        raise PreflightError(f"--dataset_options applies to reasoning_gym/<task> datasets only, not {name}.")
     path = os.path.expanduser(name)
     if os.path.isfile(path):
         ext = os.path.splitext(path)[1].lower()
@@ -273,6 +285,27 @@ def load_data(name: str, config: str | None = None, streaming: bool = False):
             "directory of them, or a Hub dataset id of the form 'org/name'."
         )
     return load_dataset(name, name=config, streaming=streaming)
+
+
+def load_reasoning_gym(name: str, options: dict | str | None, eval_size: int):
+    """The train/test ``DatasetDict`` of ``reasoning_gym/<task>``; a missing package, an unknown task or option
+    fails here with the fix."""
+    import json
+
+    from .tasks.reasoning_gym import install_hint, reasoning_gym_splits, task_name
+
+    if isinstance(options, str):
+        try:
+            options = json.loads(options)
+        except json.JSONDecodeError as error:
+            raise PreflightError(f"--dataset_options is not JSON ({error}): {options!r}") from None
+    options = dict(options or {})
+    try:
+        return reasoning_gym_splits(task_name(name), eval_size=eval_size, **options)
+    except ImportError:
+        raise PreflightError(f"--dataset_name {name} needs the reasoning-gym package: {install_hint()}.") from None
+    except (TypeError, ValueError) as error:
+        raise PreflightError(f"--dataset_name {name}: {error}") from None
 
 
 def _load(name: str, load: Callable):

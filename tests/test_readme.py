@@ -149,7 +149,7 @@ def test_ci_runs_the_readme_install_lint_and_test_commands():
     assert "venv" in ci and install_commands() and lint_commands()
     assert readme_test_command() == "python -m pytest"
     # The lanes: DeepSpeed in the same environment, vLLM in its own, installed by the README's vLLM-on-CPU commands.
-    assert "bash .ci/deepspeed" in ci and "bash .ci/vllm" in ci
+    assert "bash .ci/deepspeed" in ci and "bash .ci/vllm" in ci and "bash .ci/realmodel" in ci
     vllm_lane = (ROOT / ".ci" / "vllm").read_text()
     assert "tests/readme_commands.py vllm-install" in vllm_lane and "pytest -m vllm" in vllm_lane
     assert "venv" in vllm_lane and "GRPO_FAMILY_REQUIRE_VLLM=1" in vllm_lane

@@ -17,6 +17,8 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 ``qa_exact_match``         SQuAD-normalised exact match, best over gold aliases (1/0/None)
 ``qa_f1``                  SQuAD-normalised token F1, best over gold aliases ([0, 1]/None)
 ``code_tests``             fraction of test cases (``test_cases`` column) a sandboxed run of the program passes
+``reasoning_gym``          the reasoning-gym task's own verifier on the ``<answer>`` (1/0/None; ``reasoning_gym_entry``
+                           column, from ``--dataset_name reasoning_gym/<task>``)
 ``arithmetic``             the bundled task's reward (``grpo_family.tasks``), resolved on first use
 =========================  =================================================================================
 
@@ -87,6 +89,7 @@ from .qa import (
     qa_exact_match_reward,
     qa_f1_reward,
 )
+from .reasoning_gym import ReasoningGymReward, reasoning_gym_reward
 from .timeout import RewardTimeoutError, with_timeout
 
 RewardFunc = Callable[..., list]
@@ -103,6 +106,7 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
         qa_exact_match_reward,
         qa_f1_reward,
         code_tests_reward,
+        reasoning_gym_reward,
     )
 }
 
@@ -181,6 +185,7 @@ __all__ = [
     "FormatReward",
     "MathAccuracyReward",
     "QAReward",
+    "ReasoningGymReward",
     "answer_region",
     "boxed_format_reward",
     "choice_accuracy_reward",
@@ -202,6 +207,7 @@ __all__ = [
     "parse_gold",
     "qa_exact_match_reward",
     "qa_f1_reward",
+    "reasoning_gym_reward",
     "reward_names",
     "score_math",
     "think_answer_format_reward",

@@ -46,6 +46,7 @@ from ..algorithms.losses import LOSS_TYPES, aggregate_token_loss, get_loss_term
 from ..bounds import check_bounds
 from ..integrations.vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 from ..launch import check_distributed_launch
+from ..models import resolve_model
 from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
 from ..run_folder import PlainLogHistoryMixin
@@ -199,6 +200,10 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
     def __init__(self, *args: Any, **kwargs: Any):
         # GRPOTrainer(model, reward_funcs, args, ...): vLLM settings that cannot work fail before vLLM starts.
         check_vllm_settings(kwargs["args"] if "args" in kwargs else args[2] if len(args) > 2 else None)
+        if "model" in kwargs:  # a local alias ("smollm2-135m-instruct") -> its converted checkpoint
+            kwargs["model"] = resolve_model(kwargs["model"])
+        elif args:
+            args = (resolve_model(args[0]), *args[1:])
         super().__init__(*args, **kwargs)
         install_cpu_weight_sync(self)
         check_prompts(self.train_dataset, self.eval_dataset)

@@ -9,6 +9,7 @@ with a single-process evaluation.
 
 import json
 import sys
+from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
@@ -16,7 +17,8 @@ from grpo_family import METHODS
 from grpo_family.eval import EvalData, EvaluationCallback
 from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset
 
-sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
+# tests/ (for the conftest helpers), found from this file: the test also imports this module, under pytest's own argv
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
 
 HELD_OUT = 12

@@ -1,0 +1,547 @@
+"""The real model (SmolLM2-135M-Instruct, ``smollm2-135m-instruct``) on this machine: which reasoning-gym task it can
+learn, what the demo gains, and what a step costs. Writes ``benchmarks/results/realmodel.md`` and ``.json``.
+
+    python benchmarks/realmodel.py                  # every stage not yet in realmodel.json, then the report
+    python benchmarks/realmodel.py --stages tasks   # one stage (tasks, demo, cost, vllm)
+    python benchmarks/realmodel.py --redo demo      # measure a stage again
+    python benchmarks/realmodel.py --render         # rewrite realmodel.md from realmodel.json (no run)
+
+Stages (each result is written to ``realmodel.json`` as soon as it exists, so an interrupted run resumes where it
+stopped; a stage's entries record the machine's load average and CPU time beside wall time):
+
+1. ``tasks``: before any training, the model's pass@1 and pass@8 (the unbiased estimator of Chen et al. 2021 over 8
+   samples at the demo's temperature, 0.7) and greedy accuracy on the first held-out problems of several reasoning-gym tasks,
+   scored by the ``reasoning_gym`` reward. A task it can learn has pass@8 well above pass@1 (about 0.2-0.8).
+2. ``demo``: the README's real-model command (``DEMO_COMMAND``) for 3 seeds: held-out greedy accuracy before and
+   after, wall and CPU time of the whole command.
+3. ``cost``: every method's training step on the real model against stock ``trl.GRPOTrainer`` with the demo's
+   settings, interleaved (each repetition runs every entry once, each in a fresh process), CPU time beside wall
+   time, the process's peak RSS, and grpo with 1 and 2 torch threads (the faster is the project's default).
+4. ``vllm``: vLLM's CPU build against ``generate`` in sampled tokens per second on the real model, run by the vLLM
+   environment's Python (``--vllm-python``, default ``$GRPO_FAMILY_VLLM_PYTHON``; README, "vLLM on a CPU
+   machine") through ``benchmarks/vllm_cpu.py --measure``; without that environment the report says it was not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+STATE = RESULTS / "realmodel.json"
+RESULT = "RESULT "  # prefix of a child process's result line
+MODEL = "smollm2-135m-instruct"
+STAGES = ("tasks", "demo", "cost", "vllm")
+
+# The demo's system prompt (examples/recipes/smollm2_reasoning_gym.yaml): a one-line worked example in the format
+# the extraction policy reads ("The answer is 7"); with the generic <answer>-tag prompt the model rambles.
+DEMO_SYSTEM_PROMPT = "Answer in one line. Example: Calculate 3 + 4.\n3 + 4 = 7. The answer is 7."
+ONE_DIGIT = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"],
+             "allow_parentheses": False, "allow_negation": False}  # fmt: skip
+# Candidate tasks for the demo, each at a setting a 135M model might solve sometimes: short answers, few steps.
+# label -> (reasoning-gym task, its options, system prompt: None for the collator's reasoning-gym default).
+TASKS: dict[str, tuple[str, dict, str | None]] = {
+    "basic_arithmetic, 1 digit, demo prompt": ("basic_arithmetic", ONE_DIGIT, DEMO_SYSTEM_PROMPT),
+    "basic_arithmetic, 1 digit": ("basic_arithmetic", ONE_DIGIT, None),
+    "products, 1 digit": ("products", {"min_digits": 1, "max_digits": 1}, None),
+    "basic_arithmetic": ("basic_arithmetic", {**ONE_DIGIT, "max_digits": 2}, None),
+    "leg_counting": ("leg_counting", {"min_animals": 1, "max_animals": 2, "max_instances": 3}, None),
+    "gcd": ("gcd", {"max_value": 20}, None),
+    "chain_sum": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, None),
+}  # fmt: skip
+TASK_PROBLEMS = 16  # held-out problems per task
+TASK_TRAIN_SIZE = 100  # training problems generated before the held-out ones (1-digit tasks have ~200 distinct ones)
+TASK_SAMPLES = 8  # samples per problem (pass@1 and pass@8 from them)
+TASK_MAX_NEW_TOKENS = 48
+# Sampling as in the demo: at temperature 1 over the whole vocabulary a 135M model's samples are mostly noise
+# (chain_sum: pass@8 0.0 at temperature 1 against 0.04 greedy).
+TASK_TEMPERATURE = 0.7
+
+DEMO_RECIPE = "examples/recipes/smollm2_reasoning_gym.yaml"
+DEMO_COMMAND = f"accelerate launch examples/train.py --config {DEMO_RECIPE}"
+DEMO_SEEDS = (42, 43, 44)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k).
+    (The one place this benchmark estimates pass@k; grpo_family.eval can replace it.)"""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def machine() -> str:
+    import torch
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
+
+
+def load_state() -> dict:
+    return json.loads(STATE.read_text()) if STATE.exists() else {}
+
+
+def save_state(state: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = STATE.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    os.replace(tmp, STATE)
+
+
+def child(args: list[str], env: dict | None = None, timeout: int = 3600) -> dict:
+    """Run this script's ``--child`` mode in a fresh process; its RESULT line, plus the child's CPU time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cmd = [sys.executable, __file__, "--child", *args]
+    result = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                            timeout=timeout)  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed:\n{result.stderr[-4000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith(RESULT)]
+    out = json.loads(line.removeprefix(RESULT))
+    out["process_cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ 1. tasks
+def measure_task(label: str) -> dict:
+    """In a child: greedy and sampled completions on the task's first held-out problems, scored."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_family.collator import prepare_dataset
+    from grpo_family.models import resolve_model
+    from grpo_family.preflight import load_data
+    from grpo_family.rewards import reasoning_gym_reward
+    from grpo_family.rewards.reasoning_gym import extract_reasoning_gym_answer
+    from grpo_family.tasks import generate_completions
+
+    torch.set_num_threads(1)
+    start, cpu = time.perf_counter(), time.process_time()
+    path = resolve_model(MODEL)
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    task, options, system_prompt = TASKS[label]
+    raw = load_data(f"reasoning_gym/{task}", options={"size": TASK_TRAIN_SIZE, **options}, eval_size=TASK_PROBLEMS)
+    rows = prepare_dataset(raw["test"], system_prompt=system_prompt)
+    prompts, entries = list(rows["prompt"]), list(rows["reasoning_gym_entry"])
+    greedy = generate_completions(model, tokenizer, prompts, max_new_tokens=TASK_MAX_NEW_TOKENS)
+    greedy_scores = reasoning_gym_reward(greedy, reasoning_gym_entry=entries)
+    torch.manual_seed(0)
+    repeated = [p for p in prompts for _ in range(TASK_SAMPLES)]
+    sampled = generate_completions(model, tokenizer, repeated, max_new_tokens=TASK_MAX_NEW_TOKENS, do_sample=True,
+                                   temperature=TASK_TEMPERATURE, top_k=0, top_p=1.0)  # fmt: skip
+    scores = reasoning_gym_reward(sampled, reasoning_gym_entry=[e for e in entries for _ in range(TASK_SAMPLES)])
+    correct = [int(sum(scores[i * TASK_SAMPLES : (i + 1) * TASK_SAMPLES])) for i in range(len(prompts))]
+    n = TASK_SAMPLES
+    return {
+        "task": task,
+        "options": options,
+        "system_prompt": system_prompt,
+        "settings": task_settings(),
+        "problems": len(prompts),
+        "samples": n,
+        "pass@1": sum(pass_at_k(n, c, 1) for c in correct) / len(correct),
+        "pass@8": sum(pass_at_k(n, c, 8) for c in correct) / len(correct),
+        "greedy": sum(greedy_scores) / len(greedy_scores),
+        "committed_answer_share": sum(extract_reasoning_gym_answer(c) is not None for c in sampled) / len(sampled),
+        "example_question": prompts[0][-1]["content"],
+        "example_gold": rows[0]["answer"],
+        "example_completions": sampled[:3],
+        "wall_s": round(time.perf_counter() - start, 1),
+        "cpu_s": round(time.process_time() - cpu, 1),
+    }
+
+
+def task_settings() -> dict:
+    return {"problems": TASK_PROBLEMS, "train_size": TASK_TRAIN_SIZE, "max_new_tokens": TASK_MAX_NEW_TOKENS,
+            "temperature": TASK_TEMPERATURE}  # fmt: skip
+
+
+def stage_tasks(state: dict) -> None:
+    done = state.setdefault("tasks", {})
+    for label, (task, options, system_prompt) in TASKS.items():
+        entry = done.get(label, {})
+        same = (entry.get("task"), entry.get("options"), entry.get("system_prompt"), entry.get("settings"))
+        if same == (task, options, system_prompt, task_settings()):
+            continue
+        load = os.getloadavg()[0]
+        print(f"tasks: {label}: {task} {options}", flush=True)
+        done[label] = {**child(["task", label], env={"OMP_NUM_THREADS": "1"}), "load_average": round(load, 2)}
+        print(f"  pass@1 {done[label]['pass@1']:.3f}  pass@8 {done[label]['pass@8']:.3f}", flush=True)
+        save_state(state)
+    for label in set(done) - set(TASKS):  # candidates no longer measured
+        del done[label]
+
+
+# ------------------------------------------------------------------------------------------------- 2. demo
+def recipe() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / DEMO_RECIPE).read_text())
+
+
+def stage_demo(state: dict) -> None:
+    demo = state.get("demo")
+    if demo is None or demo.get("recipe") != recipe():  # a changed recipe is a new demo
+        demo = state["demo"] = {"command": DEMO_COMMAND, "recipe": recipe(), "seeds": {}}
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1"}
+    for seed in DEMO_SEEDS:
+        if str(seed) in demo["seeds"]:
+            continue
+        out = ROOT / "outputs" / f"realmodel-demo-{seed}"  # git-ignored
+        cmd = [*shlex.split(DEMO_COMMAND), "--seed", str(seed), "--output_dir", str(out)]
+        print(f"demo: {shlex.join(cmd)}", flush=True)
+        load, before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=4 * 3600)
+        wall = time.perf_counter() - start
+        if result.returncode != 0:
+            raise RuntimeError(f"{shlex.join(cmd)} failed:\n{result.stderr[-4000:]}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        results = json.loads((out / "results.json").read_text())
+        log = json.loads((out / "trainer_state.json").read_text())["log_history"]
+        demo["seeds"][str(seed)] = {
+            "accuracy_before": results["accuracy_before"],
+            "accuracy_after": results["accuracy_after"],
+            "held_out_curve": [(h["step"], h["held_out_accuracy"]) for h in log if "held_out_accuracy" in h],
+            "reward_curve": [(h["step"], h["reward"]) for h in log if "reward" in h],
+            "wall_s": round(wall, 1),
+            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+            "load_average_start": round(load, 2),
+            "load_average_end": round(os.getloadavg()[0], 2),
+        }
+        print(f"  {results['accuracy_before']:.3f} -> {results['accuracy_after']:.3f} in {wall:.0f} s", flush=True)
+        save_state(state)
+
+
+# ------------------------------------------------------------------------------------------------- 3. cost
+COST_STEPS = 2  # the first is a warm-up, left out
+COST_REPS = 2
+COST_ENTRIES: dict[str, dict] = {  # label -> trainer ("trl": stock trl.GRPOTrainer), torch threads, overrides
+    "trl": {"method": "trl", "threads": 1},
+    **{m: {"method": m, "threads": 1} for m in ("grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg")},
+    "grpo, 2 threads": {"method": "grpo", "threads": 2},
+    "grpo, gradient checkpointing": {"method": "grpo", "threads": 1, "gradient_checkpointing": True},
+}
+
+
+def measure_cost(label: str) -> dict:
+    """In a child: COST_STEPS training steps of one entry with the demo's settings; per-step wall and CPU time, the
+    time of each part of the step (generation, log-prob forwards, backward), peak RSS."""
+    import statistics
+
+    import torch
+    from peft import LoraConfig
+    from speed import StepCPUTime
+
+    from grpo_family import get_method
+    from grpo_family.collator import prepare_dataset
+    from grpo_family.models import resolve_model
+    from grpo_family.preflight import load_data
+    from grpo_family.rewards import get_reward_funcs
+
+    entry, values = COST_ENTRIES[label], recipe()
+    torch.set_num_threads(entry["threads"])
+    if entry["method"] == "trl":
+        from trl import GRPOConfig, GRPOTrainer
+
+        config_cls, trainer_cls = GRPOConfig, GRPOTrainer
+    else:
+        config_cls, trainer_cls = get_method(entry["method"])
+    data = load_data(values["dataset_name"], options=values.get("dataset_options"), eval_size=0)
+    fields = ("per_device_train_batch_size", "num_generations", "max_completion_length", "temperature", "beta",
+              "learning_rate", "lr_scheduler_type")  # fmt: skip
+    args = config_cls(
+        output_dir=tempfile.mkdtemp(), max_steps=COST_STEPS, use_cpu=True, bf16=False, logging_steps=1,
+        report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+        gradient_checkpointing=entry.get("gradient_checkpointing", False),
+        **{k: values[k] for k in fields if k in values},
+        **({"judge_type": "heuristic"} if entry["method"] == "sgpo" else {}),
+    )  # fmt: skip
+    peft = None
+    if values.get("use_peft"):
+        peft = LoraConfig(r=values["lora_r"], lora_alpha=values["lora_alpha"],
+                          target_modules=values["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
+    model = resolve_model(values["model_name_or_path"])  # stock TRL takes no alias
+    trainer = trainer_cls(model=model, reward_funcs=get_reward_funcs(values["reward_funcs"]),
+                          args=args, train_dataset=prepare_dataset(data["train"], system_prompt=values.get("system_prompt")),
+                          peft_config=peft)  # fmt: skip
+    cpu = StepCPUTime()
+    trainer.add_callback(cpu)
+    parts: dict[str, list] = {}
+
+    def timed(owner, name: str, part: str) -> None:
+        inner = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            try:
+                return inner(*a, **k)
+            finally:
+                parts.setdefault(part, []).append((time.perf_counter() - start, time.process_time() - cpu_start))
+
+        setattr(owner, name, wrapper)
+
+    timed(trainer.model, "generate", "generate")
+    timed(trainer, "_get_per_token_logps_and_entropies", "log-prob forwards")
+    timed(trainer.accelerator, "backward", "backward")
+    trainer.train()
+    log = [h for h in trainer.state.log_history if "step_time" in h]
+    steps = len(log)
+    # Each part's calls over the timed steps (after the warm-up), summed per step on average.
+    share = 1 / max(1, steps - 1)
+    timed_parts = {}
+    for part, calls in parts.items():
+        per = len(calls) // steps if steps else 0
+        rest = calls[per:]
+        timed_parts[part] = {"wall_s": round(sum(w for w, _ in rest) * share, 2),
+                             "cpu_s": round(sum(c for _, c in rest) * share, 2)}  # fmt: skip
+    return {
+        "label": label,
+        **entry,
+        "step_wall_s": round(statistics.median(h["step_time"] for h in log[1:]), 2),
+        "step_cpu_s": round(statistics.median(cpu.times[1:]), 2),
+        "parts": timed_parts,
+        "completion_mean_length": round(statistics.mean(h["completions/mean_length"] for h in log), 1),
+    }
+
+
+def stage_cost(state: dict) -> None:
+    cost = state.get("cost")
+    if cost is None or cost.get("recipe") != recipe():
+        cost = state["cost"] = {"recipe": recipe(), "steps": COST_STEPS, "runs": []}
+    done = {(r["rep"], r["label"]) for r in cost["runs"]}
+    for rep in range(COST_REPS):
+        for label, entry in COST_ENTRIES.items():
+            if (rep, label) in done:
+                continue
+            print(f"cost: repetition {rep + 1}/{COST_REPS}, {label}", flush=True)
+            load = os.getloadavg()[0]
+            env = {"OMP_NUM_THREADS": str(entry["threads"]), "PYTHONPATH": str(ROOT / "benchmarks")}
+            cost["runs"].append({"rep": rep, **child(["cost", label], env=env), "load_average": round(load, 2)})
+            save_state(state)
+
+
+# ------------------------------------------------------------------------------------------------- 4. vLLM
+VLLM_SHAPE = (16, 64)  # prompts x new tokens
+
+
+def stage_vllm(state: dict, python: str | None) -> None:
+    if not python or not Path(python).exists():
+        state["vllm"] = {"run": False, "reason": f"no vLLM environment (--vllm-python {python!r} does not exist)"}
+        return
+    if state.get("vllm", {}).get("run"):
+        return
+    from grpo_family.models import resolve_model
+    from grpo_family.trainers.vllm_cpu import engine_env
+
+    path, env = resolve_model(MODEL), engine_env(kv_cache_gib="2")
+    row = {"run": True, "python": python, "shape": VLLM_SHAPE, "load_average": round(os.getloadavg()[0], 2)}
+    for what in ("generate", "vllm"):
+        cmd = [python, str(ROOT / "benchmarks" / "vllm_cpu.py"), "--measure", what, "--path", path, "--n",
+               str(VLLM_SHAPE[0]), "--new-tokens", str(VLLM_SHAPE[1])]  # fmt: skip
+        # generate with one torch thread, the project's setting (the cost stage); vLLM binds one core by itself.
+        child_env = {**env, "OMP_NUM_THREADS": "1"} if what == "generate" else env
+        print(f"vllm: {shlex.join(cmd)}", flush=True)
+        result = subprocess.run(cmd, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=3600)
+        if result.returncode != 0:
+            raise RuntimeError(f"{shlex.join(cmd)} failed:\n{result.stderr[-4000:]}")
+        (line,) = [x for x in result.stdout.splitlines() if x.startswith(RESULT)]
+        row[what] = json.loads(line.removeprefix(RESULT))
+    state["vllm"] = row
+    save_state(state)
+
+
+# ------------------------------------------------------------------------------------------------- report
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    import statistics
+
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def render(state: dict) -> str:
+    runs = state.get("runs", [])
+    lines = [
+        "# The real model: SmolLM2-135M-Instruct on reasoning-gym tasks, on this CPU",
+        "",
+        "Generated by `python benchmarks/realmodel.py` (stages resumed from `realmodel.json`; `--render` rewrites "
+        f"this file from it). Machine: {runs[-1]['machine'] if runs else 'unknown'}, shared with other work: each "
+        "entry records the 1-minute load average when it started, and CPU time beside wall time. Runs: "
+        + ", ".join(f"{r['date']} ({', '.join(r['stages'])})" for r in runs)
+        + ".",
+        "",
+    ]
+    tasks = state.get("tasks", {})
+    if tasks:
+        first = next(iter(tasks.values()))["settings"]
+        lines += [
+            "## 1. Which task: the model before training",
+            "",
+            f"The first {first['problems']} held-out problems of each task, {TASK_SAMPLES} samples each at temperature "
+            f"{first['temperature']} (pass@k: the unbiased estimator of Chen et al. 2021) and one greedy completion, "
+            f"at most {first['max_new_tokens']} new tokens, scored by the `reasoning_gym` reward (the task's verifier "
+            "on the answer it reads). 'committed': the share of samples with an answer the reward reads (in "
+            "`<answer>` tags, a box, after 'the answer is', or a bare reply) and no hedge.",
+            "",
+            "| task | options | pass@1 | pass@8 | greedy | committed | wall / CPU s | load |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, t in tasks.items():
+            options = ", ".join(f"{k}={v}" for k, v in t["options"].items())
+            lines.append(
+                f"| `{t['task']}` ({name}) | {options} | {t['pass@1']:.3f} | {t['pass@8']:.3f} | {t['greedy']:.3f} | "
+                f"{t['committed_answer_share']:.2f} | {t['wall_s']:.0f} / {t['cpu_s']:.0f} | {t['load_average']:.1f} |"
+            )
+        lines.append("")
+    demo = state.get("demo")
+    if demo and demo["seeds"]:
+        seeds = demo["seeds"]
+        gains = [s["accuracy_after"] - s["accuracy_before"] for s in seeds.values()]
+        gain, gain_sd = _mean_sd(gains)
+        before, _ = _mean_sd([s["accuracy_before"] for s in seeds.values()])
+        after, after_sd = _mean_sd([s["accuracy_after"] for s in seeds.values()])
+        walls = [s["wall_s"] for s in seeds.values()]
+        r = demo["recipe"]
+        lines += [
+            "## 2. The demo",
+            "",
+            f"`{demo['command']}` (the README's command; `{DEMO_RECIPE}`: `{r['method']}` on "
+            f"`{r['dataset_name']}` {r.get('dataset_options', {})}, {'LoRA r=' + str(r['lora_r']) if r.get('use_peft') else 'full fine-tuning'}, "
+            f"{r['max_steps']} steps of {r['per_device_train_batch_size']} completions ({r['num_generations']} per "
+            f"problem), learning rate {r['learning_rate']}, temperature {r.get('temperature', 1.0)}), with `--seed` "
+            f"{', '.join(seeds)}: held-out greedy accuracy on {r.get('num_eval_examples', 200)} problems no training "
+            "problem repeats, before and after; wall and CPU time of the whole command (evaluations included).",
+            "",
+            "| seed | before | after | gain | wall s | CPU s | load at start / end |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for seed, s in seeds.items():
+            lines.append(
+                f"| {seed} | {s['accuracy_before']:.3f} | {s['accuracy_after']:.3f} | "
+                f"{s['accuracy_after'] - s['accuracy_before']:+.3f} | {s['wall_s']:.0f} | {s['cpu_s']:.0f} | "
+                f"{s['load_average_start']:.1f} / {s['load_average_end']:.1f} |"
+            )
+        cpus = [s["cpu_s"] for s in seeds.values()]
+        loads = [x for s in seeds.values() for x in (s["load_average_start"], s["load_average_end"])]
+        complete = len(seeds) == len(DEMO_SEEDS)
+        within = sum(w <= 1800 for w in walls)
+        lines += [
+            f"| mean | {before:.3f} | {after:.3f} ± {after_sd:.3f} | {gain:+.3f} ± {gain_sd:.3f} | "
+            f"{sum(walls) / len(walls):.0f} | {sum(cpus) / len(cpus):.0f} | |",
+            "",
+            f"Target: a mean gain of {len(DEMO_SEEDS)} seeds of at least +0.15 within 30 minutes. Gain: "
+            f"{('met' if gain >= 0.15 else 'not met') if complete else 'pending'} ({gain:+.3f} over {len(seeds)} seed(s)). "
+            "Time: "
+            f"{within} of {len(seeds)} run(s) within 30 minutes of wall time ({min(walls) / 60:.1f}-"
+            f"{max(walls) / 60:.1f} min at 1-minute load averages of {min(loads):.1f}-{max(loads):.1f} on 2 cores, "
+            f"shared with other work); CPU time {min(cpus) / 60:.1f}-{max(cpus) / 60:.1f} min per run (one torch "
+            "thread: `accelerate launch` sets `OMP_NUM_THREADS=1`): a lower bound of the wall time, and an estimate of it "
+            "on a core of its own.",
+            "",
+        ]
+    cost = state.get("cost")
+    if cost and cost["runs"]:
+        import statistics
+
+        by_label: dict[str, list] = {}
+        for run in cost["runs"]:
+            by_label.setdefault(run["label"], []).append(run)
+        trl_cpu = statistics.median(r["step_cpu_s"] for r in by_label.get("trl", [])) if "trl" in by_label else None
+        lines += [
+            "## 3. What a step costs",
+            "",
+            f"The demo's settings, {cost['steps']} steps per entry (the first a warm-up, left out), each entry in a "
+            f"fresh process, the entries interleaved ({max(r['rep'] for r in cost['runs']) + 1} repetition(s)); "
+            "median step time (and of each part) over the repetitions, wall and CPU (all threads of the process), and "
+            "the process's peak RSS (model loading included). The parts are the step's calls of `generate`, TRL's "
+            "log-prob forwards (the loss forward, and the old/reference ones when they run) and the backward, per step.",
+            "",
+            "| entry | step wall s | step CPU s | CPU / stock TRL | generate wall / CPU s | log-prob forwards "
+            "wall / CPU s | backward wall / CPU s | peak RSS GiB | load |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for label, rows in by_label.items():
+            wall = statistics.median(r["step_wall_s"] for r in rows)
+            cpu = statistics.median(r["step_cpu_s"] for r in rows)
+            cells = []
+            for name in ("generate", "log-prob forwards", "backward"):
+                parts = [r["parts"][name] for r in rows if name in r["parts"]]
+                cells.append(
+                    f"{statistics.median(p['wall_s'] for p in parts):.1f} / "
+                    f"{statistics.median(p['cpu_s'] for p in parts):.1f}"
+                    if parts
+                    else "-"
+                )
+            ratio = f"{cpu / trl_cpu:.2f}" if trl_cpu else "-"
+            lines.append(
+                f"| {label} | {wall:.1f} | {cpu:.1f} | {ratio} | {' | '.join(cells)} | {max(r['max_rss_gib'] for r in rows):.2f} | "
+                f"{statistics.mean(r['load_average'] for r in rows):.1f} |"
+            )
+        lines.append("")
+    vllm = state.get("vllm")
+    lines += ["## 4. vLLM's CPU build against `generate`", ""]
+    if vllm and vllm.get("run"):
+        g, v = vllm["generate"], vllm["vllm"]
+        lines += [
+            f"{vllm['shape'][0]} prompts (the bundled task's questions in the model's chat template) x "
+            f"{vllm['shape'][1]} sampled tokens each (exactly: `min_new_tokens` / `ignore_eos`) on the real model, in "
+            f"the vLLM environment (`benchmarks/vllm_cpu.py --measure`, each side in its own process): `generate` {g['tokens_per_s']:.1f} tokens/s ({g['dtype']}, "
+            f"{g['threads']} thread(s)), vLLM {v['tokens_per_s']:.1f} tokens/s ({v['dtype']}; "
+            f"{v['tokens_per_s'] / g['tokens_per_s']:.1f}x), engine start-up {v['startup_s']:.0f} s. Load "
+            f"{vllm['load_average']:.1f}.",
+            "",
+        ]
+    else:
+        reason = (vllm or {}).get("reason", "the vllm stage has not run")
+        lines += [f"Not run: {reason}. Run it with `--stages vllm --vllm-python <vLLM venv>/bin/python`.", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", nargs="*", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--redo", nargs="*", choices=STAGES, default=[])
+    parser.add_argument("--render", action="store_true")
+    parser.add_argument(
+        "--vllm-python",
+        default=os.environ.get("GRPO_FAMILY_VLLM_PYTHON"),
+        help="the vLLM environment's python (README, 'vLLM on a CPU machine') for the vllm stage",
+    )
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        kind, *rest = args.child
+        result = {"task": lambda: measure_task(rest[0]), "cost": lambda: measure_cost(rest[0])}[kind]()
+        result["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+        print(RESULT + json.dumps(result), flush=True)
+        return
+    state = load_state()
+    for stage in args.redo:
+        state.pop(stage, None)
+    if not args.render:
+        state.setdefault("runs", []).append({"date": str(date.today()), "machine": machine(), "stages": args.stages})
+        for stage in args.stages:
+            if stage == "vllm":
+                stage_vllm(state, args.vllm_python)
+            else:
+                {"tasks": stage_tasks, "demo": stage_demo, "cost": stage_cost}[stage](state)
+        save_state(state)
+    (RESULTS / "realmodel.md").write_text(render(state))
+    print(f"wrote {RESULTS / 'realmodel.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""reasoning-gym through the data module: `reasoning_gym/<task>` splits that never share a problem, the task's options
+from the command line or the YAML, the collator preset, the `reasoning_gym` reward (the task's own verifier on the
+final answer) and the project's answer rewards on the same rows. No model: the real-model lane is test_realmodel.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("reasoning_gym", reason='reasoning-gym is the [realmodel] extra: pip install -e ".[realmodel]"')
+
+from grpo_family.collator import REASONING_GYM_SYSTEM_PROMPT, prepare_dataset  # noqa: E402
+from grpo_family.preflight import PreflightError, load_data  # noqa: E402
+from grpo_family.rewards import (  # noqa: E402
+    ReasoningGymReward,
+    check_golds,
+    get_reward_funcs,
+    math_accuracy_reward,
+    reasoning_gym_reward,
+)
+from grpo_family.tasks.reasoning_gym import ENTRY_COLUMN, reasoning_gym_splits  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_train_and_held_out_never_share_a_question():
+    """A task with few distinct problems (2 one-digit terms: 19 x 2 x 10 sums at most), so the held-out candidates
+    repeat training questions: those are skipped, and what is left is disjoint from training and has no repeats."""
+    data = reasoning_gym_splits("chain_sum", size=150, eval_size=40, seed=3, min_terms=2, max_terms=2, min_digits=1,
+                                max_digits=1)  # fmt: skip
+    train, test = data["train"], data["test"]
+    assert len(train) == 150 and 0 < len(test) <= 40
+    assert not set(train["question"]) & set(test["question"])
+    assert len(set(test["question"])) == len(test)
+    # The subject happened: the generator did repeat training questions after the training indices.
+    from reasoning_gym import create_dataset
+
+    raw = create_dataset("chain_sum", size=150 + 400, seed=3, min_terms=2, max_terms=2, min_digits=1, max_digits=1)
+    after = [raw[i]["question"] for i in range(150, 550)]
+    assert set(after) & set(train["question"])
+    # Deterministic given the seed; another seed gives other problems.
+    again = reasoning_gym_splits("chain_sum", size=150, eval_size=40, seed=3, min_terms=2, max_terms=2,
+                                 min_digits=1, max_digits=1)  # fmt: skip
+    assert again["test"]["question"] == test["question"]
+    assert (
+        reasoning_gym_splits("chain_sum", size=20, eval_size=5, seed=4)["train"]["question"]
+        != (reasoning_gym_splits("chain_sum", size=20, eval_size=5, seed=3)["train"]["question"])
+    )
+
+
+def test_wide_task_fills_the_held_out_split():
+    data = reasoning_gym_splits("basic_arithmetic", size=100, eval_size=30, seed=0)
+    assert len(data["test"]) == 30
+    assert not set(data["train"]["question"]) & set(data["test"]["question"])
+    entry = json.loads(data["test"][0][ENTRY_COLUMN])
+    assert entry["metadata"]["source_dataset"] == "basic_arithmetic" and entry["answer"] == data["test"][0]["answer"]
+
+
+def test_load_data_takes_options_as_json_or_mapping_and_refuses_bad_ones():
+    as_json = load_data("reasoning_gym/chain_sum", options='{"size": 12, "seed": 1, "max_terms": 2}', eval_size=4)
+    as_dict = load_data("reasoning_gym/chain_sum", options={"size": 12, "seed": 1, "max_terms": 2}, eval_size=4)
+    assert as_json["train"]["question"] == as_dict["train"]["question"] and len(as_json["train"]) == 12
+    assert len(as_json["test"]) == 4
+    assert all(json.loads(e)["metadata"]["num_terms"] == 2 for e in as_json["train"][ENTRY_COLUMN])
+    with pytest.raises(PreflightError, match="no option 'max_term'.*max_terms"):
+        load_data("reasoning_gym/chain_sum", options={"max_term": 2})
+    with pytest.raises(PreflightError, match="Unknown reasoning-gym task 'chain_summ'.*chain_sum"):
+        load_data("reasoning_gym/chain_summ")
+    with pytest.raises(PreflightError, match="not JSON"):
+        load_data("reasoning_gym/chain_sum", options="{size: 3}")
+    with pytest.raises(PreflightError, match="reasoning_gym/<task> datasets only"):
+        load_data(str(ROOT / "README.md"), options={"size": 3})
+
+
+def test_options_reach_the_data_from_the_yaml_and_the_command_line(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import train
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    recipe = tmp_path / "rg.yaml"
+    recipe.write_text(
+        "model_name_or_path: some/model\ndataset_name: reasoning_gym/chain_sum\nreward_funcs: [reasoning_gym]\n"
+        "dataset_options:\n  size: 10\n  max_terms: 2\n"
+    )
+    script_args, *_ = train.parse_args(["--config", str(recipe), "--output_dir", str(tmp_path / "out")])
+    assert script_args.dataset_options == {"size": 10, "max_terms": 2}
+    script_args, *_ = train.parse_args(
+        ["--config", str(recipe), "--output_dir", str(tmp_path), "--dataset_options", '{"size": 6}']
+    )
+    assert json.loads(script_args.dataset_options) == {"size": 6}  # the command line wins over the YAML
+
+
+def test_collator_preset_keeps_the_entry_and_states_the_answer_format():
+    raw = reasoning_gym_splits("chain_sum", size=8, eval_size=2, seed=0)
+    rows = prepare_dataset(raw["train"])
+    assert rows.column_names == ["prompt", "answer", ENTRY_COLUMN]
+    system, user = rows[0]["prompt"]
+    assert system == {"role": "system", "content": REASONING_GYM_SYSTEM_PROMPT} and "<answer>" in system["content"]
+    assert user == {"role": "user", "content": raw["train"][0]["question"]}
+    assert rows["answer"] == raw["train"]["answer"]
+
+
+def _rows(task: str, n: int = 6, **options):
+    return prepare_dataset(reasoning_gym_splits(task, size=n, eval_size=0, seed=0, **options)["train"])
+
+
+def test_reward_scores_with_the_tasks_verifier_on_the_committed_answer():
+    rows = _rows("chain_sum")
+    gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
+    wrong = str(int(gold) + 1)
+    cases = [
+        (f"Adding up: {gold}. <answer>{gold}</answer>", 1.0),
+        (f"<answer>{wrong}</answer>", 0.0),
+        (f"<answer>{gold}</answer> or <answer>{wrong}</answer>", 0.0),  # two candidates: a hedge
+        (f"<answer>{gold}</answer> wait, that's wrong", 0.0),  # a retraction
+        (f"The answer is {gold}.", 1.0),  # an anchored answer is a committed one
+        (f"{gold}", 1.0),  # a bare reply is the answer when it is nothing else
+        (f"{gold} + 0 = {gold}", 0.0),  # ... and is not read for a number inside it
+        (f"<think><answer>{gold}</answer>", 0.0),  # reasoning left open: no final answer
+        ([{"role": "assistant", "content": f"<answer>{gold}</answer>"}], 1.0),  # conversational completions
+    ]
+    completions, expected = zip(*cases)
+    assert reasoning_gym_reward(list(completions), reasoning_gym_entry=[entry] * len(cases)) == list(expected)
+    assert reasoning_gym_reward([f"<answer>{gold}</answer>"], reasoning_gym_entry=[None]) == [None]
+
+
+def test_partial_credit_is_off_by_default_because_it_can_be_farmed():
+    """reasoning-gym's default verifier gives len(gold)/len(answer) to any answer containing the gold: a policy
+    listing numbers farms it. The registered reward gives full marks only; the partial reward passes it through."""
+    rows = _rows("leg_counting")
+    gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
+    farmed = f"<answer>{gold} {gold}0 {gold}1</answer>"
+    assert reasoning_gym_reward([farmed], reasoning_gym_entry=[entry]) == [0.0]
+    partial_reward = ReasoningGymReward(partial_credit=True)
+    (partial,) = partial_reward([farmed], reasoning_gym_entry=[entry])
+    assert 0.0 < partial < 1.0
+    # With partial credit an unmarked reply is not read at all: dumping candidates earns nothing.
+    assert partial_reward([f"{gold} {gold}0 {gold}1"], reasoning_gym_entry=[entry]) == [0.0]
+    assert get_reward_funcs(["reasoning_gym"]) == [reasoning_gym_reward]
+
+
+def test_answer_rewards_score_the_same_rows():
+    rows = _rows("basic_arithmetic")
+    check_golds(rows, [math_accuracy_reward, reasoning_gym_reward], max_unreadable=0.0)  # every gold readable
+    completions = [f"<answer>{g}</answer>" for g in rows["answer"]]
+    columns = {"answer": list(rows["answer"]), "reasoning_gym_entry": list(rows[ENTRY_COLUMN])}
+    assert math_accuracy_reward(completions, **columns) == [1.0] * len(rows)
+    assert reasoning_gym_reward(completions, **columns) == [1.0] * len(rows)
+    boxed = [f"So \\boxed{{{g}}}" for g in rows["answer"]]
+    assert math_accuracy_reward(boxed, **columns) == reasoning_gym_reward(boxed, **columns) == [1.0] * len(rows)
