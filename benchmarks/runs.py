@@ -132,7 +132,7 @@ def run_one(job: dict) -> dict:
         def on_step_end(self, args, state, control, **kwargs):
             self.cpu.append(time.process_time() - self._start)
 
-    cpu_start = time.process_time()
+    cpu_start, started = time.process_time(), time.time()
     method, seed, steps = job["method"], job["seed"], job["steps"]
     difficulty = _difficulty(job["difficulty"])
     model, tokenizer = load_warm_start(seed=0)
@@ -188,6 +188,8 @@ def run_one(job: dict) -> dict:
         "seconds": round(seconds, 1),
         "cpu_seconds": [round(c, 4) for c in clock.cpu],
         "cpu_total": round(time.process_time() - cpu_start, 1),  # the whole run: set-up and evaluations included
+        "started": round(started, 1),  # Unix times: a report of cached runs can give the span they were trained in
+        "finished": round(time.time(), 1),
         "accuracy": {str(k): v for k, v in sorted(accuracy.items())},
         "entropy": series.pop("entropy"),
         # the correctness reward as sampled, comparable across methods (SGPO's `reward` includes its partial credit;
