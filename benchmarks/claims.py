@@ -2,7 +2,7 @@
 from the numbers.
 
     python benchmarks/claims.py                # full run (resumable: finished runs are cached in outputs/claims_runs/)
-    python benchmarks/claims.py --quick        # the same pipeline on tiny runs, numbers meaningless (the test suite)
+    python benchmarks/claims.py --quick        # the same pipeline on tiny runs, uncached; numbers meaningless (tests)
     python benchmarks/claims.py --report-only  # the report from the runs finished so far; the rest says "not run"
 
 One setting per claim (``SETTINGS``), each method paired seed by seed with ``grpo`` (same warm start, same training
@@ -489,6 +489,13 @@ def make_rows(runs: list[dict], plan: list[Setting], batch_size: int, steps: int
     return rows
 
 
+def settings_for_more_seeds(rows: list[dict], plan: list[Setting]) -> list[Setting]:
+    """The seed rule (``SEED_RULE``): the settings with a row that the first seeds leave 'not separable at this
+    scale'; each gets the further seeds for all its arms."""
+    unseparated = {r["setting"] for r in rows if r["verdict"] == "not separable at this scale"}
+    return [s for s in plan if s.name in unseparated]
+
+
 # ----------------------------------------------------------------------------------------------- descriptive numbers
 def describe(runs: list[dict], plan: list[Setting], batch_size: int) -> dict:
     """Per setting and arm, the numbers the claims' measures do not judge: completions per step, GPG's rounds, SGPO's
@@ -574,6 +581,13 @@ def readme_block(result: dict) -> str:
             f"{_side(head, 'arm')} vs {_side(head, 'baseline')}, {_diff_cell(head)} ({len(head['seeds'])} seeds)"
         )  # fmt: skip
         lines.append(f"| {text} | {head['measure']} (`{head['setting']}`) | {ours} | {head['verdict']} | {counts} |")
+    meta = result["meta"]
+    lines += [
+        "",
+        f"{meta['runs_finished']} of {meta['runs']} planned runs, {meta['steps']} steps each on the bundled task; "
+        "every row, the verdict rule and what a claim that does not reproduce would need: "
+        "[`benchmarks/results/claims.md`](benchmarks/results/claims.md).",
+    ]
     return "\n".join(lines)
 
 
@@ -582,11 +596,22 @@ def write_markdown(result: dict, path: Path) -> str:
     lines = [
         "# Claims: does each paper's claim reproduce at this machine's scale?",
         "",
-        f"Command: `{meta['command']}`; date {meta['date']}; {meta['wall_minutes']:.1f} min wall, "
-        f"{meta['cpu_minutes']:.1f} CPU-minutes of training runs ({meta['runs_trained']} of {meta['runs']} runs trained "
-        f"by this command, the rest from the run cache; {meta['workers']} worker processes, one torch thread each).",
-        f"Machine: {meta['machine']}; load average (1 min) {meta['load'][0]:.1f} at the start, {meta['load'][1]:.1f} "
-        "at the end.",
+        f"Command: `{meta['command']}`; date {meta['date']}; {meta['wall_minutes']:.1f} min wall; "
+        f"{meta['runs_finished']} of {meta['runs']} planned runs finished ({meta['runs_trained']} trained by this "
+        "command, the rest from the run cache `outputs/claims_runs/`, which the same command without `--report-only` "
+        "fills first). `python benchmarks/claims.py` regenerates this file.",
+        f"The finished runs: {meta['cpu_minutes']:.1f} CPU-minutes (each run's process, evaluations included), "
+        + (
+            f"trained between {meta['training_span'][0]} and {meta['training_span'][1]} "
+            f"({meta['training_span'][2]:.1f} min wall)"
+            if meta["training_span"]
+            else "no training time recorded"
+        )
+        + f"; {meta['workers']} worker processes, one torch thread each"
+        + ("" if meta["budget_minutes"] is None else f", no run started after {meta['budget_minutes']:g} minutes")
+        + ".",
+        f"Machine: {meta['machine']}, shared with other work; load average (1 min) {meta['load'][0]:.1f} at the "
+        f"start of this command, {meta['load'][1]:.1f} at its end.",
         f"Every run: the warm-started tiny Qwen2 (`load_warm_start(seed=0)`), `DEFAULT_GRPO_ARGS` "
         f"({meta['grpo_args']}) with the setting's changes, {meta['steps']} steps, greedy held-out accuracy on "
         f"{meta['eval_examples']} fixed problems every {meta['eval_every']} steps "
@@ -625,7 +650,19 @@ def write_markdown(result: dict, path: Path) -> str:
         arms = ", ".join(f"`{a['name']}`" + (f" ({a['method']}, {a['overrides']})" if a["overrides"] else "")
                          for a in s["arms"])  # fmt: skip
         lines.append(f"- `{s['name']}` ({s['claim']}): {s['description']}. Arms: {arms}.")
-    lines += ["", "## What the rows that do not reproduce would need", ""]
+    lines += ["", "## What was run and what was not", ""]
+    for s in result["settings"]:
+        info = result["describe"].get(s["name"], {})
+        seeds = "; ".join(f"{arm} seeds {_ranges(v['seeds'])}" for arm, v in info.items()) or "no run finished"
+        lines.append(f"- `{s['name']}`: {seeds}.")
+    if meta["not_run"]:
+        lines.append(
+            f"- Planned but not run ({len(meta['not_run'])} runs, out of the time budget): "
+            + "; ".join(f"`{g['setting']}` {g['arm']} seeds {_ranges(g['seeds'])}" for g in meta["not_run"])
+            + "."
+        )
+    lines += [f"- Real model: {result['real_model']}", ""]
+    lines += ["## What the rows that do not reproduce would need", ""]
     for r in rows:
         if r["verdict"] != "reproduced":
             lines.append(
@@ -656,15 +693,20 @@ def write_markdown(result: dict, path: Path) -> str:
                 f"{v['entropy_first_last'][1]:.3f}" + "".join(f" | {_num(v.get(k))}" for k in extra) + " |"
             )
         lines.append("")
-    lines += [
-        "## Real model",
-        "",
-        result["real_model"],
-        "",
-    ]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
+
+
+def _ranges(seeds: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    spans: list[list[int]] = []
+    for seed in sorted(seeds):
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _num(value) -> str:
@@ -722,23 +764,27 @@ def plot(runs: list[dict], setting: Setting, batch_size: int, path: Path) -> Non
 
 
 # ----------------------------------------------------------------------------------------------- real model
-def real_model_text(requested: bool) -> str:
-    """The real-model rows (grpo vs D3S, grpo vs GPG on SmolLM2-135M): said not run, with why."""
-    import importlib.util
-
-    if not requested:
-        return (f"not run: pass `--real-model` to add grpo vs D3S and grpo vs GPG on `{REAL_MODEL}` (issue 27's local "
-                "alias).")  # fmt: skip
-    if importlib.util.find_spec("grpo_family.models") is None:
-        return f"not run: `{REAL_MODEL}` needs `grpo_family.models` (issue 27), which this checkout does not have."
-    try:
-        from grpo_family.models import resolve_model
-
-        resolve_model(REAL_MODEL)
-    except Exception as error:  # noqa: BLE001 - any failure to find the weights means: not run, and why
-        return f"not run: the alias `{REAL_MODEL}` is not installed ({type(error).__name__}: {error})."
-    return (f"not run: `{REAL_MODEL}` is installed, but a paired real-model run (5 seeds x 4 runs of ~15 min each "
-            "on 2 cores, issue 27's measurement) does not fit this benchmark's 90-minute budget.")  # fmt: skip
+def real_model_text(path: Path = ROOT / "benchmarks" / "results" / "realmodel.json") -> str:
+    """Why the real-model rows (grpo vs D3S, grpo vs GPG on SmolLM2-135M) are not run: their cost, estimated from
+    ``benchmarks/realmodel.py``'s measurements (its demo runs' CPU time and its per-step cost of each method)."""
+    if not path.exists():
+        return f"not run: no cost measurement of `{REAL_MODEL}` ({path.relative_to(ROOT)} is missing)."
+    data = json.loads(path.read_text())
+    demo = data["demo"]
+    run_cpu = _mean([seed["cpu_s"] for seed in demo["seeds"].values()])
+    step_cpu = {m: statistics.median(r["step_cpu_s"] for r in data["cost"]["runs"] if r["label"] == m)
+                for m in ("grpo", "d3s", "gpg")}  # fmt: skip
+    relative = {m: step_cpu[m] / step_cpu["grpo"] for m in step_cpu}
+    total = FIRST_SEEDS * run_cpu * sum(relative.values())
+    return (
+        f"not run. A paired run on `{REAL_MODEL}` (the recipe of `benchmarks/results/realmodel.md`: "
+        f"`{demo['command']}`, {demo['recipe']['max_steps']} steps) took {run_cpu / 60:.1f} CPU-minutes for grpo "
+        f"(mean of its {len(demo['seeds'])} demo seeds); per step d3s costs {relative['d3s']:.2f}x and gpg "
+        f"{relative['gpg']:.2f}x grpo's CPU (its cost stage, median of its repetitions). grpo, d3s and gpg at "
+        f"{FIRST_SEEDS} seeds would take about {total / 60:.0f} CPU-minutes, run one at a time (one real-model "
+        f"process at a time on this 24 GiB machine): more than this benchmark's {BUDGET_MINUTES}-minute budget on its "
+        "own."
+    )
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -767,6 +813,25 @@ def plan_jobs(plan: list[Setting], seeds, steps: int, eval_every: int, eval_exam
     return jobs
 
 
+def training_span(runs: list[dict]) -> list | None:
+    """``[first start, last finish, minutes between]`` of the runs (UTC), None when none recorded its times."""
+    timed = [r for r in runs if "started" in r]
+    if not timed:
+        return None
+    first, last = min(r["started"] for r in timed), max(r["finished"] for r in timed)
+    stamp = lambda t: datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")  # noqa: E731
+    return [stamp(first), stamp(last), (last - first) / 60]
+
+
+def not_run(jobs: list[dict], runs: list[dict | None]) -> list[dict]:
+    """The planned jobs without a run, grouped by setting and arm."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for job, run in zip(jobs, runs):
+        if run is None:
+            groups.setdefault((job["setting"], job["arm"]), []).append(job["seed"])
+    return [{"setting": s, "arm": a, "seeds": seeds} for (s, a), seeds in groups.items()]
+
+
 def _tag(runs: list[dict], jobs: list[dict]) -> list[dict]:
     return [None if r is None else {**r, "arm": j["arm"]} for r, j in zip(runs, jobs)]
 
@@ -779,7 +844,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--budget-minutes", type=float, default=BUDGET_MINUTES,
                         help="start no run after this many minutes; what did not run is reported as not run")  # fmt: skip
     parser.add_argument("--report-only", action="store_true", help="train nothing: report the cached runs")
-    parser.add_argument("--real-model", action="store_true", help=f"also the real-model rows on {REAL_MODEL}")
     parser.add_argument("--output-dir", default=None,
                         help="default: benchmarks/results (full), outputs/claims_quick (--quick)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -795,7 +859,7 @@ def main(argv: list[str] | None = None) -> dict:
     first, most = QUICK["seeds"] if args.quick else (FIRST_SEEDS, MAX_SEEDS)
     grpo_args = {**DEFAULT_GRPO_ARGS, **(QUICK_ARGS if args.quick else {})}
     batch_size = grpo_args["per_device_train_batch_size"]
-    cache = ROOT / "outputs" / ("claims_runs_quick" if args.quick else "claims_runs")
+    cache = None if args.quick else ROOT / "outputs" / "claims_runs"  # quick: every run trained, every time
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     deadline = None if args.report_only else start + 60 * args.budget_minutes
     if not args.report_only:
@@ -810,10 +874,8 @@ def main(argv: list[str] | None = None) -> dict:
     runs, trained = run(jobs)
     runs = _tag(runs, jobs)
     rows = make_rows([r for r in runs if r is not None], plan, batch_size, steps)
-    # The seed rule: settings with a row that five seeds do not separate get five more.
-    more = [s for s in plan if any(r["setting"] == s.name and r["verdict"] == "not separable at this scale"
-                                   for r in rows)]  # fmt: skip
-    if more:
+    more = settings_for_more_seeds(rows, plan)
+    if more and most > first:
         extra_jobs = plan_jobs(more, range(first, most), steps, eval_every, eval_examples, args.quick)
         extra, trained_more = run(extra_jobs)
         jobs, runs, trained = jobs + extra_jobs, runs + _tag(extra, extra_jobs), trained + trained_more
@@ -829,6 +891,9 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": len(jobs),
         "runs_finished": len(done),
         "runs_trained": trained,
+        "training_span": training_span(done),
+        "not_run": not_run(jobs, runs),
+        "budget_minutes": None if args.report_only else args.budget_minutes,
         "workers": args.workers,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}",
         "load": [load_start, os.getloadavg()[0]],
@@ -845,7 +910,7 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": [asdict(s) for s in plan],
         "rows": rows,
         "describe": describe(done, plan, batch_size),
-        "real_model": real_model_text(args.real_model),
+        "real_model": real_model_text(),
         "runs": done,
     }
     out_dir = Path(
