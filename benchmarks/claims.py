@@ -458,7 +458,10 @@ def make_rows(runs: list[dict], plan: list[Setting], batch_size: int, steps: int
         row = {**asdict(c), "measure_text": MEASURES[c.measure][0], "steps": steps, "seeds": seeds}
         row["threshold"] = contexts[c.setting]["threshold"] if c.measure in CENSORED else None
         if len(seeds) < 2:
-            missing = c.arm if c.arm not in {a for (_, a, _) in by_key} else c.baseline
+            runs_of = {
+                arm: sum(1 for (s, a, _) in by_key if (s, a) == (c.setting, arm)) for arm in (c.arm, c.baseline)
+            }
+            missing = min(runs_of, key=runs_of.get)
             row.update(verdict="not run", reason=f"not run: fewer than 2 seeds have both {c.arm} and {c.baseline} "
                        f"(runs of {missing} missing: out of time, or not in this checkout's METHODS)")  # fmt: skip
             row["needs"] = needs_text(row)
@@ -657,7 +660,8 @@ def write_markdown(result: dict, path: Path) -> str:
         lines.append(f"- `{s['name']}`: {seeds}.")
     if meta["not_run"]:
         lines.append(
-            f"- Planned but not run ({len(meta['not_run'])} runs, out of the time budget): "
+            f"- Planned but not trained ({sum(len(g['seeds']) for g in meta['not_run'])} runs: the time budget ran "
+            "out before they started): "
             + "; ".join(f"`{g['setting']}` {g['arm']} seeds {_ranges(g['seeds'])}" for g in meta["not_run"])
             + "."
         )
