@@ -24,22 +24,20 @@ picture for grpo's first seed).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.runs import _mean, _std, run_all  # noqa: E402 - the training runs, shared with claims.py
 from grpo_family import METHODS  # noqa: E402 - the one method list (light: the trainers load on first use)
 
 METHOD_NAMES = list(METHODS)
@@ -50,84 +48,6 @@ SETTINGS = {  # setting -> (task difficulty, training steps in a full run: the d
 METHOD_OVERRIDES: dict[str, dict] = {}
 PASS_AT = (1, 2, 4, 8, 16)
 QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
-
-
-def run_one(job: dict) -> dict:
-    """Train one (method, setting, seed) from the warm start; return its curves. Runs in a worker process."""
-    import torch
-
-    torch.set_num_threads(1)
-    from transformers import PrinterCallback
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    from grpo_family import get_method
-    from grpo_family.eval import EvalData, EvaluationCallback
-    from grpo_family.tasks import (
-        DEFAULT_GRPO_ARGS,
-        DEFAULT_TRAIN_EXAMPLES,
-        arithmetic_reward,
-        load_warm_start,
-        make_arithmetic_dataset,
-    )
-
-    method, difficulty, seed, steps = job["method"], job["difficulty"], job["seed"], job["steps"]
-    model, tokenizer = load_warm_start(seed=0)
-    train = make_arithmetic_dataset("train", DEFAULT_TRAIN_EXAMPLES, seed=seed, difficulty=difficulty)
-    held_out = make_arithmetic_dataset("eval", job["eval_examples"], seed=0, difficulty=difficulty)
-    # Greedy held-out accuracy at step 0, every eval_every steps and at the last step: the demo's evaluation path.
-    evaluation = EvaluationCallback(
-        EvalData.held_out(held_out, arithmetic_reward),
-        arithmetic_reward,
-        every=job["eval_every"],
-        max_new_tokens=DEFAULT_GRPO_ARGS["max_completion_length"],
-        mode="train",  # the answer contract the policy is trained on, as examples/train.py
-    )
-
-    config_cls, trainer_cls = get_method(method)
-    with tempfile.TemporaryDirectory() as out:
-        args = config_cls(
-            output_dir=out,
-            **{
-                **DEFAULT_GRPO_ARGS,
-                **job["overrides"],
-                "max_steps": steps,
-                "logging_steps": 1,
-                "seed": seed,
-                "use_cpu": True,
-                "bf16": False,
-                "disable_tqdm": True,
-            },
-        )
-        trainer = trainer_cls(
-            model=model,
-            reward_funcs=[arithmetic_reward],
-            args=args,
-            train_dataset=train,
-            processing_class=tokenizer,
-            callbacks=[evaluation],
-        )
-        trainer.remove_callback(PrinterCallback)  # the per-step log dicts; the curves are returned instead
-        evaluation.bind(trainer)
-        evaluation.initial = evaluation.evaluate()
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
-    accuracy = {step: metrics["held_out_accuracy"] for step, metrics in evaluation.history.items()}
-    logs = [row for row in trainer.state.log_history if "entropy" in row]
-    rounds = [row.get(f"{method}/rounds", 1.0) for row in logs]  # GPG's generation rounds per step
-    return {
-        **{k: job[k] for k in ("method", "setting", "seed")},
-        "steps": steps,
-        "seconds": round(seconds, 1),
-        "accuracy": {str(k): v for k, v in sorted(accuracy.items())},
-        "entropy": [row["entropy"] for row in logs],
-        # the correctness reward as sampled, comparable across methods (SGPO's `reward` includes its partial credit)
-        "reward": [row["rewards/arithmetic_reward/mean"] for row in logs],
-        "frac_reward_zero_std": [row.get("frac_reward_zero_std") for row in logs],
-        "completions_per_step": _mean(rounds) * args.per_device_train_batch_size,
-    }
 
 
 def warm_start_pass_at_k(difficulty: str, args) -> dict:
@@ -151,40 +71,6 @@ def warm_start_pass_at_k(difficulty: str, args) -> dict:
         GenerateBackend(model, tokenizer), held_out, Decoding(max_new_tokens=tokens), arithmetic_reward, mode="train"
     ).summary
     return {"greedy": greedy["greedy_accuracy"], "samples": n, **{f"pass@{k}": pass_at[f"pass@{k}"] for k in ks}}
-
-
-def run_all(jobs: list[dict], workers: int, cache: Path | None) -> tuple[list[dict], int]:
-    """Every job's run, in job order, and how many were trained now. Finished runs are kept in ``cache`` (one JSON
-    per job, keyed by the job's description), so an interrupted benchmark resumes where it stopped; the longest jobs
-    (GPG's) start first."""
-    results: dict[int, dict] = {}
-    pending = []
-    for index, job in enumerate(jobs):
-        key = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
-        path = None if cache is None else cache / f"{job['method']}-{job['setting']}-{job['seed']}-{key}.json"
-        if path is not None and path.exists():
-            results[index] = json.loads(path.read_text())
-        else:
-            pending.append((index, job, path))
-    pending.sort(key=lambda item: item[1]["method"] != "gpg")
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_one, job): (index, path) for index, job, path in pending}
-        for future in as_completed(futures):
-            index, path = futures[future]
-            results[index] = future.result()
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(results[index]))
-            print(f"[learning] {len(results)}/{len(jobs)} runs done", flush=True)
-    return [results[i] for i in range(len(jobs))], len(pending)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _std(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def summarise(runs: list[dict], threshold_gain: float) -> dict:
@@ -464,7 +350,7 @@ def main(argv: list[str] | None = None) -> dict:
         start = time.perf_counter()
         ceiling = {setting: warm_start_pass_at_k(SETTINGS[setting][0], args) for setting in args.settings}
         cache = None if args.fresh or args.quick else ROOT / "outputs" / "learning_runs"
-        runs, runs_trained = run_all(jobs, args.workers, cache)
+        runs, runs_trained = run_all(jobs, args.workers, cache, label="learning")
         grpo_args = {**DEFAULT_GRPO_ARGS, **overrides}
         shown = ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta")
         meta = {

@@ -105,6 +105,13 @@ def learning_block() -> str:
     return "\n".join(lines)
 
 
+def claims_block() -> str:
+    """README's claims table, from ``benchmarks/results/claims.json`` (``benchmarks/claims.py`` writes both)."""
+    from benchmarks.claims import readme_block
+
+    return readme_block(json.loads((ROOT / "benchmarks" / "results" / "claims.json").read_text()))
+
+
 def presets_block() -> str:
     """README's table of evaluation presets, from ``grpo_family.eval.PRESETS`` (sources: docs/evaluation.md)."""
     from grpo_family.eval.presets import PRESETS
@@ -132,6 +139,7 @@ BLOCKS = {
     "method-stages": method_stages_block,
     "learning": learning_block,
     "presets": presets_block,
+    "claims": claims_block,
 }
 
 
