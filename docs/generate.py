@@ -116,20 +116,20 @@ def presets_block() -> str:
     """README's table of evaluation presets, from ``grpo_family.eval.PRESETS`` (sources: docs/evaluation.md)."""
     from grpo_family.eval.presets import PRESETS
 
-    def row(name, paper, decoding, metrics, applies):
+    def row(preset, decoding, metrics, applies):
         length = decoding.max_new_tokens or "context"
-        return (f"| `{name}` | {paper} | {applies} | {decoding.temperature:g} | {decoding.top_p:g} | "
+        return (f"| `{preset.name}` | {preset.paper} | {applies} | {decoding.temperature:g} | {decoding.top_p:g} | "
                 f"{decoding.num_samples} | {length} | {', '.join(metrics)} |")  # fmt: skip
 
     lines = ["| preset | paper | applies to | temperature | top_p | samples | max new tokens | metrics |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for preset in PRESETS.values():
         if preset.small_decoding is None:
-            lines.append(row(preset.name, preset.paper, preset.decoding, preset.metrics, "every benchmark"))
-        else:
+            lines.append(row(preset, preset.decoding, preset.metrics, "every benchmark"))
+        else:  # SGPO's rule: its small-benchmark decoding first, then the rest
             small = f"benchmarks under {preset.small_below} problems"
-            lines.append(row(preset.name, preset.paper, preset.decoding, preset.metrics, "the rest"))
-            lines.insert(-1, row(preset.name, preset.paper, preset.small_decoding, preset.small_metrics, small))
+            lines.append(row(preset, preset.small_decoding, preset.small_metrics, small))
+            lines.append(row(preset, preset.decoding, preset.metrics, "the rest"))
     return "\n".join(lines)
 
 
