@@ -81,6 +81,7 @@ def test_quick_markdown_is_well_formed(learning, quick_run):
     assert "papers' claims" in text
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_same_seed_same_numbers(learning, quick_run, tmp_path):
     _, first = quick_run
     run_benchmark(

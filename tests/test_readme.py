@@ -244,6 +244,7 @@ def one_step_config(snippet: str) -> str:
     return snippet
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_a_broken_command_fails(standins, tmp_path):
     """The mechanism catches what went wrong before: a reward name that does not exist (`format`) and a bare
     `--bf16`, on whichever page holds the command. Both must fail before any training starts."""

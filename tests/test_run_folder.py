@@ -112,6 +112,7 @@ def test_a_second_run_into_a_busy_output_folder_is_refused(tmp_path):
     assert not (tmp_path / LOCK_FILE).exists()
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_two_train_py_runs_into_one_folder(tiny_model_dir, tmp_path):
     """Through examples/train.py: while a run trains, a second run into its folder exits 1 naming it; once the first
     is killed (kill -9: its lock stays behind), the next run takes the folder over at once and finishes."""
@@ -188,6 +189,7 @@ def test_resuming_a_finished_run_says_so(tmp_path):
         check_resume(tmp_path / "checkpoint-4", args, "grpo", 1)
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_train_py_resume_checks(tiny_model_dir, tmp_path):
     """Through examples/train.py (one real run with checkpoints, then three resumes): a finished run resumed exits 0
     saying so and writes nothing; another method or --num_generations exits 1 listing the differences."""
