@@ -325,9 +325,8 @@ CLAIMS = {  # claim -> (the claim in a line, what a reproduction would need beyo
     ),
     "ms_grpo": (
         "MS-GRPO: robust to heterogeneous or noisy rewards",
-        "the paper tests no noisy rewards; its gains are on clean rewards with 1.5B-8B models and groups of 8 "
-        "(Table 1); a test would need rewards whose heterogeneity the group statistics miss, over more than "
-        "{steps} steps",
+        "rewards whose heterogeneity the group statistics miss, over more than {steps} steps (the paper tests no "
+        "noisy rewards: its gains are on clean rewards with 1.5B-8B models and groups of 8, Table 1)",
     ),
 }
 
@@ -598,15 +597,24 @@ def readme_block(result: dict) -> str:
     return "\n".join(lines)
 
 
+def trained_by(meta: dict) -> str:
+    """Where the finished runs came from: this command, or the run cache a full run fills."""
+    cache = "the run cache `outputs/claims_runs/`, which the same command without `--report-only` fills first"
+    if meta["runs_trained"] == meta["runs_finished"]:
+        return "all trained by this command"
+    if meta["runs_trained"] == 0:
+        return f"none trained by this command: all from {cache}"
+    return f"{meta['runs_trained']} trained by this command, the rest from {cache}"
+
+
 def write_markdown(result: dict, path: Path) -> str:
     meta, rows = result["meta"], result["rows"]
     lines = [
         "# Claims: does each paper's claim reproduce at this machine's scale?",
         "",
         f"Command: `{meta['command']}`; date {meta['date']}; {meta['wall_minutes']:.1f} min wall; "
-        f"{meta['runs_finished']} of {meta['runs']} planned runs finished ({meta['runs_trained']} trained by this "
-        "command, the rest from the run cache `outputs/claims_runs/`, which the same command without `--report-only` "
-        "fills first). `python benchmarks/claims.py` regenerates this file.",
+        f"{meta['runs_finished']} of {meta['runs']} planned runs finished ({trained_by(meta)}). "
+        "`python benchmarks/claims.py` regenerates this file.",
         f"The finished runs: {meta['cpu_minutes']:.1f} CPU-minutes (each run's process, evaluations included), "
         + (
             f"trained between {meta['training_span'][0]} and {meta['training_span'][1]} "
