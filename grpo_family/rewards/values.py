@@ -410,7 +410,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         part = part.strip()
         if not part:
             return None, "an empty value between separators", False
-        if re.search(r"\d\s+[-+−]?\d", part):
+        # "18 21", and "18. 21" (a sentence's full stop between them: math-verify would read the text as it is)
+        if re.search(r"\d\.?\s+[-+−]?\.?\d", part):
             return None, "two numbers side by side", False
         relations = _relations(part)
         if relations and not gold.relation:
