@@ -385,8 +385,8 @@ def test_rewards_follow_the_spec_elementwise(batch, kw):
             rts = trajectory_score(v, k)
             expected = stable_sigmoid(kw["beta"] * (rts - kw["gamma"])) if kw["mode"] == "sigmoid" else rts
             # The rewards are float32: rounding rts and gamma (relative 2^-24 each, a few operations) moves the
-            # sigmoid's argument by up to ~beta * (|rts| + |gamma|) * 2^-22, and the sigmoid's slope is at most 1/4
-            # (beta 155 gave 1.0e-6 off, the old fixed tolerance).
+            # sigmoid's argument by up to ~beta * (|rts| + |gamma|) * 2^-22, at most beta * (1 + |gamma|) * 2^-22
+            # as rts <= 1; the sigmoid's slope is at most 1/4 (beta 155 gave 1.0e-6 off, the old fixed tolerance).
             slack = 0.25 * kw["beta"] * (1.0 + abs(kw["gamma"])) * 2.0**-22 if kw["mode"] == "sigmoid" else 0.0
             assert value == pytest.approx(expected, abs=1e-6 + slack)
 
