@@ -155,6 +155,14 @@ def test_text_after_the_slot_with_another_candidate_scores_zero(data, n, m, form
             assert _score(reward, [text], str(gold)) == ([0.0], violation), (reward, text, gold)
 
 
+@pytest.mark.parametrize("text", ["Answer: 0. 0. 1", "Answer: 18. 21", r"\boxed{18. 21}", "The answer is $18. 21$"])
+@pytest.mark.parametrize("reward", [MATH, arithmetic_reward], ids=["math", "arithmetic"])
+def test_two_numbers_with_a_full_stop_between_are_counted_as_a_violation(text, reward):
+    # The property test above found "Answer: 0. 0. 1" once, at random (2c819f6); fixed here so it runs every time.
+    for gold in ("0", "1", "18", "21"):
+        assert _score(reward, [text], gold) == ([0.0], 1.0), (text, gold)
+
+
 @SETTINGS
 @given(st.data(), values, others, st.sampled_from(NUMBER_FORMS), st.sampled_from(NUMBER_FORMS))
 def test_a_second_slot_scores_zero(data, n, m, first, second):
