@@ -222,7 +222,9 @@ def preflight(script_args, training_args, model_args) -> dict:
                         name=f"{name} [{script_args.dataset_train_split}]")  # fmt: skip
     checks.check_enough_rows(train, training_args)  # fewer rows than one generation batch trains no step
     test = raw[script_args.dataset_test_split] if script_args.dataset_test_split in raw else None
-    if training_args.eval_strategy != "no":
+    # A test split asked for by name (or needed by eval_strategy) must exist: held-out evaluation used to be skipped
+    # silently. The default name, "test", is optional: data without it trains without held-out evaluation.
+    if training_args.eval_strategy != "no" or script_args.dataset_test_split != "test":
         test = checks.check_split(raw, script_args.dataset_test_split, name)
     checks.check_gsm8k_markers(train, script_args.dataset_preset, script_args.answer_column)
     return dict(train=train, test=test, dataset_name=name, reward_funcs=reward_funcs,
