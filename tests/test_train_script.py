@@ -141,3 +141,11 @@ def test_the_demo_prints_figures_within_the_readmes_range(tmp_path):
     print(f"demo: held-out accuracy {before:.3f} -> {after:.3f}")
     assert low_before <= before <= high_before, f"before: {before} outside the README's {found.group(0)!r}"
     assert low_after <= after <= high_after, f"after: {after} outside the README's {found.group(0)!r}"
+
+
+def test_a_test_split_given_by_name_must_exist(tiny_model_dir, tmp_path):
+    """--dataset_test_split validation on data without that split used to skip held-out evaluation in silence."""
+    base = ["--model_name_or_path", tiny_model_dir, "--dataset_name", str(_gsm8k_like(tmp_path / "gsm")),
+            "--output_dir", str(tmp_path / "o"), "--report_to", "none", "--max_steps", "1"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"has no 'validation' split \(splits: train, test\)"):
+        train.main([*base, "--dataset_test_split", "validation"])
