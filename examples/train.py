@@ -10,16 +10,20 @@ Arguments are parsed with TRL's ``TrlParser``: every ``GRPOConfig`` / ``Training
 ``DatasetMixtureConfig`` flag works (what ``trl grpo`` takes; the README's "`trl grpo` vs `examples/train.py`" table),
 plus the method's own config fields and the script arguments below. With no model and no dataset it trains the
 bundled tiny model on the bundled arithmetic task (nothing is downloaded). Problems that can be known at start fail
-before anything trains (``grpo_family.preflight``), with a message and no traceback.
+before anything trains (``grpo_family.preflight``), with a message and no traceback: any error before training
+starts is a refused input and prints as one line (a bare ``--debug`` shows its traceback); a refused run leaves no
+empty output folder behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -320,17 +324,33 @@ def skip_deepspeed_cpu_shm_op() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+TRAINING_STARTED = threading.Event()
+
+
+def pop_debug_flag(argv: list[str]) -> bool:
+    """Remove a bare ``--debug`` (no value: transformers' ``--debug <option>`` keeps its meaning) from ``argv``."""
+    for i, arg in enumerate(argv):
+        if arg == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            del argv[i]
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> dict:
     skip_deepspeed_cpu_shm_op()  # before anything starts DeepSpeed
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
     # One run per output folder: the main process holds the folder's lock until the run ends (a second run into it
     # is refused; a lock left by a killed run is taken over); every process learns the outcome.
+    existed = Path(training_args.output_dir).exists()
     lock = OutputFolderLock(training_args.output_dir, is_main_process=training_args.process_index == 0)
-    lock.acquire()
     try:
+        lock.acquire()
         return run(script_args, training_args, model_args, trainer_cls)
     finally:
         lock.release()
+        if not existed and training_args.process_index == 0:
+            with contextlib.suppress(OSError):  # a refused run leaves no empty folder; one that wrote keeps it
+                os.rmdir(training_args.output_dir)
 
 
 def run(script_args, training_args, model_args, trainer_cls) -> dict:
@@ -390,6 +410,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
     results = {"method": label, "accuracy_before": _accuracy(held_out.initial), "held_out_before": held_out.initial}
     # `--resume_from_checkpoint <dir>` (or `true` for the latest in output_dir) continues an interrupted run.
     resume = training_args.resume_from_checkpoint
+    TRAINING_STARTED.set()  # from here an error is the run's, not a refused input: it keeps its traceback
     trainer.train(resume_from_checkpoint=True if resume in ("true", "True") else resume)
     after = held_out.history.get(trainer.state.global_step)  # evaluated at the last step, inside training
     if after is None:  # no step trained now (a finished run resumed): evaluate here
@@ -418,6 +439,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
 
 if __name__ == "__main__":
     stop_with_launcher()  # under `accelerate launch` / torchrun: stop when the launcher dies, never outlive it
+    debug = pop_debug_flag(sys.argv)
     try:
         logging.basicConfig(level=log_level(os.environ.pop("_GRPO_FAMILY_LOGLEVEL", os.environ.get("LOGLEVEL"))))
         main()
@@ -428,4 +450,10 @@ if __name__ == "__main__":
         RewardFunctionError,
         EvalSetupError,
     ) as error:  # the message says it all
+        if debug:
+            raise
         sys.exit(f"error: {error}")
+    except Exception as error:  # before training: a refused input (TRL's or a config's own check), said in one line
+        if debug or TRAINING_STARTED.is_set():
+            raise
+        sys.exit(f"error: {error} ({type(error).__name__}; --debug shows the traceback)")

@@ -149,3 +149,25 @@ def test_a_test_split_given_by_name_must_exist(tiny_model_dir, tmp_path):
             "--output_dir", str(tmp_path / "o"), "--report_to", "none", "--max_steps", "1"]  # fmt: skip
     with pytest.raises(ValueError, match=r"has no 'validation' split \(splits: train, test\)"):
         train.main([*base, "--dataset_test_split", "validation"])
+
+
+def test_a_refused_input_prints_one_line_and_leaves_no_empty_folder(tmp_path):
+    """A config's own cross-field check (a ValueError, not a PreflightError) refuses the run before training: one
+    line on stderr, no traceback (a bare --debug shows it), exit code 1, and no output folder left behind."""
+    out = tmp_path / "refused"
+    cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--method", "clip_cov", "--clip_cov_lower", "6",
+           "--output_dir", str(out), "--report_to", "none"]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert re.search(r"error: clip_cov_lower < clip_cov_upper is needed.*--debug shows the traceback", result.stderr)
+    assert not out.exists()
+    debug = subprocess.run([*cmd, "--debug"], capture_output=True, text=True, timeout=300, env=ENV)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "clip_cov_lower < clip_cov_upper" in debug.stderr
+
+
+def test_a_bare_debug_flag_is_taken_out_and_transformers_debug_kept():
+    argv = ["--method", "grpo", "--debug"]
+    assert train.pop_debug_flag(argv) and argv == ["--method", "grpo"]
+    argv = ["--debug", "underflow_overflow", "--method", "grpo"]
+    assert not train.pop_debug_flag(argv) and argv[:2] == ["--debug", "underflow_overflow"]
