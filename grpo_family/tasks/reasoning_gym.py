@@ -90,7 +90,9 @@ def _check_option_types(task: str, config_cls: type, options: dict[str, Any]) ->
         else:
             continue  # None or a container default: reasoning-gym's validate() checks it
         if not ok:
-            wrong.append(f"{name} must be of type {type(default).__name__} like its default {default!r}, got {value!r}")
+            wrong.append(
+                f"{name} must be of type {type(default).__name__} like its default {default!r}, got {value!r}"
+            )
     if wrong:
         raise ValueError(f"reasoning-gym task {task!r}: " + "; ".join(wrong) + ".")
 
