@@ -55,7 +55,7 @@ from grpo_family.launch import (
     stop_with_launcher,
 )
 from grpo_family.models import resolve_model
-from grpo_family.preflight import PreflightError
+from grpo_family.preflight import PreflightError, split_module_names
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
 
@@ -185,6 +185,8 @@ def parse_args(argv: list[str] | None = None):
     for config in (script_args, model_args, mixture):  # the method's config checked its own fields when built
         check_bounds(config)
     check_precision(training_args)
+    # A YAML comma string ("q_proj, v_proj") is several module names, not one.
+    model_args.lora_target_modules = split_module_names(model_args.lora_target_modules)
     script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:
         from grpo_family.preflight import resolve_reward_funcs
@@ -206,6 +208,11 @@ def preflight(script_args, training_args, model_args) -> dict:
         return {}
     model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # a local alias -> its checkpoint
     checks.check_model_path(model_args.model_name_or_path)
+    if model_args.use_peft:  # each LoRA target must name a module of this model (read from its config, no weights)
+        checks.check_lora_target_modules(
+            model_args.model_name_or_path, model_args.lora_target_modules, revision=model_args.model_revision,
+            trust_remote_code=bool(training_args.trust_remote_code),
+        )  # fmt: skip
     checks.check_model_path(script_args.reward_model_name_or_path, "--reward_model_name_or_path")
     quantization_config = checks.check_quantization(model_args)
     reward_funcs = checks.resolve_reward_funcs(script_args.reward_funcs)

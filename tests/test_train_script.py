@@ -16,6 +16,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import train  # noqa: E402
 
+from grpo_family.preflight import PreflightError  # noqa: E402
+
 # Offline, and this checkout's package (not whichever one the venv has installed) in the train.py subprocesses.
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),
        "PYTHONPATH": str(ROOT)}  # fmt: skip
@@ -171,3 +173,16 @@ def test_a_bare_debug_flag_is_taken_out_and_transformers_debug_kept():
     assert train.pop_debug_flag(argv) and argv == ["--method", "grpo"]
     argv = ["--debug", "underflow_overflow", "--method", "grpo"]
     assert not train.pop_debug_flag(argv) and argv[:2] == ["--debug", "underflow_overflow"]
+
+
+def test_lora_target_modules_are_checked_against_the_model_and_comma_strings_split(tiny_model_dir, tmp_path):
+    """An unmatched --lora_target_modules name is refused before training, named (it trained with the other names
+    only); a YAML comma string "q_proj, v_proj" is two names (it was taken as one)."""
+    base = ["--model_name_or_path", tiny_model_dir, "--dataset_name", str(_gsm8k_like(tmp_path / "gsm")),
+            "--output_dir", str(tmp_path / "o"), "--report_to", "none", "--max_steps", "1", "--use_peft"]  # fmt: skip
+    with pytest.raises(PreflightError, match=r"--lora_target_modules: 'nosuch_proj' match no module of .*q_proj"):
+        train.main([*base, "--lora_target_modules", "q_proj", "nosuch_proj"])
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text('method: grpo\nlora_target_modules: "q_proj, v_proj"\n')
+    _, _, model_args, _ = train.parse_args(["--config", str(recipe), *base])
+    assert model_args.lora_target_modules == ["q_proj", "v_proj"]
