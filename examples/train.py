@@ -370,7 +370,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     if checkpoint is not None:
         try:
-            check_resume(checkpoint, training_args, script_args.method, training_args.world_size)
+            check_resume(checkpoint, training_args, script_args.method, training_args.world_size, model_args.use_peft)
         except RunFinishedError as finished:
             print(f"[{script_args.method}] {finished}")
             return {"method": script_args.method, "finished": True}
