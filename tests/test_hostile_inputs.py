@@ -717,3 +717,19 @@ def test_a_slow_reward_call_is_not_charged_to_the_test_suite():
     with pytest.raises(AssertionError, match="did not return within"):
         bounded(never.wait, _guard_s=0.2)
     assert not never.is_set()
+
+
+def test_a_reward_written_per_sample_is_told_how_trl_calls_it():
+    """``def reward(prompt, completion)`` was told to rename a dataset column 'completion'; it is told the batch
+    call instead. A dataset that has a 'prompt' column still gets the message for 'completion'."""
+    from grpo_family.runtime.setup_checks import check_reward_columns
+
+    def my_reward(prompt, completion):
+        return 1.0
+
+    data = Dataset.from_list([{"prompt": "p", "answer": "1"}])
+    with pytest.raises(ValueError, match=r"takes 'completion'.*'completions'.*def my_reward\(prompts, completions"):
+        check_reward_columns(data, [my_reward], ["my_reward"])
+    without_prompt = Dataset.from_list([{"question": "p", "answer": "1"}])
+    with pytest.raises(ValueError, match=r"takes 'prompt'.*'prompts'"):
+        check_reward_columns(without_prompt, [my_reward], ["my_reward"])
