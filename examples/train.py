@@ -203,6 +203,7 @@ def preflight(script_args, training_args, model_args) -> dict:
 
     checks.check_vllm(training_args)
     checks.probe_judge(training_args)
+    checks.check_judge_model(training_args)  # a transformers judge's model, before the policy loads
     checks.check_hub_reachable(training_args.push_to_hub)
     if model_args.model_name_or_path is None:  # the embedded default
         return {}

@@ -445,3 +445,25 @@ def check_lora_target_modules(model_path: str, names: Sequence[str] | str | None
             f"--lora_target_modules: {', '.join(map(repr, unmatched))} match no module of {model_path}. Its linear "
             f"layers: {', '.join(leaves)} (or 'all-linear')."
         )
+
+
+def check_judge_model(args: Any) -> None:
+    """SGPO's ``--judge_type transformers`` loads ``--judge_model`` after the policy: a path that does not exist, or
+    (offline) a Hub id not in the cache, fails now instead (it was an ``HFValidationError`` after the policy loaded)."""
+    if getattr(args, "judge_type", None) != "transformers" or not getattr(args, "judge_model", None):
+        return
+    name = args.judge_model
+    check_model_path(name, "--judge_model")
+    if os.path.isdir(os.path.expanduser(name)) or os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true"):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # not a repo id either (huggingface_hub's HFValidationError is a ValueError)
+        cached = None
+    if not isinstance(cached, str):
+        raise PreflightError(
+            f"--judge_model {name}: not a local model directory, and not in the Hub cache while offline "
+            "(HF_HUB_OFFLINE=1). Give the directory of a saved model, or download it first."
+        )

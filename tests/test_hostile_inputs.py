@@ -733,3 +733,19 @@ def test_a_reward_written_per_sample_is_told_how_trl_calls_it():
     without_prompt = Dataset.from_list([{"question": "p", "answer": "1"}])
     with pytest.raises(ValueError, match=r"takes 'prompt'.*'prompts'"):
         check_reward_columns(without_prompt, [my_reward], ["my_reward"])
+
+
+def test_a_missing_transformers_judge_model_is_refused_before_the_policy_loads(tmp_path, monkeypatch):
+    """It was an HFValidationError after the policy had loaded."""
+    from grpo_family.preflight import PreflightError, check_judge_model
+    from grpo_family.trainers.sgpo import SGPOConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, problem in (
+        (str(tmp_path / "no" / "judge"), "no such directory"),
+        ("nobody/no-such-judge", "Hub cache"),
+    ):
+        config = SGPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none",
+                            judge_type="transformers", judge_model=name)  # fmt: skip
+        with pytest.raises(PreflightError, match=f"--judge_model {name}: .*{problem}"):
+            check_judge_model(config)
