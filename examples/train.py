@@ -54,7 +54,7 @@ from grpo_family.launch import (
     log_level,
     stop_with_launcher,
 )
-from grpo_family.models import resolve_model
+from grpo_family.models import hub_id_of, record_hub_base, resolve_model
 from grpo_family.preflight import PreflightError, split_module_names
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
@@ -207,6 +207,7 @@ def preflight(script_args, training_args, model_args) -> dict:
     checks.check_hub_reachable(training_args.push_to_hub)
     if model_args.model_name_or_path is None:  # the embedded default
         return {}
+    model_args.hub_base = hub_id_of(model_args.model_name_or_path)  # what a saved adapter names as its base
     model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # a local alias -> its checkpoint
     checks.check_model_path(model_args.model_name_or_path)
     if model_args.use_peft:  # each LoRA target must name a module of this model (read from its config, no weights)
@@ -426,6 +427,8 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         record_accuracy(trainer.state, _accuracy(after), label)
     results.update(accuracy_after=_accuracy(after), held_out_after=after)
 
+    if getattr(model_args, "hub_base", None):  # the alias's Hub id, not this machine's cache path
+        record_hub_base(trainer.accelerator.unwrap_model(trainer.model), model_args.hub_base)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
     if trainer.accelerator.is_main_process:
