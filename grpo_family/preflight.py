@@ -410,3 +410,60 @@ def check_gsm8k_markers(rows: Any, preset: str, answer_column: str | None = None
             f"they have no gold answer ({examples}). Fix or drop those rows, or pass --dataset_preset qa if the "
             "answers are plain text."
         )
+
+
+def split_module_names(names: Any) -> Any:
+    """``--lora_target_modules`` as names: a comma-separated string (``"q_proj, v_proj"`` in a YAML recipe) or list
+    items holding commas are split; PEFT would take ``"q_proj, v_proj"`` as one module name."""
+    if names is None:
+        return None
+    items = [names] if isinstance(names, str) else list(names)
+    if not any("," in item for item in items):
+        return names
+    return [part.strip() for item in items for part in item.split(",") if part.strip()]
+
+
+def check_lora_target_modules(model_path: str, names: Sequence[str] | str | None, **config_kwargs: Any) -> None:
+    """Every ``--lora_target_modules`` name must match a module of the model, as PEFT matches a list of names (the
+    module's full name or its last components); an unmatched name used to train with the other names only. The
+    modules come from the model's config built on the meta device (no weights load). ``all-linear`` passes."""
+    if not names or isinstance(names, str) or "all-linear" in names:
+        return  # a single string is PEFT's regular expression: PEFT itself refuses one that matches nothing
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path, **config_kwargs)
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(
+            config, trust_remote_code=config_kwargs.get("trust_remote_code", False)
+        )
+    modules = [name for name, _ in model.named_modules() if name]
+    unmatched = [n for n in names if not any(m == n or m.endswith("." + n) for m in modules)]
+    if unmatched:
+        leaves = sorted({m.rsplit(".", 1)[-1] for m, mod in model.named_modules() if type(mod).__name__ == "Linear"})
+        raise PreflightError(
+            f"--lora_target_modules: {', '.join(map(repr, unmatched))} match no module of {model_path}. Its linear "
+            f"layers: {', '.join(leaves)} (or 'all-linear')."
+        )
+
+
+def check_judge_model(args: Any) -> None:
+    """SGPO's ``--judge_type transformers`` loads ``--judge_model`` after the policy: a path that does not exist, or
+    (offline) a Hub id not in the cache, fails now instead (it was an ``HFValidationError`` after the policy loaded)."""
+    if getattr(args, "judge_type", None) != "transformers" or not getattr(args, "judge_model", None):
+        return
+    name = args.judge_model
+    check_model_path(name, "--judge_model")
+    if os.path.isdir(os.path.expanduser(name)) or os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true"):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # not a repo id either (huggingface_hub's HFValidationError is a ValueError)
+        cached = None
+    if not isinstance(cached, str):
+        raise PreflightError(
+            f"--judge_model {name}: not a local model directory, and not in the Hub cache while offline "
+            "(HF_HUB_OFFLINE=1). Give the directory of a saved model, or download it first."
+        )

@@ -84,16 +84,27 @@ def _shared(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------- resuming
-def run_settings(args: Any, method: str, num_processes: int) -> dict[str, Any]:
-    """What a checkpoint of this run records and a resumed run must match."""
-    return {"method": method, "num_processes": num_processes, **{k: getattr(args, k, None) for k in LAYOUT_SETTINGS}}
+def run_settings(args: Any, method: str, num_processes: int, use_peft: bool | None = None) -> dict[str, Any]:
+    """What a checkpoint of this run records and a resumed run must match (``use_peft``: LoRA or full fine-tuning,
+    when known: a LoRA checkpoint holds an adapter and its optimizer state, a full one the whole model's)."""
+    settings = {
+        "method": method,
+        "num_processes": num_processes,
+        **{k: getattr(args, k, None) for k in LAYOUT_SETTINGS},
+    }
+    return settings if use_peft is None else {**settings, "use_peft": use_peft}
 
 
-def write_run_settings(folder: str | os.PathLike, args: Any, method: str, num_processes: int) -> None:
-    Path(folder, RUN_SETTINGS_FILE).write_text(json.dumps(run_settings(args, method, num_processes), indent=1))
+def write_run_settings(
+    folder: str | os.PathLike, args: Any, method: str, num_processes: int, use_peft: bool | None = None
+) -> None:
+    settings = run_settings(args, method, num_processes, use_peft)
+    Path(folder, RUN_SETTINGS_FILE).write_text(json.dumps(settings, indent=1))
 
 
-def check_resume(checkpoint: str | os.PathLike, args: Any, method: str, num_processes: int) -> None:
+def check_resume(
+    checkpoint: str | os.PathLike, args: Any, method: str, num_processes: int, use_peft: bool | None = None
+) -> None:
     """Refuse to resume ``checkpoint`` with another method or another batch layout (:class:`PreflightError` listing
     every difference) and a checkpoint that already reached this run's end (:class:`RunFinishedError`). A checkpoint
     written before run settings were recorded is resumed with a warning."""
@@ -101,8 +112,10 @@ def check_resume(checkpoint: str | os.PathLike, args: Any, method: str, num_proc
     saved_file = checkpoint / RUN_SETTINGS_FILE
     if saved_file.is_file():
         saved = json.loads(saved_file.read_text())
-        now = run_settings(args, method, num_processes)
-        differ = [f"{k}: {saved.get(k)!r} in the checkpoint, {now[k]!r} now" for k in now if saved.get(k) != now[k]]
+        now = run_settings(args, method, num_processes, use_peft)
+        # use_peft is compared where both sides know it (checkpoints written before it was recorded lack it).
+        differ = [f"{k}: {saved.get(k)!r} in the checkpoint, {now[k]!r} now" for k in now
+                  if saved.get(k) != now[k] and not (k == "use_peft" and k not in saved)]  # fmt: skip
         if differ:
             raise PreflightError(
                 f"Cannot resume {checkpoint} with these settings; it was written by another run layout:\n  "

@@ -119,5 +119,6 @@ def test_measured_step_and_shares(quick_report):
     ms = header.index("median ms")
     for row in rows:  # the share is the row's time over the measured step, to the printed precision
         expected = float(row[ms]) / 1e3 / float(step.group(1)) * 100
-        # two significant digits are within 5% of the value; the printed ms and step add a little more
+        # tol: printing rounding, not float: each printed figure has two significant digits (within 5%), the
+        # ratio of two such figures within ~6%; abs 1e-3 for shares printed as 0.0.
         assert math.isclose(float(row[share]), expected, rel_tol=0.06, abs_tol=1e-3), row

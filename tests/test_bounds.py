@@ -32,6 +32,7 @@ from grpo_family.bounds import (
     bound_for,
     check_bounds,
     problems,
+    unused_options,
 )
 from grpo_family.judges import JudgeConfig
 from grpo_family.preflight import PreflightError
@@ -225,3 +226,34 @@ def test_method_choices_agree_with_the_method_modules(method, constants):
         bound = bound_for(config, field)
         bound = next(b for b in bound.alternatives if isinstance(b, OneOf)) if isinstance(bound, AnyOf) else bound
         assert set(bound.values()) == set(declared), (field, bound.values(), declared)
+
+
+@pytest.mark.parametrize("method", list(METHOD_CONFIGS))
+def test_every_declared_unused_option_is_refused_with_its_reason(method, tmp_path):
+    """Each option a method declares unused (``unused_options``), set to its example, is refused at construction
+    with the flag and the reason; its default is accepted (test_defaults_and_built_configs_are_within_bounds), and
+    so is the example where the declaration says the option is used after all."""
+    cls = METHOD_CONFIGS[method]
+    fields = {f.name for f in _fields(cls)}
+    for name, decl in unused_options(cls).items():
+        assert name in fields, f"{method} declares unused {name!r}, which is not one of its fields"
+        assert bound_for(cls, name).accepts(decl.example), f"{method}.{name}: the example must be within bounds"
+        with pytest.raises(BoundsError, match=f"--{name} .* is not used by {cls.__name__}: "):
+            cls(output_dir=str(tmp_path), **{name: decl.example})
+        if decl.unless is not None:
+            for value in decl.unless[1]:
+                extra = {"judge_base_url": "http://judge:8000/v1", "judge_model": "m"} if value == "openai" else {}
+                cls(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                    **{**extra, name: decl.example, decl.unless[0]: value})  # fmt: skip
+
+
+def test_the_issue_44_unused_options_are_declared(tmp_path):
+    """GPG's clip and loss options, Clip-Cov's delta and SGPO's judge options without a judge type (issue 44)."""
+    declared = {method: set(unused_options(cls)) for method, cls in METHOD_CONFIGS.items()}
+    assert {"epsilon", "epsilon_high", "loss_type", "delta", "importance_sampling_level"} <= declared["gpg"]
+    assert "delta" in declared["clip_cov"]
+    assert {"judge_base_url", "judge_model", "judge_prompt_template_path"} <= declared["sgpo"]
+    with pytest.raises(BoundsError, match="--judge_prompt_template_path must be the path of an existing file"):
+        METHOD_CONFIGS["sgpo"](output_dir=str(tmp_path), judge_type="openai",
+                               judge_base_url="http://judge:8000/v1", judge_model="m",
+                               judge_prompt_template_path="/no/such/template.txt")  # fmt: skip

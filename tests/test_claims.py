@@ -2,6 +2,9 @@
 `--quick` run recomputed from its own values), the seed rule, the measures' censoring, and the noisy and graded
 training rewards. The quick run's values are not checked: two steps on a tiny model mean nothing."""
 
+# tol(defaults): the values compared are float64 results of a few dozen operations (relative rounding under
+# 100 x 2^-52 ~ 2e-14); pytest.approx's default relative 1e-6 lies far above that and far below the smallest
+# difference a wrong count or formula makes here (one part in the denominators, at most a few hundred).
 import importlib
 import json
 import subprocess

@@ -1,5 +1,8 @@
 """The evaluation metrics (grpo_family.eval.metrics) against brute force and worked numbers."""
 
+# tol(defaults): the values compared are float64 results of a few dozen operations (relative rounding under
+# 100 x 2^-52 ~ 2e-14); pytest.approx's default relative 1e-6 lies far above that and far below the smallest
+# difference a wrong count or formula makes here (one part in the denominators, at most a few hundred).
 from __future__ import annotations
 
 import itertools
@@ -32,6 +35,7 @@ def brute_force_pass_at_k(flags: list[bool], k: int) -> float:
 def test_pass_at_k_equals_enumeration_of_every_subset(nck):
     n, c, k = nck
     flags = [True] * c + [False] * (n - c)
+    # tol: a product of at most 11 float64 factors in (0, 1] against a share of subsets: 12 x 2^-52 < 1e-14.
     assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(flags, k), abs=1e-12)
 
 
@@ -40,9 +44,11 @@ def test_pass_at_k_equals_enumeration_of_every_subset(nck):
 def test_pass_at_k_equals_the_binomial_formula_and_is_monotone(nck):
     n, c, k = nck
     exact = 1 - math.comb(n - c, k) / math.comb(n, k)  # exact integers, then one division
+    # tol: a product of at most 400 float64 factors in (0, 1]: 400 x 2^-52 ~ 9e-14 relative; 1e-9 is far above.
     assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-9)
     assert 0.0 <= pass_at_k(n, c, k) <= 1.0
     if k < n:
+        # tol: as above, two such products each within 400 x 2^-52 < 1e-13.
         assert pass_at_k(n, c, k + 1) >= pass_at_k(n, c, k) - 1e-12
     assert pass_at_k(n, c, 1) == pytest.approx(c / n)  # pass@1 is the share of correct samples
 
@@ -53,6 +59,7 @@ def test_pass_at_k_worked_numbers_and_limits():
     assert pass_at_k(32, 25, 8) == 1.0  # n - c < k: every 8-subset holds a correct sample
     # Stable where the binomials are astronomically large (C(10000, 5000) has ~3000 digits).
     value = pass_at_k(10_000, 3, 5_000)
+    # tol: 5000 float64 factors multiplied: 5000 x 2^-52 ~ 1.1e-12 relative to 1 - value ~ 0.125, i.e. ~1e-13 of it.
     assert value == pytest.approx(1 - (5000 * 4999 * 4998) / (10000 * 9999 * 9998), rel=1e-12)
     for bad in ((4, 1, 5), (4, 1, 0), (4, 5, 1), (4, -1, 1)):
         with pytest.raises(ValueError):
@@ -112,5 +119,7 @@ def test_paired_bootstrap_interval_matches_the_normal_approximation():
     a, b = [0.0] * 100, [1.0] * 50 + [0.0] * 50
     out = paired_bootstrap(a, b)
     assert out["diff"] == 0.5
+    # tol: resampling, not rounding: the bootstrap's interval ends scatter ~0.005 around the normal
+    # approximation's at its fixed seed and 1000 resamples; 0.02 is 4 times that and fails a width off by 20%.
     assert out["low"] == pytest.approx(0.5 - 1.96 * 0.05, abs=0.02)
-    assert out["high"] == pytest.approx(0.5 + 1.96 * 0.05, abs=0.02)
+    assert out["high"] == pytest.approx(0.5 + 1.96 * 0.05, abs=0.02)  # tol: as above

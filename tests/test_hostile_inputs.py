@@ -717,3 +717,35 @@ def test_a_slow_reward_call_is_not_charged_to_the_test_suite():
     with pytest.raises(AssertionError, match="did not return within"):
         bounded(never.wait, _guard_s=0.2)
     assert not never.is_set()
+
+
+def test_a_reward_written_per_sample_is_told_how_trl_calls_it():
+    """``def reward(prompt, completion)`` was told to rename a dataset column 'completion'; it is told the batch
+    call instead. A dataset that has a 'prompt' column still gets the message for 'completion'."""
+    from grpo_family.runtime.setup_checks import check_reward_columns
+
+    def my_reward(prompt, completion):
+        return 1.0
+
+    data = Dataset.from_list([{"prompt": "p", "answer": "1"}])
+    with pytest.raises(ValueError, match=r"takes 'completion'.*'completions'.*def my_reward\(prompts, completions"):
+        check_reward_columns(data, [my_reward], ["my_reward"])
+    without_prompt = Dataset.from_list([{"question": "p", "answer": "1"}])
+    with pytest.raises(ValueError, match=r"takes 'prompt'.*'prompts'"):
+        check_reward_columns(without_prompt, [my_reward], ["my_reward"])
+
+
+def test_a_missing_transformers_judge_model_is_refused_before_the_policy_loads(tmp_path, monkeypatch):
+    """It was an HFValidationError after the policy had loaded."""
+    from grpo_family.preflight import PreflightError, check_judge_model
+    from grpo_family.trainers.sgpo import SGPOConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, problem in (
+        (str(tmp_path / "no" / "judge"), "no such directory"),
+        ("nobody/no-such-judge", "Hub cache"),
+    ):
+        config = SGPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none",
+                            judge_type="transformers", judge_model=name)  # fmt: skip
+        with pytest.raises(PreflightError, match=f"--judge_model {name}: .*{problem}"):
+            check_judge_model(config)

@@ -96,8 +96,34 @@ def test_lora_adapter_trains_and_base_stays_frozen(
         valid = batch["completion_mask"].bool()
         reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
         expected = _completion_logps(reference, batch)
+        # tol: the two scorings batch the same tokens differently (padding, row count): a log-softmax over the
+        # vocabulary of float32 logits of size <= ~20 rounds to within vocab x 2^-23 x 20 ~ 1e-4 at most; the adapter
+        # moves them by over 1e-3 (checked next).
         assert (batch["ref_per_token_logps"] - expected)[valid].abs().max() < 1e-4
         # ...and the test can tell: the adapted policy scores the same tokens measurably differently.
         model.eval()
         adapted = _completion_logps(model, batch)
         assert (adapted - expected)[valid].abs().max() > 1e-3
+
+
+def test_an_adapter_of_an_aliased_model_names_the_hub_id_of_its_base(tiny_model_dir, tmp_path):
+    """A model named by a local alias loads from this machine's cache; its saved adapter named that path as the
+    base (a pushed adapter pointed at the trainer's disk). record_hub_base names the alias's Hub id instead."""
+    import json
+
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpo_family.models import LOCAL_MODELS, hub_id_of, record_hub_base
+
+    assert hub_id_of("SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct" and hub_id_of("org/x") is None
+    assert all(m.hub_id.count("/") == 1 for m in LOCAL_MODELS.values())
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    assert model.peft_config["default"].base_model_name_or_path == tiny_model_dir  # the local path, before
+    record_hub_base(model, "HuggingFaceTB/SmolLM2-135M-Instruct")
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert model.get_base_model().config._name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"  # TRL's card reads it

@@ -1,5 +1,8 @@
 """benchmarks/memory.py on cases worked by hand, and every recipe's layout estimated (issue 23)."""
 
+# tol(defaults): the estimates are float64 sums and products of integers and a few decimal factors (relative
+# rounding under 10 x 2^-52); pytest.approx's default relative 1e-6 lies far above that and far below the
+# smallest wrong term (one factor of 2 in a part).
 from __future__ import annotations
 
 import sys
@@ -30,6 +33,7 @@ def test_adam_fp32_states_under_zero3_over_8_gpus():
 
 def test_logits_of_8_by_4096_tokens_over_a_152k_vocabulary():
     # 8 * 4096 * 152064 * 2 bytes = 9.966 GB of bf16 logits
+    # tol: the expected figure is printed to 3 decimals (rounding to 0.0005), within 1e-3.
     assert memory.logits_gb(8 * 4096, 152064) == pytest.approx(9.966, abs=1e-3)
 
 

@@ -67,6 +67,9 @@ def test_load_data_takes_options_as_json_or_mapping_and_refuses_bad_ones():
     assert all(json.loads(e)["metadata"]["num_terms"] == 2 for e in as_json["train"][ENTRY_COLUMN])
     with pytest.raises(PreflightError, match="no option 'max_term'.*max_terms"):
         load_data("reasoning_gym/chain_sum", options={"max_term": 2})
+    # A wrongly typed option is named (it was a "'>=' not supported" TypeError naming none).
+    with pytest.raises(PreflightError, match="max_terms must be of type int like its default .*, got 'two'"):
+        load_data("reasoning_gym/chain_sum", options={"max_terms": "two"})
     with pytest.raises(PreflightError, match="Unknown reasoning-gym task 'chain_summ'.*chain_sum"):
         load_data("reasoning_gym/chain_summ")
     with pytest.raises(PreflightError, match="not JSON"):

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import HANG_GUARD_S
@@ -392,3 +393,21 @@ def test_the_trainer_refuses_a_checkpoint_of_another_layout(
     with pytest.raises(PreflightError, match=r"method: 'grpo' in the checkpoint, 'd3s' now"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
     assert trainer.state.global_step == 0
+
+
+def test_resume_between_lora_and_full_fine_tuning_is_refused_with_the_mismatch(tmp_path):
+    """A LoRA checkpoint resumed as full fine-tuning (or the reverse) used to fail on unrelated checkpoint or
+    optimizer errors: the run record lacked use_peft. A record written before use_peft was recorded is not refused
+    on it."""
+    args = SimpleNamespace(max_steps=10, num_train_epochs=1.0, per_device_train_batch_size=8, num_generations=4)
+    for saved, now in ((True, False), (False, True)):
+        folder = tmp_path / f"checkpoint-{saved}"
+        folder.mkdir()
+        write_run_settings(folder, args, "grpo", 1, use_peft=saved)
+        with pytest.raises(PreflightError, match=f"use_peft: {saved} in the checkpoint, {now} now"):
+            check_resume(folder, args, "grpo", 1, use_peft=now)
+        check_resume(folder, args, "grpo", 1, use_peft=saved)
+    older = tmp_path / "checkpoint-older"
+    older.mkdir()
+    write_run_settings(older, args, "grpo", 1)  # no use_peft recorded
+    check_resume(older, args, "grpo", 1, use_peft=True)

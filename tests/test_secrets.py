@@ -180,7 +180,9 @@ def test_a_key_given_instead_of_a_variable_name_is_refused_without_echoing_it(tm
 
 def test_model_card_masks_credentials_in_urls(tmp_path, tiny_model_dir, tiny_tokenizer, arithmetic_train):
     config = SGPOConfig(
-        **tiny_config_kwargs(tmp_path / "out", max_steps=1, judge_base_url=f"http://u:{JUDGE_SENTINEL}@h/v1")
+        **tiny_config_kwargs(
+            tmp_path / "out", max_steps=1, judge_type="heuristic", judge_base_url=f"http://u:{JUDGE_SENTINEL}@h/v1"
+        )
     )
     trainer = SGPOTrainer(
         model=tiny_model_dir,

@@ -39,6 +39,7 @@ from trl.trainer.utils import RepeatSampler
 
 from grpo_family.trainers import base as family_base
 from grpo_family.trainers import d3s as family_d3s
+from tests.tolerances import EPS32
 
 TRAINERS_DIR = Path(family_base.__file__).parent
 PACKAGE_DIR = TRAINERS_DIR.parent
@@ -982,4 +983,8 @@ def test_aggregate_token_loss_is_trls_aggregation(stock_trainer, loss_type, trai
         steps_per_generation=2 if train else 1,
         max_completion_length=stock_trainer.max_completion_length,
     )
-    assert trl != 0 and math.isclose(trl, float(ours), rel_tol=1e-6), (trl, float(ours))
+    # tol: TRL and ours sum the same 5 float32 per-token terms in other orders and normalise them (per row, per
+    # batch, by accumulation): at most 16 roundings, each within 2^-23 of a partial result, whose sizes stay within
+    # sum |A| = 6.75 of the masked terms against the result's |sum A| = 2.75 (before the same scalings).
+    rel_tol = 16 * EPS32 * 6.75 / 2.75
+    assert trl != 0 and math.isclose(trl, float(ours), rel_tol=rel_tol), (trl, float(ours))  # tol: just above

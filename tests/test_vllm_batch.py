@@ -38,7 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "dist"))
 from gpg_common import flagged_dataset, flat_or_dense_reward  # noqa: E402
 
 NOISE = 0.05  # |sampler log-prob - trainer log-prob| per token, the "vLLM mismatch" of the fake
-TOL = 1e-4  # float32 batch-order differences between two scorings of the same tokens
+# tol: two scorings of the same tokens batched differently sum float32 terms in other orders: the log-softmax's
+# log-sum-exp over the vocabulary (at most 512 terms of size <= 1 after the max shift) to within 512 x 2^-23 ~ 6e-5.
+TOL = 1e-4
 
 # Each method's tiny-run options, rewards, own metric and vLLM importance-sampling mode (TRL's four modes spread over
 # the methods; GPG: its own default, no correction, tested below) are its case (tests/method_cases/<method>.py).
@@ -152,8 +154,11 @@ def check_vllm_columns(trainer, inputs: dict) -> None:
         assert ratio.shape == expected.shape
         rows = mask.any(1)  # D3S's inert padding rows (no valid token) carry a copied row's ratio
         if ratio.size(1) == 1:
+            # tol: the same exp(trainer - sampler log-prob) recomputed: a few roundings of ratios at most ~2 (2 x 2^-23
+            # each, < 2e-6); a row or token shifted against the others is off by the 0.05 noise.
             assert torch.allclose(ratio[rows], expected[rows], atol=1e-5)
         else:
+            # tol: as above.
             assert torch.allclose(ratio[mask], expected[mask], atol=1e-5)
     else:
         assert "importance_sampling_ratio" not in inputs
@@ -373,6 +378,7 @@ def test_d3s_forwards_no_rollout_it_drops(
     expected = (logits / trainer.temperature).log_softmax(-1).gather(-1, inputs["completion_ids"].unsqueeze(-1))
     for key in ("old_per_token_logps", "ref_per_token_logps"):
         if key in inputs:
+            # tol: TOL (two scorings of the same tokens, derived where it is defined)
             torch.testing.assert_close(inputs[key][mask], expected.squeeze(-1)[mask], atol=TOL, rtol=0)
 
 
@@ -434,6 +440,8 @@ def test_gpg_applies_the_ratio_only_when_configured(
         without_vllm = trainer.compute_loss(trainer.model, plain)
         if correction:
             doubled = {**inputs, "importance_sampling_ratio": 2 * inputs["importance_sampling_ratio"]}
+            # tol: the loss is linear in the ratio and doubling rounds nothing; the terms not scaled by it round within
+            # 64 x 2^-23 ~ 7.6e-6 of the loss (at most 64 float32 additions).
             assert torch.allclose(trainer.compute_loss(trainer.model, doubled), 2 * loss, rtol=1e-5)
     assert loss != 0
     assert torch.equal(loss, without_vllm) != correction

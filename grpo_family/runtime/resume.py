@@ -94,12 +94,18 @@ class ResumableTrainerMixin:
     bases, it marks complete checkpoints, resolves ``resume_from_checkpoint=True`` to the newest complete one, makes
     the sampler epoch-aligned and saves/restores :meth:`_resume_state` next to the RNG state."""
 
+    def _uses_peft(self) -> bool:
+        """LoRA (a PEFT model) or full fine-tuning: the run record states it, and a resume must match it."""
+        from peft import PeftModel
+
+        return isinstance(self.accelerator.unwrap_model(self.model), PeftModel)
+
     def _save_checkpoint(self, model, trial) -> None:
         super()._save_checkpoint(model, trial)
         self.accelerator.wait_for_everyone()  # every process's files (RNG, optimizer shards) are written
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
         if self.args.should_save and os.path.isdir(folder):
-            write_run_settings(folder, self.args, self._run_method, self.accelerator.num_processes)
+            write_run_settings(folder, self.args, self._run_method, self.accelerator.num_processes, self._uses_peft())
             with open(os.path.join(folder, COMPLETE_MARKER), "w") as f:
                 f.write(f"global_step {self.state.global_step}\n")
 
@@ -116,7 +122,9 @@ class ResumableTrainerMixin:
                     "resume_from_checkpoint, or pass a checkpoint folder."
                 )
         if isinstance(resume_from_checkpoint, str):  # another method or batch layout, or a finished run: refused
-            check_resume(resume_from_checkpoint, self.args, self._run_method, self.accelerator.num_processes)
+            check_resume(
+                resume_from_checkpoint, self.args, self._run_method, self.accelerator.num_processes, self._uses_peft()
+            )
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     @property

@@ -10,6 +10,8 @@ import torch
 
 # Keyword arguments TRL passes to every reward function that do not come from dataset columns.
 _TRL_REWARD_KWARGS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
+# A reward written per sample, ``(prompt, completion)``: TRL passes the whole batch under the plural names.
+_PER_SAMPLE_NAMES = {"prompt": "prompts", "completion": "completions", "completion_id": "completion_ids"}
 
 
 def _blank_content(content: Any) -> bool:
@@ -80,6 +82,14 @@ def check_reward_columns(dataset: Any, reward_funcs: Iterable[Any], reward_func_
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
                 inspect.Parameter.KEYWORD_ONLY,
             )
+            if required and param.name in _PER_SAMPLE_NAMES and param.name not in columns:
+                raise ValueError(
+                    f"Reward function '{name}' takes '{param.name}', but TRL calls a reward once per batch, by "
+                    f"keyword: '{_PER_SAMPLE_NAMES[param.name]}' (a list, one item per completion), the other batch "
+                    "lists (prompts, completions, completion_ids) and each dataset column as a list, plus "
+                    f"**kwargs. Write it as `def {getattr(func, '__name__', 'reward')}(prompts, completions, "
+                    "**kwargs)` returning one float (or None) per completion."
+                )
             if required and param.name not in _TRL_REWARD_KWARGS and param.name not in columns:
                 raise ValueError(
                     f"Reward function '{name}' needs the dataset column '{param.name}', but the training set "

@@ -63,6 +63,7 @@ def _create(task: str, size: int, seed: int, options: dict[str, Any]):
             f"reasoning-gym task {task!r} has no option {', '.join(map(repr, unknown))}. Its options: "
             f"{', '.join(own)} (plus size and seed)."
         )
+    _check_option_types(task, config_cls, options)
     config = config_cls(size=size, seed=seed, **options)
     if hasattr(config, "validate"):
         try:
@@ -70,6 +71,30 @@ def _create(task: str, size: int, seed: int, options: dict[str, Any]):
         except AssertionError as error:  # reasoning-gym validates with asserts
             raise ValueError(f"reasoning-gym task {task!r}, options {options}: {error or 'invalid options'}") from None
     return dataset_cls(config=config)
+
+
+def _check_option_types(task: str, config_cls: type, options: dict[str, Any]) -> None:
+    """An option of another type than its default (``"max_terms": "two"``) is named here; reasoning-gym would fail
+    later on a comparison that names no option (``'>=' not supported ...``)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+    wrong = []
+    for name, value in options.items():
+        default = defaults.get(name)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, (int, float)):  # an int option takes an int; a float option any number
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = number and (isinstance(value, int) or isinstance(default, float))
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            continue  # None or a container default: reasoning-gym's validate() checks it
+        if not ok:
+            wrong.append(
+                f"{name} must be of type {type(default).__name__} like its default {default!r}, got {value!r}"
+            )
+    if wrong:
+        raise ValueError(f"reasoning-gym task {task!r}: " + "; ".join(wrong) + ".")
 
 
 def _row(entry: dict[str, Any], task: str) -> dict[str, Any]:

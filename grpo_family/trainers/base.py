@@ -43,7 +43,7 @@ from trl.trainer.utils import is_async_callable, nanstd
 from ..algorithms.estimators import get_estimator
 from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum, zero_std_mask
 from ..algorithms.losses import LOSS_TYPES, aggregate_token_loss, get_loss_term
-from ..bounds import check_bounds
+from ..bounds import check_bounds, check_unused
 from ..integrations.vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 from ..launch import check_distributed_launch
 from ..models import resolve_model
@@ -122,6 +122,7 @@ class GRPOFamilyConfig(GRPOConfig):
 
     def __post_init__(self):
         check_bounds(self)  # every field, TRL's included, before TRL's __post_init__ uses any (grpo_family.bounds)
+        check_unused(self)  # options the method inherits but does not use (its unused_options)
         super().__post_init__()
         check_distributed_launch(self)  # several processes launched, one seen: they would train independently
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..algorithms import clip_cov  # noqa: F401 - registers the "clip_cov" loss term
-from ..bounds import Bound, Float
+from ..bounds import Bound, Float, Unused
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .kl_cov import KLCovTrainer
 
@@ -25,6 +25,9 @@ class ClipCovConfig(GRPOFamilyConfig):
         "clip_cov_ratio": Float(0, 1, min_open=True),
         "clip_cov_lower": Float(),
         "clip_cov_upper": Float(),
+    }
+    unused_options: ClassVar[dict[str, Unused]] = {  # read by grpo_family.bounds.check_unused
+        "delta": Unused("Clip-Cov's surrogate clips the ratio with --epsilon / --epsilon_high only.", 2.0),
     }
 
     clip_cov_ratio: float = field(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import datasets
 import torch
@@ -41,6 +41,7 @@ from ..algorithms.gpg import (
     loss_row_weights,
     scale_grad,
 )
+from ..bounds import Unused
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch, RoundAssembly, stage_generator
 
@@ -60,6 +61,15 @@ class GPGConfig(GRPOFamilyConfig):
     ``loss_type``, ``epsilon*`` and ``delta`` of ``GRPOConfig`` are unused: the loss is ``-A * log pi`` aggregated
     by ``loss_aggregation``.
     """
+
+    _NO_RATIO = "GPG's loss is -A * log pi (no importance ratio, so nothing to clip);"
+    unused_options: ClassVar[dict[str, Unused]] = {  # read by grpo_family.bounds.check_unused
+        "loss_type": Unused(f"{_NO_RATIO} its aggregation is --loss_aggregation.", "grpo"),
+        "epsilon": Unused(f"{_NO_RATIO} --epsilon clips a ratio.", 0.1),
+        "epsilon_high": Unused(f"{_NO_RATIO} --epsilon_high clips a ratio.", 0.3),
+        "delta": Unused(f"{_NO_RATIO} --delta bounds a ratio.", 2.0),
+        "importance_sampling_level": Unused(f"{_NO_RATIO} --importance_sampling_level shapes a ratio.", "sequence"),
+    }
 
     beta: float = field(
         default=0.0,

@@ -33,6 +33,7 @@ import logging
 import math
 import textwrap
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
@@ -44,6 +45,7 @@ from ..algorithms.sgpo import (
     trajectory_score,
     verdict_grid,
 )
+from ..bounds import Unused
 from ..judges import JudgeConfig, TransformersJudge, make_judge
 from ..judges.batch import check_judge_columns, judge_item, judge_items
 from ..judges.config import GRACE_S
@@ -70,6 +72,29 @@ class SGPOConfig(GRPOFamilyConfig):
     only; :attr:`judge` reads them as one :class:`~grpo_family.judges.JudgeConfig`, which is what the judging code
     takes (docs/methods/sgpo.md §14).
     """
+
+    # Refused under the default judge, which a run gets when it never chose one: server or model options there mean
+    # a judge type was forgotten. A judge chosen explicitly keeps them harmless (the judge-server recipes' CPU smoke
+    # command swaps in --judge_type heuristic and leaves the recipe's server settings in place).
+    _CHOSEN = ("judge_type", ("openai", "transformers", "heuristic"))
+    unused_options: ClassVar[dict[str, Unused]] = {  # read by grpo_family.bounds.check_unused
+        "judge_base_url": Unused(
+            "the default judge (programmatic) sends no requests; add --judge_type openai.",
+            "http://judge:8000/v1",
+            _CHOSEN,
+        ),
+        "judge_model": Unused(
+            "the default judge (programmatic) uses no model; add --judge_type openai (a served model) or "
+            "--judge_type transformers (a local one).",
+            "some-judge-model",
+            _CHOSEN,
+        ),
+        "judge_prompt_template_path": Unused(
+            "the default judge (programmatic) reads no prompt; add --judge_type openai or transformers.",
+            __file__,
+            _CHOSEN,
+        ),
+    }
 
     sgpo_beta: float = field(
         default=10.0,
