@@ -49,6 +49,14 @@ def test_worked_numbers():
     )  # fmt: skip
     torch.testing.assert_close(out.per_token_loss, loss[:, None].expand(2, 4))
     torch.testing.assert_close(out.metrics["ratio"], torch.tensor([math.exp(1 / 6), math.exp(0.2)]).double())
+    # TRL's vLLM correction per sequence (N, 1) weighs each completion's loss; a per-token one is refused.
+    weights = torch.tensor([[0.5], [2.0]], dtype=torch.float64)
+    weighted = gmpo_surrogate(logps, old, advantages, mask, epsilon_low=0.4, epsilon_high=0.4,
+                              importance_sampling_ratio=weights)  # fmt: skip
+    torch.testing.assert_close(weighted.per_token_loss, (loss * weights[:, 0])[:, None].expand(2, 3))
+    with pytest.raises(ValueError, match="must be per sequence"):
+        gmpo_surrogate(logps, old, advantages, mask, epsilon_low=0.4, epsilon_high=0.4,
+                       importance_sampling_ratio=torch.ones(2, 3))  # fmt: skip
 
 
 def trl_gmpo_loss(logps, old, advantages, mask, epsilon_low, epsilon_high, accumulation):
@@ -182,7 +190,7 @@ def test_trainer_loss_equals_trls_gmpo_loss(tiny_model_dir, tiny_tokenizer, arit
 def test_defaults_are_the_papers(config_kwargs):
     config = GMPOConfig(**config_kwargs())
     assert (config.epsilon, config.epsilon_high, config.loss_type, config.beta) == (0.4, None, "grpo", 0.0)
-    assert config.vllm_importance_sampling_correction is False and config.use_bias_correction_kl is False
+    assert config.use_bias_correction_kl is False
     assert GMPOTrainer.surrogate == "gmpo"
 
 
@@ -191,7 +199,7 @@ def test_defaults_are_the_papers(config_kwargs):
     [
         (dict(epsilon=0.0), "epsilon must be > 0"),
         (dict(delta=3.0), r"delta=3.0 \(None"),
-        (dict(vllm_importance_sampling_correction=True), "vllm_importance_sampling_correction=True"),
+        (dict(vllm_importance_sampling_mode="token_truncate"), "vllm_importance_sampling_mode='token_truncate'"),
     ],
 )
 def test_bad_options_fail_at_config_time(config_kwargs, bad, message):

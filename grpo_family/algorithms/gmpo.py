@@ -76,9 +76,15 @@ def gmpo_surrogate(
     importance_sampling_ratio: torch.Tensor | None = None,
 ) -> SurrogateOutput:
     """The surrogate ``gmpo``: :func:`gmpo_sequence_loss` broadcast over each completion's tokens ``(N, T)``, and
-    the metric ``ratio``, each completion's clipped geometric-mean ratio; the vLLM importance-sampling ratio is not
-    applied (TRL's GMPO does not apply it either). ``advantages`` ``(N,)``: GMPO's objective is per sequence."""
-    del importance_sampling_ratio  # as TRL's GMPOTrainer: its objective has no place for a per-token correction
+    the metric ``ratio``, each completion's clipped geometric-mean ratio. ``advantages`` ``(N,)``: GMPO's objective
+    is per sequence. TRL's vLLM importance-sampling correction, when given, must be per sequence ``(N, 1)`` (TRL's
+    ``sequence_*`` modes) and weighs each completion's loss (TRL's GMPOTrainer does not apply it)."""
+    if importance_sampling_ratio is not None and importance_sampling_ratio.shape != (logps.size(0), 1):
+        raise ValueError(
+            "GMPO's objective is one value per completion: TRL's vLLM importance-sampling correction must be per "
+            f"sequence (vllm_importance_sampling_mode 'sequence_mask' or 'sequence_truncate'), got a ratio of shape "
+            f"{tuple(importance_sampling_ratio.shape)}."
+        )
     if advantages.dim() != 1:
         raise ValueError(
             f"GMPO weighs a completion's geometric-mean ratio by one advantage: advantages must be (N,), got "
@@ -90,4 +96,6 @@ def gmpo_surrogate(
     mask = mask.to(clipped.dtype)
     ratio = torch.exp((clipped * mask).sum(-1) / mask.sum(-1).clamp(min=1.0))  # the geometric mean, (N,)
     per_sequence = -ratio * advantages
+    if importance_sampling_ratio is not None:
+        per_sequence = per_sequence * importance_sampling_ratio[:, 0]
     return SurrogateOutput(per_sequence[:, None].expand_as(logps), low, high, {"ratio": ratio.detach()})

@@ -20,7 +20,8 @@ class GMPOConfig(GRPOFamilyConfig):
     clipped to ``(e^-epsilon, e^epsilon_high)``, the paper's ``(e^-0.4, e^0.4)`` by default, as TRL's
     ``trl.experimental.gmpo.GMPOConfig``. TRL options that reshape the clipped-ratio objective GMPO replaces are
     refused (``delta``, ``importance_sampling_level``, ``top_entropy_quantile``, ``off_policy_mask_threshold``,
-    ``use_bias_correction_kl``, ``vllm_importance_sampling_correction``; the last two default to False here)."""
+    ``use_bias_correction_kl`` with ``beta != 0``; the last defaults to False here); TRL's vLLM importance-sampling
+    correction is applied per completion (its ``sequence_*`` modes), which TRL's GMPOTrainer does not do."""
 
     field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
         "epsilon": Float(0, min_open=True),
@@ -56,21 +57,17 @@ class GMPOConfig(GRPOFamilyConfig):
             "default is True.",
         },
     )
-    vllm_importance_sampling_correction: bool = field(
-        default=False,
-        metadata={
-            "help": "Must stay False: GMPO's sequence objective has no place for TRL's per-token vLLM "
-            "importance-sampling correction (TRL's GMPOTrainer does not apply it either). TRL's default is True.",
-        },
-    )
 
     def __post_init__(self):
         super().__post_init__()  # single values: field_bounds and grpo_family.bounds.BOUNDS
         problems = []
         if self.delta is not None:
             problems.append(f"delta={self.delta} (None: TRL's cap of the ratio; GMPO clips in log space)")
-        if self.vllm_importance_sampling_correction:
-            problems.append("vllm_importance_sampling_correction=True (False: GMPO does not apply the correction)")
+        if self.vllm_importance_sampling_correction and not self.vllm_importance_sampling_mode.startswith("sequence"):
+            problems.append(
+                f"vllm_importance_sampling_mode={self.vllm_importance_sampling_mode!r} ('sequence_mask' or "
+                "'sequence_truncate': GMPO weighs a whole completion, so its correction is per sequence)"
+            )
         if problems:
             raise ValueError(
                 f"GMPO does not use these TRL options: {', '.join(problems)}. Use the values in brackets."

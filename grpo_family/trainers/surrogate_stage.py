@@ -12,10 +12,10 @@ TRL's ``clip_ratio/*`` metrics (which would read the zero advantages) are replac
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
-from trl.trainer.utils import nanmax, nanmin
 
 from ..algorithms.surrogates import CLIPPED_RATIO_LOSS_TYPES, get_surrogate
 from .stages import LossCall
@@ -71,30 +71,30 @@ def log_surrogate_clips(trainer: Any, call: LossCall) -> None:
     """TRL's ``clip_ratio/*`` metrics of this loss call, from the surrogate's clipped tokens, with TRL's formulas
     (token means over every process, per-sequence extremes over the gathered rows); they replace the values TRL
     logged from the zero advantages (appended where TRL logs none for the loss type); then the surrogate's own
-    per-completion metrics, as ``<method>/<name>``, their mean over every process's rows."""
-    low, high = call.surrogate_clips
+    per-completion metrics, as ``<method>/<name>``, their mean over every process's rows. One host sync for all."""
+    accelerator = trainer.accelerator
+    low, high = (flags.float() for flags in call.surrogate_clips)
     mask = call.loss_mask.float()
+    token_sums = torch.stack([(low * mask).sum(), (high * mask).sum(), (torch.maximum(low, high) * mask).sum()])
+    totals = accelerator.reduce(torch.cat([token_sums, mask.sum()[None]]), reduction="sum")
+    low_seq, high_seq = (accelerator.gather((f * mask).sum(-1) / mask.sum(-1)) for f in (low, high))
+    inf = torch.tensor(math.inf, device=mask.device)
+    values = [
+        *(totals[:3] / totals[3].clamp(min=1.0)),
+        torch.where(low_seq.isnan(), inf, low_seq).min(),  # TRL's nanmin / nanmax, without their indexing sync
+        torch.where(high_seq.isnan(), -inf, high_seq).max(),
+        *(accelerator.gather(v.float()).mean() for v in call.surrogate_metrics.values()),
+    ]
+    values = torch.stack(values).tolist()
+    values[3:5] = [v if math.isfinite(v) else math.nan for v in values[3:5]]  # no valid token anywhere: NaN, as TRL
     metrics = trainer._metrics[call.mode]
     replace = trainer.loss_type in CLIPPED_RATIO_LOSS_TYPES
-
-    def put(key: str, value: float) -> None:
+    keys = ["clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min",
+            "clip_ratio/high_max"]  # fmt: skip
+    for key, value in zip(keys, values, strict=False):
         if replace and metrics[key]:
             metrics[key][-1] = value
         else:
             metrics[key].append(value)
-
-    def global_mean(flags: torch.Tensor) -> float:
-        totals = trainer.accelerator.reduce(torch.stack([(flags * mask).sum(), mask.sum()]), reduction="sum")
-        return (totals[0] / totals[1].clamp(min=1.0)).item()
-
-    def per_sequence(flags: torch.Tensor) -> torch.Tensor:
-        return trainer.accelerator.gather((flags * mask).sum(-1) / mask.sum(-1))
-
-    low, high = low.float(), high.float()
-    put("clip_ratio/low_mean", global_mean(low))
-    put("clip_ratio/high_mean", global_mean(high))
-    put("clip_ratio/region_mean", global_mean(torch.maximum(low, high)))
-    put("clip_ratio/low_min", nanmin(per_sequence(low)).item())
-    put("clip_ratio/high_max", nanmax(per_sequence(high)).item())
-    for name, values in call.surrogate_metrics.items():
-        trainer.log_method_metric(name, trainer.accelerator.gather(values.float()).mean().item())
+    for name, value in zip(call.surrogate_metrics, values[len(keys) :], strict=True):
+        trainer.log_method_metric(name, value)
