@@ -96,7 +96,7 @@ def test_equals_trls_gmpo_loss_and_gradient(rows, width, eps_low, eps_high, accu
     got = aggregate_token_loss(out.per_token_loss, mask, "grpo", accumulation=accumulation)
     per_row = gmpo_sequence_loss(logps, old, advantages, mask, epsilon_low=eps_low, epsilon_high=eps_high)
     scale = float(per_row.detach().abs().max()) / accumulation
-    assert abs(float(got) - float(expected)) <= (width + rows + 4) * U * scale + 1e-38
+    assert abs(got.item() - expected.item()) <= (width + rows + 4) * U * scale + 1e-38
     (grad_expected,) = torch.autograd.grad(expected, logps)
     (grad_got,) = torch.autograd.grad(got, logps)
     tol = (width + 4) * U * float(grad_expected.abs().max()) + 1e-38
