@@ -81,6 +81,8 @@ LAYOUTS = {
     "cw_grpo_small": Layout("1 x 24 GB", 24, 1, 0),
     "d3s_qwen2.5_math_7b": Layout("8 x 80 GB, vLLM colocated", 80, 8, 3),
     "d3s_small": Layout("1 x 40 GB", 40, 1, 0),
+    "gmpo_qwen2.5_math_7b": Layout("8 x 80 GB (7 train + 1 vLLM server)", 80, 7, 3),
+    "gmpo_small": Layout("1 x 24 GB", 24, 1, 0),
     "gpg_qwen2.5_math_7b": Layout("8 x H20 96 GB (7 train + 1 vLLM server)", 96, 7, 3),
     "gpg_small": Layout("1 x 24 GB", 24, 1, 0),
     "gpg_zero_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),

@@ -25,7 +25,8 @@ FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def _overrides() -> dict[str, list[str]]:
-    """Stage hook -> the methods whose trainer class overrides it (``loss_term``: the methods that name one)."""
+    """Stage hook -> the methods whose trainer class overrides it (``loss_term``, ``surrogate``: the methods that
+    name one)."""
     from grpo_family import METHODS
     from grpo_family.trainers.base import GRPOFamilyTrainer
     from grpo_family.trainers.stages import STAGES
@@ -33,8 +34,8 @@ def _overrides() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for stage in STAGES:
         for method, (_, trainer) in METHODS.items():
-            if stage.hook == "loss_term":
-                overridden = trainer.loss_term is not None
+            if stage.hook in ("loss_term", "surrogate"):  # named by a class attribute
+                overridden = getattr(trainer, stage.hook) is not None
             else:
                 overridden = getattr(trainer, stage.hook) is not getattr(GRPOFamilyTrainer, stage.hook)
             if overridden:

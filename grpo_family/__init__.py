@@ -1,4 +1,5 @@
-"""grpo_family: GRPO-family RL trainers (MS-GRPO, CW-GRPO, D3S, SGPO, GPG, KL-Cov, Clip-Cov) on TRL's GRPOTrainer.
+"""grpo_family: GRPO-family RL trainers (MS-GRPO, CW-GRPO, D3S, SGPO, GPG, KL-Cov, Clip-Cov,
+GMPO) on TRL's GRPOTrainer.
 
 ``METHODS`` maps a method name to its ``(Config, Trainer)`` pair; ``examples/train.py --method NAME`` uses it. It is
 the one list of methods: the command line, the documentation's tables, the tests and the benchmarks read it, so a
@@ -25,6 +26,7 @@ _METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
     "gpg": (".trainers.gpg", "GPGConfig", "GPGTrainer"),
     "kl_cov": (".trainers.kl_cov", "KLCovConfig", "KLCovTrainer"),
     "clip_cov": (".trainers.clip_cov", "ClipCovConfig", "ClipCovTrainer"),
+    "gmpo": (".trainers.gmpo", "GMPOConfig", "GMPOTrainer"),
 }
 
 # Public name -> (module, attribute), imported on first access.

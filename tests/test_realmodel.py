@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_family import METHODS
+
 pytestmark = pytest.mark.realmodel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +105,7 @@ def _digit_share(completions, **kwargs):
 METHOD_OPTIONS = {"sgpo": {"judge_type": "heuristic"}}
 
 
-@pytest.mark.parametrize("method", ["grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg"])
+@pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_trains_two_steps_on_the_real_model(method, real_model_dir, tmp_path):
     import torch
 

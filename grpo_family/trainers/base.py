@@ -66,6 +66,7 @@ from .stages import (
     local_rows,
     padded_local_rows,
 )
+from .surrogate_stage import apply_surrogate, check_surrogate, log_surrogate_clips
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
     reported_result = "the baseline every paper compares against"
     selects_rows = False  # a method that overrides select_rows sets it: its batches are scored before TRL's forwards
     loss_term: str | None = None  # a registered loss term (algorithms.losses) applied in every loss call
+    surrogate: str | None = None  # a registered surrogate (algorithms.surrogates) in place of TRL's objective
     loss_forward_fix = "Use the TRL version this package pins (tests/test_trl_contract.py checks it)."
     _tag_names = ["trl", "grpo", "grpo_family"]
     _card_base_config = GRPOFamilyConfig
@@ -211,6 +213,8 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
         check_enough_rows(self.train_dataset, self.args)
         check_reward_columns(self.train_dataset, self.reward_funcs, self.reward_func_names)
         self._check_loss_term()
+        if self.surrogate is not None:
+            check_surrogate(self)
         timeout = self._family_arg("reward_timeout")
         for i, func in enumerate(self.reward_funcs):
             if not isinstance(func, torch.nn.Module):
@@ -283,6 +287,10 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
     def loss_term_options(self) -> dict[str, Any]:
         """Options of the loss term named by ``loss_term`` (from the config)."""
         return {}
+
+    def surrogate_options(self) -> dict[str, Any]:
+        """Options of the surrogate named by ``surrogate``: TRL's clip range by default."""
+        return {"epsilon_low": self.epsilon_low, "epsilon_high": self.epsilon_high}
 
     # ================================================================== helpers for the stages
     @property
@@ -481,6 +489,8 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
             self.transform_loss_forward(call)
             if self.loss_term is not None:
                 self._apply_loss_term(call)
+            if self.surrogate is not None:
+                apply_surrogate(call, self.surrogate, self.surrogate_options())
             call.forwarded = True
             return call.logps, call.entropies, aux
         return logps, entropies, aux
@@ -749,7 +759,9 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
             loss = super().compute_loss(model, call._data, return_outputs, num_items_in_batch)
         finally:
             self._loss_call = None
-        if not call.forwarded and (self._overrides("transform_loss_forward") or self.loss_term is not None):
+        if not call.forwarded and (
+            self._overrides("transform_loss_forward") or self.loss_term is not None or self.surrogate is not None
+        ):
             raise RuntimeError(
                 f"{getattr(self, '_name', self.method_name)}: TRL's loss did not make its policy forward before reading "
                 "the advantages, so the method's loss-forward stage could not run and the loss would train on "
@@ -767,6 +779,8 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
                 steps_per_generation=self.args.steps_per_generation if train else 1,
                 max_completion_length=self.max_completion_length,
             )
+        if call.surrogate_clips is not None:
+            log_surrogate_clips(self, call)
         return loss
 
     def _overrides(self, stage: str) -> bool:

@@ -113,6 +113,13 @@ STAGES: tuple[Stage, ...] = (
         "a registered term of algorithms.losses over the loss call's rows on every process: advantages the "
         "surrogate uses instead, and/or a per-token loss added to it (KL-Cov, Clip-Cov)",
     ),
+    Stage(
+        "surrogate",
+        "inside each loss call, after the loss term, when the class names a registered surrogate",
+        "class attribute surrogate = '<name>', options from surrogate_options()",
+        "a registered surrogate of algorithms.surrogates (ratio, clip, per-token objective) in place of TRL's "
+        "clipped-ratio objective; TRL keeps its KL, aggregation and metrics (GMPO)",
+    ),
 )
 
 
@@ -233,7 +240,10 @@ class LossCall(_RowData):
         self.logps: torch.Tensor | None = None
         self.entropies: torch.Tensor | None = None
         self.forwarded = False  # the loss made its policy forward (and the loss-forward stages ran)
-        self.extra_loss: torch.Tensor | None = None  # (n, T) added to TRL's per-token loss (a loss term's)
+        # a loss term's or a surrogate's (n, T) loss, added to TRL's per-token loss
+        self.extra_loss: torch.Tensor | None = None
+        self.surrogate_clips: tuple[torch.Tensor, torch.Tensor] | None = None  # a surrogate's clipped (low, high)
+        self.surrogate_metrics: dict[str, torch.Tensor] = {}  # a surrogate's per-completion metrics
 
     def generator(self, name: str) -> torch.Generator:
         """The generator of a loss-call draw: ``(name, seed, global_step, slot)``, ``slot`` = ``1 + micro_step`` in
