@@ -3,8 +3,8 @@
     eval_callback.py MODEL_DIR OUT_DIR TESTS_DIR
 
 Trains grpo for 2 steps with an EvaluationCallback (greedy and 4 samples per held-out problem) evaluating before
-training and at every step, and saves every rank's evaluation history, for the test to compare across ranks and
-with a single-process evaluation.
+training and at every step, and saves every rank's evaluation history and the problems it generated at the last
+evaluation, for the test to compare across ranks and with a single-process evaluation.
 """
 
 import json
@@ -46,7 +46,8 @@ def main():
     callback.initial = callback.evaluate()
     trainer.train()
     with open(f"{out_dir}/rank{trainer.accelerator.process_index}.json", "w") as f:
-        json.dump({str(step): metrics for step, metrics in callback.history.items()}, f)
+        history = {str(step): metrics for step, metrics in callback.history.items()}
+        json.dump({"history": history, "generated": callback.generated, "backend": callback.backend_name}, f)
 
 
 if __name__ == "__main__":
