@@ -89,14 +89,15 @@ def generate_split(backend, prompts: list, decoding: Decoding, *, seed: int | No
 
     count = len(prompts)
     world = 1 if accelerator is None else accelerator.num_processes
-    per_batch = max(1, getattr(backend, "batch_size", count * decoding.num_samples) // decoding.num_samples)
     if world == 1 or getattr(backend, "main_only", False):
         if world > 1 and not accelerator.is_main_process:
             return None, []
-        generation = backend.generate(prompts, decoding, seed=seed, problems_per_batch=per_batch, progress=progress)
+        # A backend needs only (prompts, decoding, seed) here; the split below also passes first_index and the batch.
+        generation = backend.generate(prompts, decoding, seed=seed, **({"progress": True} if progress else {}))
         return generation, list(range(count))
     from accelerate.utils import gather_object
 
+    per_batch = max(1, getattr(backend, "batch_size", count * decoding.num_samples) // decoding.num_samples)
     chunks = _chunks(count, max(1, min(per_batch, math.ceil(count / world))))
     start_time = time.perf_counter()
     local = []
