@@ -224,3 +224,5 @@ def test_compare_says_what_a_training_folder_is(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "a training output folder (examples/train.py's results.json" in err
     assert f"Evaluations found inside it: {run / 'eval-greedy'}" in err
+    assert cli.main(["--compare", str(run / "eval-greedy"), str(run / "eval-greedy"), "--output_dir", str(run)]) == 2
+    assert "an evaluation never writes into another command's folder" in capsys.readouterr().err

@@ -423,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare:
             from .report import compare, compare_markdown
 
+            other = other_commands_results(Path(args.output_dir)) if args.output_dir else None
+            if other is not None:  # compare.json beside a training run's files is not this command's place
+                raise EvalSetupError(
+                    f"--output_dir {args.output_dir}: it holds {other}; an evaluation never writes into another "
+                    "command's folder. Give a new or empty --output_dir for the comparison."
+                )
             result = compare(*args.compare)
             text = compare_markdown(result)
             print(text)
