@@ -1,7 +1,8 @@
 """grpo_family.bounds: every config field has a declared bound, and every value outside it is refused by name.
 
 The field lists are generated from ``grpo_family.METHODS`` (every method's config, TRL's fields included) plus the
-other configs ``examples/train.py`` parses, so a field added anywhere without a bound fails here.
+other configs ``examples/train.py`` parses and the options of ``python -m grpo_family.eval`` (``EvalArguments``), so
+a field added anywhere without a bound fails here.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from grpo_family.bounds import (
     problems,
     unused_options,
 )
+from grpo_family.eval.cli import EvalArguments
 from grpo_family.judges import JudgeConfig
 from grpo_family.preflight import PreflightError
 
@@ -44,7 +46,8 @@ import train  # noqa: E402
 
 METHOD_CONFIGS = {method: config for method, (config, _) in METHODS.items()}
 OTHER_CONFIGS = {"ModelConfig": ModelConfig, "DatasetMixtureConfig": DatasetMixtureConfig,
-                 "TrainScriptArguments": train.TrainScriptArguments}  # fmt: skip
+                 "TrainScriptArguments": train.TrainScriptArguments,
+                 "EvalArguments": EvalArguments}  # fmt: skip
 ALL_CONFIGS = {**METHOD_CONFIGS, **OTHER_CONFIGS, "JudgeConfig": JudgeConfig}  # SGPO's judge settings, by their flags
 
 

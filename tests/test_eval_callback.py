@@ -106,10 +106,12 @@ def test_the_sampled_evaluation_is_reproducible_and_seeded(config_kwargs):
 
 
 @pytest.mark.multiprocess
-def test_every_process_logs_the_main_process_numbers(tmp_path):
-    """2 processes (gloo): both enter the generation context and generate, rank 0 scores and broadcasts; both ranks
-    hold the same history, and the evaluation before training equals a single-process one of the same model (the
-    warm start: its samples differ in length and correctness, so equal numbers mean equal samples)."""
+def test_two_processes_split_the_problems_and_gather_the_one_process_numbers(tmp_path):
+    """2 processes (gloo): each generates only its half of the held-out problems (greedy and sampled), the main
+    process scores the gathered generations and broadcasts; both ranks hold the same history, and the evaluation
+    before training equals a single-process one of the same model with the same batches (6 problems each: what the
+    split gives 12 problems on 2 processes). The warm start's samples differ in length and correctness, so equal
+    numbers mean equal samples. The generations of each evaluation are written once, beside the run."""
     import json
 
     from dist.eval_callback import HELD_OUT, SETTINGS
@@ -123,16 +125,28 @@ def test_every_process_logs_the_main_process_numbers(tmp_path):
     model_dir = str(warm_start_dir())
     launch("eval_callback.py", model_dir, str(tmp_path), str(Path(__file__).parent))
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
-    assert sorted(rank0, key=int) == ["0", "1", "2"] and rank0 == rank1
-    backend = GenerateBackend(
-        AutoModelForCausalLM.from_pretrained(model_dir), PreTrainedTokenizerFast.from_pretrained(model_dir)
-    )
+    assert sorted(rank0["history"], key=int) == ["0", "1", "2"] and rank0["history"] == rank1["history"]
+    half = HELD_OUT // 2
+    for kind in ("greedy", "sampled"):  # each rank generated only its share
+        assert rank0["generated"][f"held-out/{kind}"] == list(range(half))
+        assert rank1["generated"][f"held-out/{kind}"] == list(range(half, HELD_OUT))
+    assert rank0["backend"] == "generate"  # no vLLM engine in this run
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_dir)
     data = EvalData.held_out(make_arithmetic_dataset("eval", HELD_OUT, seed=0), arithmetic_reward)
-    greedy = evaluate_data(backend, data, Decoding(max_new_tokens=40), arithmetic_reward).summary
-    sampled = evaluate_data(backend, data, Decoding(1.0, 1.0, 0, 4, 40), arithmetic_reward, ks=[1, 4],
-                            seed=SETTINGS["seed"]).summary  # fmt: skip
-    assert rank0["0"]["held_out/greedy_mean_length"] == greedy["mean_length"]
-    assert rank0["0"]["held_out/sampled_mean_length"] == sampled["mean_length"]
-    assert rank0["0"]["held_out/pass@4"] == sampled["pass@4"] and rank0["0"]["held_out/pass@1"] == sampled["pass@1"]
-    assert rank0["0"]["held_out_accuracy"] == greedy["greedy_accuracy"]
+    greedy = evaluate_data(GenerateBackend(model, tokenizer, batch_size=half), data, Decoding(max_new_tokens=40),
+                           arithmetic_reward).summary  # fmt: skip
+    sampled = evaluate_data(GenerateBackend(model, tokenizer, batch_size=half * 4), data, Decoding(1.0, 1.0, 0, 4, 40),
+                            arithmetic_reward, ks=[1, 4], seed=SETTINGS["seed"]).summary  # fmt: skip
+    before = rank0["history"]["0"]
+    assert before["held_out/greedy_mean_length"] == greedy["mean_length"]
+    assert before["held_out/sampled_mean_length"] == sampled["mean_length"]
+    for key in ("pass@1", "pass@4", "pass@1_stderr", "pass@4_stderr", "avg@4", "maj@4"):
+        assert before[f"held_out/{key}"] == sampled[key], key
+    assert before["held_out_accuracy"] == greedy["greedy_accuracy"]
+    assert before["held_out_accuracy_stderr"] == greedy["greedy_accuracy_stderr"]
     assert 0 < sampled["pass@1"] < 1  # samples that differ: equal numbers are equal samples, not a constant
+    for step in (0, 1, 2):  # written by the main process only, one line per problem
+        for kind in ("greedy", "sampled"):
+            lines = (tmp_path / "eval_generations" / f"step-{step}" / f"held-out-{kind}.jsonl").read_text()
+            assert len(lines.splitlines()) == HELD_OUT

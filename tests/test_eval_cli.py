@@ -87,7 +87,7 @@ def test_the_commands_of_the_evaluation_doc_run(demo_output, tmp_path, monkeypat
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--dataset", "arithmetic", "--preset", "lighteval"], "Unknown preset 'lighteval'"),
+        (["--dataset", "arithmetic", "--preset", "lighteval"], "--preset must be one of \\('greedy', "),
         (["--dataset", "aime2024"], "Unknown dataset 'aime2024'"),
         (["--dataset", "arithmetic", "--preset", "d3s", "--k", "64"], "k=\\[64\\] needs at least 64 samples"),
         (["--dataset", "arithmetic", "--num_samples", "4"], "identical samples"),
@@ -106,3 +106,123 @@ def test_refused_before_the_model_loads(tiny_model_dir, tmp_path, monkeypatch, c
         args = ["--model", tiny_model_dir, *args]
     assert cli.main(args) == 2
     assert re.search(message, capsys.readouterr().err), capsys.readouterr()
+
+
+# Issue 44's inputs to the evaluation command: each refused by name before the model loads (each was a NaN, a raw
+# message or a silently wrong number).
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch_size", "-4"], r"--batch_size must be an integer >= 1; got -4"),  # exited 0 with NaN
+        (["--batch_size", "0"], r"--batch_size must be an integer >= 1; got 0"),
+        (["--k", "0"], r"--k must be a list of at least 1 values, each an integer >= 1, or None; got \[0\]"),
+        (["--limit", "0"], r"--limit must be an integer >= 1, or None; got 0"),
+        (["--threshold", "2"], r"--threshold must be in \(0, 1\] \(a finite number\); got 2.0. A sample is correct"),
+        (["--top_p", "0"], r"--top_p must be in \(0, 1\]"),
+        (["--config", "examples/recipes/ms_grpo_small.yaml"], r"give it as --recipe examples/recipes/ms_grpo_small"),
+        (["--recipe", "no/such.yaml"], r"--recipe no/such.yaml: no such file"),
+    ],
+)
+def test_bad_options_are_refused_by_their_bounds(tiny_model_dir, monkeypatch, capsys, args, message):
+    monkeypatch.setattr(cli, "make_backend", lambda *a: pytest.fail("the model was loaded"))
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["--model", tiny_model_dir, "--dataset", "arithmetic", *args]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_the_parser_and_the_bounded_arguments_hold_the_same_options():
+    """Every flag of the parser is a field of EvalArguments (whose bounds tests/test_bounds.py walks), and back."""
+    import dataclasses
+
+    dests = {a.dest for a in cli.build_parser()._actions if a.dest != "help"}
+    assert dests == {f.name for f in dataclasses.fields(cli.EvalArguments)}
+
+
+def test_a_truncated_weight_file_is_refused_naming_it(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    weights = model / "model.safetensors"
+    whole = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(whole // 2)
+    monkeypatch.setattr(cli, "make_backend", lambda *a: pytest.fail("the model was loaded"))
+    assert cli.main(["--model", str(model), "--dataset", "arithmetic"]) == 2
+    err = capsys.readouterr().err
+    assert f"{weights} is incomplete or damaged ({whole // 2} bytes on disk, {whole} bytes by its header)" in err
+
+
+def test_the_greedy_preset_has_a_length_cap():
+    from grpo_family.eval.presets import GREEDY_MAX_NEW_TOKENS, get_preset
+
+    assert get_preset("greedy").resolve(10)[0].max_new_tokens == GREEDY_MAX_NEW_TOKENS == 1024
+
+
+def test_a_recipe_gives_its_data_settings():
+    """--recipe reads a training recipe's dataset, builder config, test split, columns, system prompt, reward and
+    completion length (the command line wins where it gives them)."""
+    recipe = str(ROOT / "examples" / "recipes" / "ms_grpo_small.yaml")
+    args = cli.parse_args(["--model", "m", "--recipe", recipe])
+    assert args.datasets == ["openai/gsm8k"] and (args.config, args.split) == ("main", "test")
+    assert (args.dataset_preset, args.system_prompt, args.reward) == ("gsm8k", "boxed", "math_accuracy")
+    assert args.max_new_tokens == 512
+    given = cli.parse_args(["--model", "m", "--recipe", recipe, "--dataset", "x.jsonl", "--max_new_tokens", "9"])
+    assert given.datasets == ["x.jsonl"] and given.max_new_tokens == 9
+
+
+@pytest.fixture
+def problems_file(tmp_path) -> Path:
+    path = tmp_path / "problems.jsonl"
+    path.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
+    return path
+
+
+def test_a_recipe_evaluates_end_to_end_with_a_progress_bar(tiny_model_dir, problems_file, tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"method: grpo\ndataset_name: {problems_file}\nsystem_prompt: Be brief.\n"
+                      "max_completion_length: 5\nreward_funcs: [math_accuracy]\n")  # fmt: skip
+    out = tmp_path / "eval"
+    argv = ["--model", tiny_model_dir, "--recipe", str(recipe), "--output_dir", str(out), "--no_math_verify"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "at most 5 new tokens" in err and "generating (n=1, up to 5 tokens)" in err  # the cap and the bar
+    results = json.loads((out / "results.json").read_text())
+    bench = next(iter(results["benchmarks"].values()))
+    assert bench["decoding"]["max_new_tokens"] == 5 and bench["dataset"]["system_prompt"] == "Be brief."
+    assert bench["summary"]["problems"] == 2 and "greedy_accuracy_stderr" in bench["summary"]
+    first = json.loads((out / next(p.name for p in out.glob("samples-*.jsonl"))).read_text().splitlines()[0])
+    assert first["prompt"][0] == {"role": "system", "content": "Be brief."}
+
+
+def test_an_evaluation_never_writes_over_a_training_run(tiny_model_dir, problems_file, tmp_path, capsys):
+    """--output_dir naming the training run's own folder: the run's results.json is kept, the evaluation goes into
+    the eval-<preset> subfolder and says so."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run)
+    training = json.dumps({"accuracy_before": 0.25, "accuracy_after": 0.8})
+    (run / "results.json").write_text(training)
+    argv = ["--model", str(run), "--dataset", str(problems_file), "--max_new_tokens", "3", "--no_math_verify"]
+    assert cli.main([*argv, "--output_dir", str(run)]) == 0
+    assert (run / "results.json").read_text() == training
+    assert "benchmarks" in json.loads((run / "eval-greedy" / "results.json").read_text())
+    assert f"writing this evaluation into {run / 'eval-greedy'} instead" in capsys.readouterr().err
+    assert cli.main([*argv, "--output_dir", str(run / "eval-greedy")]) == 0  # an evaluation's own folder: rewritten
+    (run / "eval-greedy" / "results.json").write_text(training)  # another command's results there too: refused
+    assert cli.main([*argv, "--output_dir", str(run)]) == 2
+    assert "an evaluation never writes over another command's results" in capsys.readouterr().err
+
+
+def test_compare_says_what_a_training_folder_is(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "eval-greedy").mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"accuracy_before": 0.25, "accuracy_after": 0.8}))
+    (run / "eval-greedy" / "results.json").write_text(json.dumps({"benchmarks": {}}))
+    assert cli.main(["--compare", str(run), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "a training output folder (examples/train.py's results.json" in err
+    assert f"Evaluations found inside it: {run / 'eval-greedy'}" in err
+    assert cli.main(["--compare", str(run / "eval-greedy"), str(run / "eval-greedy"), "--output_dir", str(run)]) == 2
+    assert "an evaluation never writes into another command's folder" in capsys.readouterr().err

@@ -123,3 +123,27 @@ def test_paired_bootstrap_interval_matches_the_normal_approximation():
     # approximation's at its fixed seed and 1000 resamples; 0.02 is 4 times that and fails a width off by 20%.
     assert out["low"] == pytest.approx(0.5 - 1.96 * 0.05, abs=0.02)
     assert out["high"] == pytest.approx(0.5 + 1.96 * 0.05, abs=0.02)  # tol: as above
+
+
+def test_standard_error_over_problems_worked_and_against_statistics():
+    """Worked: greedy 0/1 values with p = 1/2 over 4 problems: sqrt(p (1 - p) / (P - 1)) = sqrt(1/12). pass@k values:
+    the statistics module's sample standard deviation over sqrt(P). Fewer than 2 problems: no standard error."""
+    import statistics
+
+    from grpo_family.eval.metrics import pass_at_k, standard_error
+
+    assert math.isclose(
+        standard_error([1.0, 0.0, 1.0, 0.0]), math.sqrt(1 / 12), rel_tol=4 * 2**-52
+    )  # tol: a few float64 roundings (sqrt, division)
+    p, count = 0.3, 10
+    flags = [1.0] * 3 + [0.0] * 7
+    assert math.isclose(
+        standard_error(flags), math.sqrt(p * (1 - p) / (count - 1)), rel_tol=8 * 2**-52
+    )  # tol: float64 sums of 10 terms, then sqrt
+    values = [pass_at_k(8, c, 4) for c in (0, 1, 2, 5, 8)]
+    expected = statistics.stdev(values) / math.sqrt(len(values))
+    assert math.isclose(
+        standard_error(values), expected, rel_tol=16 * 2**-52
+    )  # tol: two summation orders of 5 float64 terms, sqrt, division
+    assert standard_error([0.5]) is None and standard_error([]) is None
+    assert standard_error([1.0, 1.0, 1.0]) == 0.0

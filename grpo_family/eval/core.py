@@ -17,7 +17,7 @@ from . import metrics as M
 from .presets import Decoding, EvalSetupError
 from .scoring import extract_answer, math_verify_verdicts, score_samples
 
-__all__ = ["BenchmarkResult", "check_ks", "default_ks", "evaluate_data", "prompt_key"]
+__all__ = ["BenchmarkResult", "check_ks", "default_ks", "evaluate_data", "generate_split", "prompt_key"]
 
 
 @dataclass
@@ -65,6 +65,60 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _chunks(num_problems: int, per_chunk: int) -> list[tuple[int, int]]:
+    return [(start, min(start + per_chunk, num_problems)) for start in range(0, num_problems, per_chunk)]
+
+
+def generate_split(backend, prompts: list, decoding: Decoding, *, seed: int | None, accelerator=None,
+                   progress: bool = False):  # fmt: skip
+    """Generate ``prompts`` with ``backend``, the problems split across ``accelerator``'s processes.
+
+    One process (or none given): the backend generates everything. Several: the problems are cut into chunks of
+    ``min(batch size in problems, ceil(problems / processes))`` consecutive problems, the chunks are split between
+    the processes (accelerate's ``split_between_processes``: each process generates only its share), and the
+    generations are gathered (``gather_object``) on every process in problem order. Each chunk is one generation
+    batch seeded from ``seed`` and its first problem's index, so the result equals a one-process run whose batches
+    hold the same problems (``batch_size`` = chunk x samples). A backend whose engine lives on the main process only
+    (``main_only``: vLLM server mode, where the server does the batching) generates everything there; the others get
+    None. Returns the :class:`~grpo_family.eval.generation.Generation` (None off the main process for ``main_only``)
+    and the problem indices this process generated."""
+    import math
+    import time
+
+    from .generation import Generation
+
+    count = len(prompts)
+    world = 1 if accelerator is None else accelerator.num_processes
+    if world == 1 or getattr(backend, "main_only", False):
+        if world > 1 and not accelerator.is_main_process:
+            return None, []
+        # A backend needs only (prompts, decoding, seed) here; the split below also passes first_index and the batch.
+        generation = backend.generate(prompts, decoding, seed=seed, **({"progress": True} if progress else {}))
+        return generation, list(range(count))
+    from accelerate.utils import gather_object
+
+    per_batch = max(1, getattr(backend, "batch_size", count * decoding.num_samples) // decoding.num_samples)
+    chunks = _chunks(count, max(1, min(per_batch, math.ceil(count / world))))
+    start_time = time.perf_counter()
+    local = []
+    with accelerator.split_between_processes(chunks) as mine:
+        for first, stop in mine:
+            part = backend.generate(prompts[first:stop], decoding, seed=seed, first_index=first,
+                                    problems_per_batch=stop - first, progress=progress)  # fmt: skip
+            local.append((first, part))
+        generated = [i for first, stop in mine for i in range(first, stop)]
+    gathered = sorted(gather_object(local), key=lambda item: item[0])
+    parts = [part for _, part in gathered]
+    generation = Generation(
+        [row for part in parts for row in part.samples],
+        max((p.max_new_tokens for p in parts), default=decoding.max_new_tokens or 0),
+        time.perf_counter() - start_time,
+        parts[0].backend if parts else getattr(backend, "name", "?"),
+        {**(parts[0].extra if parts else {}), "processes": world, "chunks": len(chunks)},
+    )
+    return generation, generated
+
+
 def evaluate_data(
     backend,
     data,
@@ -80,19 +134,24 @@ def evaluate_data(
     math_verify: bool = False,
     reward_timeout: float | None = 600.0,
     score: bool = True,
+    accelerator=None,
+    progress: bool = False,
 ) -> BenchmarkResult | None:
     """Evaluate ``data`` (an :class:`~grpo_family.eval.data.EvalData`) with ``backend`` under ``decoding``.
 
-    Every process of a distributed run may call this with ``score=False`` except one: it then only generates (what
-    ZeRO-3 needs of every process) and returns None.
+    ``accelerator`` (a distributed run; every process calls this): the problems are split between the processes and
+    the generations gathered (:func:`generate_split`); only the main process scores, the others return None. Without
+    it, a process called with ``score=False`` only generates (the whole set) and returns None. ``progress``: a
+    progress bar over the problems generated.
     """
     ks = list(ks) if ks is not None else default_ks(decoding, headline)
     maj_ks = list(maj_ks) if maj_ks is not None else ([decoding.num_samples] if decoding.num_samples > 1 else [])
     check_ks([*ks, *maj_ks], decoding, f"dataset {data.name}")
     rows = data.rows
     prompts = list(rows["prompt"])
-    generation = backend.generate(prompts, decoding, seed=seed)
-    if not score:
+    generation, generated = generate_split(backend, prompts, decoding, seed=seed, accelerator=accelerator,
+                                           progress=progress)  # fmt: skip
+    if not score or (accelerator is not None and not accelerator.is_main_process):
         return None
     texts = [[s.text for s in samples] for samples in generation.samples]
     columns = {c: list(rows[c]) for c in rows.column_names}
@@ -132,9 +191,11 @@ def evaluate_data(
 
     keys = list(dict.fromkeys(k for p in problems for k in p["metrics"]))
     all_samples = [s for samples in generation.samples for s in samples]
-    summary: dict[str, Any] = {
-        key: M.mean([p["metrics"][key] for p in problems if key in p["metrics"]]) for key in keys
-    }
+    summary: dict[str, Any] = {}
+    for key in keys:
+        values = [p["metrics"][key] for p in problems if key in p["metrics"]]
+        summary[key] = M.mean(values)
+        summary[f"{key}_stderr"] = M.standard_error(values)
     summary.update(
         problems=len(problems),
         problems_unscored=sum(not p["metrics"] for p in problems),
@@ -150,7 +211,9 @@ def evaluate_data(
     if verdicts is not None:
         pairs = [(v >= threshold, m) for v, m in zip(scores.values, verdicts) if v is not None and m is not None]
         summary["math_verify_accuracy"] = M.mean([float(m) for _, m in pairs]) if pairs else None
+        summary["math_verify_accuracy_stderr"] = M.standard_error([float(m) for _, m in pairs])
         summary["math_verify_agreement"] = M.mean([float(a == m) for a, m in pairs]) if pairs else None
     scoring = {"reward": reward_name, "mode": scores.mode, "mode_applied": scores.mode_applied,
                "threshold": threshold, "errors": scores.errors, "backend": generation.backend, **generation.extra}  # fmt: skip
+    scoring["generated_here"] = len(generated)  # problems this process generated (all of them on one process)
     return BenchmarkResult(data.name, decoding, tuple(headline), summary, problems, scoring)

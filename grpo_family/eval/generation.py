@@ -2,10 +2,13 @@
 or GPU). Both take the same conversational prompts, render them with the tokenizer's chat template (so they see the
 same token ids), and return, per prompt, its samples with their token counts and whether they were cut off.
 
-``generate``: prompts in order, each repeated ``num_samples`` times in a row, ``batch_size`` sequences per call,
-left-padded; sampling draws from torch's global generator seeded with ``seed`` inside ``torch.random.fork_rng`` (the
-caller's random state is left as it was, so an evaluation during training does not change the training run;
-``seed=None`` draws from the caller's generator as it stands, advancing it).
+``generate``: prompts in order, each repeated ``num_samples`` times in a row, ``batch_size // num_samples`` problems
+per call (at least one), left-padded; sampling draws from torch's global generator seeded, for each batch, with
+``seed`` + the index of the batch's first problem, inside ``torch.random.fork_rng`` (the caller's random state is
+left as it was, so an evaluation during training does not change the training run; ``seed=None`` draws from the
+caller's generator as it stands, advancing it). ``progress=True`` shows a progress bar over the problems.
+``TrainerVLLMBackend``: the training run's own vLLM engine (TRL's colocated ``LLM`` or its server client), for
+evaluation during training.
 ``vllm``: one request per prompt with ``n = num_samples``, the engine seeded with ``seed``; the weights in the dtype
 of the checkpoint unless ``dtype`` says otherwise (vLLM's own ``auto`` would serve a float32 checkpoint in bfloat16,
 whose greedy tokens can differ from float32's), token ids decoded with our tokenizer.
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field
 
 from .presets import Decoding
 
-__all__ = ["GenerateBackend", "Generation", "Sample", "VLLMBackend", "chat_prompts", "generate_texts"]
+__all__ = ["GenerateBackend", "Generation", "Sample", "TrainerVLLMBackend", "VLLMBackend", "chat_prompts",
+           "generate_texts"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +117,13 @@ class GenerateBackend:
     def __init__(self, model, tokenizer, *, batch_size: int = 64):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
 
-    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0) -> Generation:
+    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0, first_index: int = 0,
+                 problems_per_batch: int | None = None, progress: bool = False) -> Generation:  # fmt: skip
+        """Batches of ``problems_per_batch`` problems (default: ``batch_size // num_samples``, at least one problem's
+        samples), each sampling batch seeded with ``seed`` + the global index of its first problem (``first_index``
+        + its position), so a problem's samples depend on its batch, not on what was generated before it."""
         import torch
+        from tqdm.auto import tqdm
 
         model, tokenizer = self.model, self.tokenizer
         texts = chat_prompts(tokenizer, prompts)
@@ -123,21 +132,23 @@ class GenerateBackend:
         max_new = _context_cap(context, lengths, decoding.max_new_tokens)
         eos = _eos_ids(model, tokenizer)
         n = decoding.num_samples
-        expanded = [t for t in texts for _ in range(n)]
+        per_batch = problems_per_batch or max(1, self.batch_size // n)
         flat: list[Sample] = []
         was_training = model.training
         model.eval()
         start = time.perf_counter()
         seeded = not decoding.greedy and seed is not None
+        bar = tqdm(total=len(texts), desc=f"generating (n={n}, up to {max_new} tokens)", unit="problem",
+                   disable=not progress, leave=False)  # fmt: skip
         try:
             with _rng_fork(model.device) if seeded else contextlib.nullcontext(), torch.no_grad():
-                if seeded:
-                    torch.manual_seed(seed)
-                for i in range(0, len(expanded), self.batch_size):
+                for i in range(0, len(texts), per_batch):
+                    if seeded:
+                        torch.manual_seed(seed + first_index + i)
+                    batch = [t for t in texts[i : i + per_batch] for _ in range(n)]
                     enc = tokenizer(
-                        expanded[i : i + self.batch_size], return_tensors="pt", padding=True, padding_side="left",
-                        add_special_tokens=False,
-                    ).to(model.device)  # fmt: skip
+                        batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+                    ).to(model.device)
                     ids = model.generate(
                         **enc,
                         max_new_tokens=max_new,
@@ -150,7 +161,9 @@ class GenerateBackend:
                     for tail, text in zip(tails.tolist(), texts_out):
                         end = next((j for j, t in enumerate(tail) if t in eos), None)
                         flat.append(Sample(text, len(tail) if end is None else end, end is None))
+                    bar.update(len(batch) // n)
         finally:
+            bar.close()
             model.train(was_training)
         seconds = time.perf_counter() - start
         samples = [flat[i * n : (i + 1) * n] for i in range(len(texts))]
@@ -212,7 +225,8 @@ class VLLMBackend:
         self.startup_seconds = time.perf_counter() - start
         self.context = self.llm.llm_engine.model_config.max_model_len
 
-    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0) -> Generation:
+    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0, progress: bool = False,
+                 **_batching) -> Generation:  # fmt: skip
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -233,7 +247,7 @@ class VLLMBackend:
             detokenize=False,
         )  # no per-request seed: the engine's (vLLM's CPU build refuses per-request generators)
         start = time.perf_counter()
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=progress)
         seconds = time.perf_counter() - start
         samples = []
         for output in outputs:
@@ -247,3 +261,77 @@ class VLLMBackend:
             samples.append(row)
         return Generation(samples, max_new, seconds, self.name, {"dtype": self.dtype,
                                                                   "startup_seconds": self.startup_seconds})  # fmt: skip
+
+
+def _vllm_sampling_params(**kwargs):
+    from vllm import SamplingParams
+
+    return SamplingParams(**kwargs)
+
+
+class TrainerVLLMBackend:
+    """The training run's own vLLM engine, as TRL 1.16's ``GRPOTrainer`` holds it (``trainer.vllm_generation``):
+    colocate mode generates on each process's own ``LLM`` (the problems split between processes); server mode sends
+    the whole set from the main process to the server (``main_only``: the server batches, and only the main process
+    holds a client). :meth:`sync` pushes the current weights first when the step changed since the last push, as
+    TRL's own generation does (every process calls it: under ZeRO-3 it gathers the shards). Sampling: one request per
+    problem, seeded with ``seed`` + its global index in colocate mode (independent of the split); the server's
+    sampling is the server's."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.engine = trainer.vllm_generation
+        self.mode = self.engine.mode
+        self.main_only = self.mode == "server"
+        self.name = f"vllm-{self.mode}"
+
+    def sync(self) -> None:
+        trainer = self.trainer
+        if trainer.state.global_step != getattr(trainer, "_last_loaded_step", None):
+            self.engine.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+
+    def _context(self) -> int | None:
+        if self.mode == "colocate":
+            return self.engine.llm.llm_engine.model_config.max_model_len
+        return getattr(self.trainer.model.config, "max_position_embeddings", None)
+
+    def generate(self, prompts: list, decoding: Decoding, *, seed: int | None = 0, first_index: int = 0,
+                 progress: bool = False, **_batching) -> Generation:  # fmt: skip
+        engine, tokenizer = self.engine, self.trainer.processing_class
+        ids = tokenizer(chat_prompts(tokenizer, prompts), add_special_tokens=False)["input_ids"]
+        max_new = _context_cap(self._context(), [len(i) for i in ids], decoding.max_new_tokens)
+        eos = _eos_ids(self.trainer.model, tokenizer)
+        sampling = {"n": decoding.num_samples, "temperature": decoding.temperature, "top_p": decoding.top_p,
+                    "top_k": decoding.top_k if decoding.top_k > 0 else -1, "max_tokens": max_new}  # fmt: skip
+        start = time.perf_counter()
+        if self.mode == "colocate":
+            seeded = seed is not None and not decoding.greedy
+            params = [_vllm_sampling_params(**sampling, seed=seed + first_index + i if seeded else None)
+                      for i in range(len(ids))]  # fmt: skip
+            if engine.enable_sleep_mode:  # as TRL's own generation: weights back if they were discarded, then KV
+                if engine._llm_weights_sleeping:
+                    engine.sync_weights()
+                engine.llm.wake_up(tags=["kv_cache"])
+            outputs = engine.llm.generate([{"prompt_token_ids": i} for i in ids], sampling_params=params,
+                                          use_tqdm=progress)  # fmt: skip
+            if engine.enable_sleep_mode:
+                engine.llm.sleep(level=2)
+                engine._llm_weights_sleeping = True
+            rows = [[list(o.token_ids) for o in output.outputs] for output in outputs]
+        else:
+            sampling["top_k"] = decoding.top_k
+            out = engine.vllm_client.generate(prompts=ids, **sampling)
+            flat = out["completion_ids"]
+            n = decoding.num_samples
+            rows = [flat[i * n : (i + 1) * n] for i in range(len(ids))]
+        seconds = time.perf_counter() - start
+        samples = []
+        for row in rows:
+            decoded = []
+            for tokens in row:
+                end = next((j for j, t in enumerate(tokens) if t in eos), None)
+                kept = tokens if end is None else tokens[:end]
+                decoded.append(Sample(tokenizer.decode(kept, skip_special_tokens=True), len(kept), end is None))
+            samples.append(decoded)
+        return Generation(samples, max_new, seconds, self.name, {"engine": f"the training run's vLLM ({self.mode})"})

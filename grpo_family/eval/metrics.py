@@ -13,6 +13,7 @@ Pure functions on Python numbers (no torch): what a problem's samples give, and 
   samples (deterministic, order-dependent, documented in ``docs/evaluation.md``). Correct when the samples with that
   answer are correct.
 * ``greedy accuracy`` -- the share of problems whose one greedy sample is correct.
+* every benchmark mean has a standard error over problems (:func:`standard_error`), reported as ``<metric>_stderr``.
 
 A sample is *correct* when its reward is at least ``threshold`` (default 1.0: full marks; rewards in [0, 1] such as
 ``qa_f1`` or ``code_tests`` count only when perfect). Unscored samples (reward ``None``) are left out: a problem's
@@ -37,6 +38,7 @@ __all__ = [
     "paired_bootstrap",
     "pass_at_k",
     "problem_metrics",
+    "standard_error",
 ]
 
 # --compare: problems resampled with replacement this many times, from this seed (so a comparison is reproducible).
@@ -118,6 +120,21 @@ def problem_metrics(
 
 def mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    """Standard error of a benchmark's mean over its problems: ``s / sqrt(P)`` with ``s`` the sample standard
+    deviation (``P - 1`` in the denominator) of the ``P`` per-problem values; None below 2 problems.
+
+    Problems are the random unit (a benchmark is a sample of problems): for greedy accuracy the values are 0/1 and
+    this is the binomial standard error ``sqrt(p (1 - p) / (P - 1))``; for pass@k they are the unbiased estimator's
+    per-problem values, so this is that estimator's standard error over problems (the within-problem sampling noise
+    is included, since each problem's value carries it)."""
+    count = len(values)
+    if count < 2:
+        return None
+    centre = math.fsum(values) / count
+    return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (count - 1) / count)
 
 
 def paired_bootstrap(

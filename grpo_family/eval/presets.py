@@ -97,12 +97,15 @@ class Preset:
         return decoding, metrics
 
 
+GREEDY_MAX_NEW_TOKENS = 1024  # the greedy preset's generation length (--max_new_tokens or a --recipe changes it)
+
 _LIGHTEVAL = Decoding(temperature=0.6, top_p=0.95, num_samples=1, max_new_tokens=32768)
 
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
-        Preset("greedy", "-", Decoding(), ("greedy_accuracy",)),
+        # No paper: a length cap of its own, so a model that never stops is not generated to its whole context.
+        Preset("greedy", "-", Decoding(max_new_tokens=GREEDY_MAX_NEW_TOKENS), ("greedy_accuracy",)),
         # GPG and CW-GRPO report zero-shot pass@1 with the Open-RS / open-r1 lighteval setup they build on.
         Preset("gpg", "GPG", _LIGHTEVAL, ("pass@1",)),
         Preset("cw_grpo", "CW-GRPO", _LIGHTEVAL, ("pass@1",)),

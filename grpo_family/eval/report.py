@@ -46,13 +46,20 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _with_stderr(summary: dict, key: str) -> str:
+    stderr = summary.get(f"{key}_stderr")
+    cell = _cell(summary.get(key))
+    return cell if stderr is None or cell == "-" else f"{cell} ± {stderr:.3f}"
+
+
 def results_markdown(results: dict) -> str:
-    """One row per benchmark: its headline metrics first, then the other metrics, lengths and counts."""
+    """One row per benchmark: its headline metrics first (each ± its standard error over problems), then the other
+    metrics, lengths and counts."""
     benchmarks = results["benchmarks"]
     metric_keys: list[str] = []
     for bench in benchmarks.values():
         for key in [*bench["headline"], *bench["summary"]]:
-            if "@" in key or key in ("greedy_accuracy", "math_verify_accuracy"):
+            if ("@" in key or key in ("greedy_accuracy", "math_verify_accuracy")) and not key.endswith("_stderr"):
                 metric_keys.append(key)
     metric_keys = list(dict.fromkeys(metric_keys))
     head = ["benchmark", "decoding", *metric_keys, *_COUNT_KEYS]
@@ -67,7 +74,7 @@ def results_markdown(results: dict) -> str:
             else f"T={d['temperature']:g}, top-p {d['top_p']:g}, n={d['num_samples']}"
         )
         row = [name, f"{decoding}, {bench['summary']['max_new_tokens']} tokens"]
-        row += [_cell(bench["summary"].get(k)) for k in metric_keys]
+        row += [_with_stderr(bench["summary"], k) for k in metric_keys]
         row += [_cell(bench["summary"].get(k)) for k in _COUNT_KEYS]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
@@ -92,9 +99,29 @@ def _load_run(path: str) -> tuple[Path, dict]:
     if folder.is_file():
         folder = folder.parent
     results = folder / "results.json"
+    evaluations = sorted(str(p.parent) for p in folder.glob("*/results.json") if "benchmarks" in _read(p))
+    found = f" Evaluations found inside it: {', '.join(evaluations)}." if evaluations else ""
     if not results.is_file():
-        raise EvalSetupError(f"--compare {path}: no results.json there. Give the output folder of an evaluation.")
-    return folder, json.loads(results.read_text())
+        raise EvalSetupError(
+            f"--compare {path}: no results.json there. Give the output folder of an evaluation.{found}"
+        )
+    run = _read(results)
+    if "benchmarks" not in run:
+        raise EvalSetupError(
+            f"--compare {path}: a training output folder (examples/train.py's results.json: accuracy before and after "
+            "training, no per-problem samples), not an evaluation. --compare takes the folders "
+            "`python -m grpo_family.eval --model <training folder> --dataset ...` writes (by default "
+            f"<training folder>/eval-<preset>).{found or ' Evaluate the run first.'}"
+        )
+    return folder, run
+
+
+def _read(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise EvalSetupError(f"--compare: {path} cannot be read ({error}).") from None
+    return value if isinstance(value, dict) else {}
 
 
 def _records(folder: Path, name: str) -> list[dict]:

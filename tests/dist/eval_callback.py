@@ -2,9 +2,13 @@
 
     eval_callback.py MODEL_DIR OUT_DIR TESTS_DIR
 
+or, in the vLLM lane's environment (tests/test_eval_vllm.py), one process with a colocated vLLM engine:
+
+    python eval_callback.py MODEL_DIR OUT_DIR TESTS_DIR vllm
+
 Trains grpo for 2 steps with an EvaluationCallback (greedy and 4 samples per held-out problem) evaluating before
-training and at every step, and saves every rank's evaluation history, for the test to compare across ranks and
-with a single-process evaluation.
+training and at every step, and saves every rank's evaluation history and the problems it generated at the last
+evaluation, for the test to compare across ranks and with a single-process evaluation.
 """
 
 import json
@@ -27,6 +31,8 @@ SETTINGS = dict(every=1, max_new_tokens=40, num_samples=4, temperature=1.0, ks=[
 
 def main():
     model_dir, out_dir = sys.argv[1:3]
+    vllm = sys.argv[4:5] == ["vllm"]
+    engine = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 128} if vllm else {}
     config_cls, trainer_cls = METHODS["grpo"]
     held_out = EvalData.held_out(make_arithmetic_dataset("eval", HELD_OUT, seed=0), arithmetic_reward)
     callback = EvaluationCallback(held_out, arithmetic_reward, **SETTINGS)
@@ -35,7 +41,7 @@ def main():
         reward_funcs=[digit_share_reward],
         args=config_cls(
             **tiny_config_kwargs(
-                out_dir, per_device_train_batch_size=4, num_generations=4, max_steps=2, learning_rate=5e-3
+                out_dir, per_device_train_batch_size=4, num_generations=4, max_steps=2, learning_rate=5e-3, **engine
             )
         ),
         train_dataset=make_arithmetic_dataset("train", 32, seed=0),
@@ -46,7 +52,9 @@ def main():
     callback.initial = callback.evaluate()
     trainer.train()
     with open(f"{out_dir}/rank{trainer.accelerator.process_index}.json", "w") as f:
-        json.dump({str(step): metrics for step, metrics in callback.history.items()}, f)
+        history = {str(step): metrics for step, metrics in callback.history.items()}
+        json.dump({"history": history, "generated": callback.generated, "backend": callback.backend_name,
+                   "last_loaded_step": getattr(trainer, "_last_loaded_step", None)}, f)  # fmt: skip
 
 
 if __name__ == "__main__":
