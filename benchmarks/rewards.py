@@ -347,7 +347,8 @@ def main() -> None:
         "",
         f"Written by `python benchmarks/rewards.py` on {platform.machine()}, Python {platform.python_version()}, "
         f"TRL {version('trl')}, math-verify {version('math-verify')}; "
-        f"{sum(len(r) for r in sets.values())} hand-graded cases ({seconds:.1f} s in all, every grader).",
+        f"{sum(len(r) for r in sets.values())} hand-graded cases written for issues 21 and 29 ({seconds:.1f} s in "
+        f"all, every grader) and {len(corpus_rows)} real completion endings (below).",
         "",
         "A case's grade is a careful human's verdict on the final answer (1 right and committed to; 0 wrong, "
         "withdrawn, hedged, hidden or absent; None: the gold cannot be read). FP: 1.0 where the grade is not 1. "
