@@ -265,9 +265,9 @@ def corpus_report(rows: list[tuple[dict, dict]], seconds: float) -> tuple[list[s
     ]
     lines += [
         "",
-        f"**False negatives on the correct endings with value golds: math-verify alone {fn['math_verify']}; "
+        f"False negatives on the correct endings with value golds: math-verify alone {fn['math_verify']}; "
         + "; ".join(verdicts)
-        + ".**",
+        + ".",
         "",
         "Per family, grpo_family's false negatives against math-verify's (training / eval / math-verify): "
         + ", ".join(
