@@ -29,6 +29,10 @@ from grpo_family.algorithms.losses import aggregate_token_loss
 U = 2.0**-24  # float32 unit roundoff
 
 
+# tol(defaults): assert_close's float64 defaults (rtol 1e-7, atol 1e-7) on float64 worked numbers that carry a few
+# float64 roundings (~1e-16 each), far inside them.
+
+
 def test_worked_numbers():
     # One completion of 3 tokens, log-ratios (0.5, -0.1, 0.2), range (e^-0.4, e^0.4).
     # A = +1: min(log r, clamp) = (0.4, -0.1, 0.2), mean 1/6, loss -e^(1/6); token 0 clipped above.
@@ -116,10 +120,11 @@ def test_rows_without_tokens_have_no_gradient_in_both():
     got = aggregate_token_loss(gmpo_surrogate(logps, old, advantages, mask, epsilon_low=0.4, epsilon_high=0.4)
                                .per_token_loss, mask, "grpo")  # fmt: skip
     # TRL counts the empty row's -A * e^0 = -2 in the loss's value (a constant); ours counts 0.
+    # tol: float32 losses of magnitude <= 3, each a few roundings (2^-23 each): 1e-6 relative is ~8 ULP of the difference.
     assert math.isclose(float(expected) - float(got), -2.0 / 2, rel_tol=1e-6)
     (grad_expected,) = torch.autograd.grad(expected, logps)
     (grad_got,) = torch.autograd.grad(got, logps)
-    torch.testing.assert_close(grad_got, grad_expected, rtol=8 * U, atol=0.0)
+    torch.testing.assert_close(grad_got, grad_expected, rtol=8 * U, atol=0.0)  # tol: 8 float32 ULP, two op orders
     assert not grad_got[1].any()
 
 
