@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 import sys
 import threading
@@ -1271,3 +1272,60 @@ def test_the_program_cannot_forge_the_judges_verdict(tmp_root, full_isolation):
     assert result.verdict is False and result.judge["calls"] == 1  # the judge ran the test, untouched
     reached = result.stdout.strip()
     assert "mem" not in reached and "stopped" not in reached and "/fd/" not in reached, reached
+
+
+# ----------------------------------------------------------------------------------------------- issue 42: routes
+# Each test below failed on the code before issue 42 (the outcome it had is in its docstring or the commit that
+# added it).
+
+_OLD_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def _old_extract_code(text: str) -> str:
+    """extract_code as the regex before issue 42 defined it (quadratic on hostile text; fine on small texts)."""
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _OLD_FENCE.finditer(text)]
+    for wanted in (lambda label: label in {"python", "py", "python3"}, lambda label: label == ""):
+        chosen = [body for label, body in blocks if wanted(label)]
+        if chosen:
+            return chosen[-1]
+    return text
+
+
+@given(st.lists(st.sampled_from(["```", "```python", "```py x", "````", " ```\t", "```bash", "x = 1", "", "  ``` ",
+                                 "```\r", "\t```python3 -c", "```+-_"]), max_size=12),
+       st.booleans())  # fmt: skip
+@settings(max_examples=400, deadline=None)
+def test_the_line_scanner_extracts_what_the_old_pattern_did(lines, final_newline):
+    text = "\n".join(lines) + ("\n" if final_newline else "")
+    assert extract_code(text) == _old_extract_code(text)
+
+
+def _best_of(function, argument, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function(argument)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def test_fence_extraction_of_a_hostile_megabyte_costs_what_a_plain_one_does():
+    """An unclosed fence with a long label held the trainer 8-15 s at 48 KB (quadratic backtracking of the old
+    ``_FENCE``; 1 MB would take hours: killed after 60 s). Every hostile shape of 1 MB costs at most a generous
+    multiple of a plain 1 MB completion (prose with closed code blocks), timed in the same run."""
+    size = 1 << 20
+    paragraph = "The loop adds each number to the total, then prints it.\n" * 8
+    block = "```python\nimport sys\nprint(sum(map(int, sys.stdin.read().split())))\n```\n"
+    plain = ((paragraph + block) * (size // len(paragraph + block) + 1))[:size]
+    hostile = {
+        "unclosed fence, long label": "```" + "a" * (size - 3),
+        "unclosed fence, long label and spaces": "```py" + "a" * (size // 2) + " " * (size // 2 - 5),
+        "unclosed fence, long body": "```python\n" + "x = 1\n" * ((size - 10) // 6),
+        "fence lines that never close": "```py\n" * (size // 6),
+        "spaces before a fence, no fence": (" " * 4095 + "\n") * (size // 4096),
+    }
+    baseline = _best_of(extract_code, plain)
+    for name, text in hostile.items():
+        assert abs(len(text) - size) < 4096, name
+        elapsed = _best_of(extract_code, text)
+        assert elapsed <= 50 * baseline, (name, elapsed, baseline)
