@@ -1322,6 +1322,7 @@ def test_fence_extraction_of_a_hostile_megabyte_costs_what_a_plain_one_does():
         "unclosed fence, long label and spaces": "```py" + "a" * (size // 2) + " " * (size // 2 - 5),
         "unclosed fence, long body": "```python\n" + "x = 1\n" * ((size - 10) // 6),
         "fence lines that never close": "```py\n" * (size // 6),
+        "a block every two lines": "```\n" * (size // 4),
         "spaces before a fence, no fence": (" " * 4095 + "\n") * (size // 4096),
     }
     baseline = _best_of(extract_code, plain)

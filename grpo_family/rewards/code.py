@@ -132,19 +132,51 @@ ISOLATION_MODES = ("auto", "strict", "minimal")
 
 # ------------------------------------------------------------------------------------------------ extraction
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+# A fence line, found by patterns without nested or adjacent overlapping repeats, so that each scan is linear in
+# the text (the single pattern before issue 42 backtracked quadratically on an unclosed fence with a long label):
+# an opening is a line starting with optional spaces/tabs, three backticks, optional spaces/tabs and a label; a
+# closing is a line of exactly that without a label.
+_FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)", re.MULTILINE)
+_FENCE_CLOSE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
 _PYTHON_LABELS = {"python", "py", "python3"}
+# Characters of a completion scanned for fences, at most: far beyond any generated completion, and a bound on what
+# one text can cost the trainer.
+_MAX_SCANNED = 1 << 20
+
+
+def _fenced_blocks(text: str):
+    """``(label, body)`` of each closed fenced block in the first ``_MAX_SCANNED`` characters of ``text``, in
+    order, by a line scanner: each opening fence line (followed by a newline) is closed by the next closing fence
+    line; an opening never closed ends the scan (no later one can be closed either)."""
+    scanned = text[:_MAX_SCANNED]
+    pos = 0
+    while pos <= len(scanned):
+        opening = _FENCE_OPEN.search(scanned, pos)
+        if opening is None:
+            return
+        newline = scanned.find("\n", opening.end())
+        if newline < 0:
+            return
+        closing = _FENCE_CLOSE.search(scanned, newline + 1)
+        if closing is None:
+            return
+        yield opening.group(1).lower(), scanned[newline + 1 : closing.start()]
+        pos = closing.end() + 1
 
 
 def extract_code(text: str) -> str:
     """The program in a completion text: the last closed ```` ```python ```` (``py``, ``python3``) block, else the
-    last closed unlabelled fenced block, else the whole text."""
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
-    for wanted in (lambda label: label in _PYTHON_LABELS, lambda label: label == ""):
-        chosen = [body for label, body in blocks if wanted(label)]
-        if chosen:
-            return chosen[-1]
-    return text
+    last closed unlabelled fenced block, else the whole text (fences are looked for in its first
+    ``_MAX_SCANNED`` characters)."""
+    last_python = last_plain = None
+    for label, body in _fenced_blocks(text):
+        if label in _PYTHON_LABELS:
+            last_python = body
+        elif label == "":
+            last_plain = body
+    if last_python is not None:
+        return last_python
+    return last_plain if last_plain is not None else text
 
 
 # ------------------------------------------------------------------------------------------------ test cases
@@ -318,8 +350,7 @@ def prompt_helpers(prompt: Any) -> tuple[str, tuple[str, ...]]:
     program passes that row's tests: give such rows a stub.
     """
     text = _last_user_text(prompt)
-    blocks = [body for label, body in ((m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text))
-              if label in _PYTHON_LABELS or label == ""]  # fmt: skip
+    blocks = [body for label, body in _fenced_blocks(text) if label in _PYTHON_LABELS or label == ""]
     helpers: list[str] = []
     stubs: list[str] = []
     for source in blocks or [text]:
