@@ -1330,3 +1330,37 @@ def test_fence_extraction_of_a_hostile_megabyte_costs_what_a_plain_one_does():
         assert abs(len(text) - size) < 4096, name
         elapsed = _best_of(extract_code, text)
         assert elapsed <= 50 * baseline, (name, elapsed, baseline)
+
+
+def test_the_program_that_runs_is_the_text_the_trainer_read(tmp_root):
+    """A ``# coding: utf-7`` cookie: the trainer reads a comment, the child used to compile the file's bytes with
+    the cookie, where ``+AAo-`` is a newline, and ran ``print(3)``: 1.0 for a program that, as read, does
+    nothing. Both sides now compile the same decoded text (the cookie ignored on both)."""
+    program = "# coding: utf-7\n#+AAo-print(3)\n"
+    exec(compile(program, "as_read", "exec"), {})  # as read: a comment, nothing printed (pytest captures nothing)
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert reward([fenced(program)], test_cases=[[{"input": "", "output": "3\n"}]]) == [0.0]
+
+
+def _installed_package_dirs() -> list[str]:
+    """Directories of third-party packages of this interpreter and its base installation, as they are here."""
+    import sysconfig
+
+    dirs = set()
+    for base in (sys.prefix, sys.base_prefix):
+        paths = sysconfig.get_paths(vars={"base": base, "platbase": base})
+        dirs.update(os.path.realpath(paths[key]) for key in ("purelib", "platlib"))
+    return sorted(d for d in dirs if os.path.isdir(d) and os.listdir(d))
+
+
+def test_only_the_standard_library_is_readable_inside(tmp_root, full_isolation):
+    """The base interpreter's ``site-packages`` lies inside its standard library directory, which the private view
+    binds: every package installed there (pytest, hypothesis, IPython here) was readable and importable by path
+    from inside. Now an empty directory."""
+    needs(full_isolation, namespaces=("mnt",))
+    dirs = _installed_package_dirs()
+    assert dirs, "no third-party package directory here: nothing to hide"
+    probe = f"import os\nfor d in {dirs!r}:\n    try:\n        print(d, len(os.listdir(d)))\n    except OSError:\n        print(d, 0)\n"
+    result = run_bounded(_guard_off(tmp_root), probe)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [x for d in dirs for x in (d, "0")], result.stdout
