@@ -1364,3 +1364,100 @@ def test_only_the_standard_library_is_readable_inside(tmp_root, full_isolation):
     result = run_bounded(_guard_off(tmp_root), probe)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [x for d in dirs for x in (d, "0")], result.stdout
+
+
+# Siblings of one prompt: HOLDER solves the task and leaves a mark in state every run shares (the interpreter's
+# read-only files, bound into every run); PROBE cannot solve it and prints the answer only when it sees the mark.
+SIBLING_CHANNELS = {
+    "flock": (
+        "import fcntl, sys, time\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\n",
+        "import fcntl, sys\nf = open(sys.executable, 'rb')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "    return_mark = False\nexcept OSError:\n    return_mark = True\n",
+    ),
+    "ofd_getlk": (
+        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
+        "fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 1, 0))\n",
+        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\ntry:\n"
+        "    got = fcntl.fcntl(f, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0))\n"
+        "    return_mark = struct.unpack('hhqqi4x', got)[0] != fcntl.F_UNLCK\nexcept OSError:\n"
+        "    return_mark = False\n",
+    ),
+    "page_cache": (
+        "import os\npath = os.path.dirname(os.__file__) + '/antigravity.py'\n"
+        "fd = os.open(path, os.O_RDONLY)\nimport time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end:\n"
+        "    os.pread(fd, 4096, 0)\n    time.sleep(0.01)\n",
+        "import os, time\npath = os.path.dirname(os.__file__) + '/antigravity.py'\nfd = os.open(path, os.O_RDONLY)\n"
+        "return_mark = False\nend = time.monotonic() + 2.0\nwhile time.monotonic() < end and not return_mark:\n"
+        "    try:\n        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n        time.sleep(0.05)\n"
+        "        os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)\n        return_mark = True\n"
+        "    except OSError:\n        time.sleep(0.01)\n",
+    ),
+}
+_HOLD = "import time\ntime.sleep(2.5)\nprint(3)\n"  # the holder's answer, after holding the mark
+_PROBE_FOR_A_WHILE = (
+    "import time\nstart = time.monotonic()\nwhile True:\n{probe}    if return_mark or time.monotonic() - start > 2:\n"
+    "        break\n    time.sleep(0.05)\nprint(3 if return_mark else 0)\n"
+)
+
+
+@pytest.mark.parametrize("channel", sorted(SIBLING_CHANNELS))
+def test_siblings_of_one_prompt_cannot_signal_each_other(tmp_root, channel):
+    """Before: the prober scored 1.0 beside a sibling that solved the task (flock, OFD locks, the page cache of an
+    interpreter file: issue 42), because siblings ran at the same time and the filter allowed these calls. Now
+    siblings run one after the other, and the filter refuses these calls (either closes the channel)."""
+    holder, probe = SIBLING_CHANNELS[channel]
+    probe_body = "".join("    " + line + "\n" for line in probe.splitlines())
+    prober = _PROBE_FOR_A_WHILE.format(probe=probe_body)
+    reward = CodeTestsReward(timeout_s=6.0, tmp_root=str(tmp_root), max_workers=2, python_guard=False)
+    tests = [[{"input": "", "output": "3\n"}]] * 2
+    prompt = [{"role": "user", "content": "Print 3."}]
+    rewards = reward([fenced(holder + _HOLD), fenced(prober)], test_cases=tests, prompts=[prompt, prompt])
+    assert rewards == [1.0, 0.0], rewards
+
+
+@pytest.mark.parametrize("channel", sorted(SIBLING_CHANNELS))
+def test_control_without_the_filter_the_channel_works_between_prompts(tmp_root, channel):
+    """The same pair as two different prompts' completions (which run at the same time), without the syscall
+    filter: the prober sees the holder, so the test above is not passing because the channel does not exist."""
+    holder, probe = SIBLING_CHANNELS[channel]
+    prober = _PROBE_FOR_A_WHILE.format(probe="".join("    " + line + "\n" for line in probe.splitlines()))
+    reward = CodeTestsReward(
+        timeout_s=6.0, tmp_root=str(tmp_root), max_workers=2, python_guard=False, syscall_filter=False
+    )
+    prompts = [[{"role": "user", "content": "Print 3."}], [{"role": "user", "content": "Print 3 too."}]]
+    rewards = reward([fenced(holder + _HOLD), fenced(prober)], test_cases=[[{"input": "", "output": "3\n"}]] * 2,
+                     prompts=prompts)  # fmt: skip
+    assert rewards == [1.0, 1.0], rewards
+
+
+def test_runs_of_one_prompt_never_overlap_and_other_prompts_run_beside_them(tmp_root, monkeypatch):
+    """The schedule: every run of one prompt's completions after the previous one ended; runs of different prompts
+    at the same time (max_workers of them). Before: every run of the batch in one pool, siblings at once."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=4)
+    reward._checked = True
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def fake_run(program, stdin="", **kwargs):
+        start = time.monotonic()
+        time.sleep(0.05)
+        with lock:
+            spans.append((program.split("#")[1], start, time.monotonic()))
+        from grpo_family.rewards.code import RunResult
+
+        return RunResult(returncode=0, stdout="3\n")
+
+    monkeypatch.setattr(reward.sandbox, "run", fake_run)
+    prompts = [[{"role": "user", "content": f"prompt {k}"}] for k in (0, 1, 0, 1, 0, 1, 0, 1)]
+    completions = [fenced(f"print(3)  #{k}#\n") for k in (0, 1, 0, 1, 0, 1, 0, 1)]
+    tests = [[{"input": "", "output": "3\n"}] * 2] * 8
+    assert reward(completions, test_cases=tests, prompts=prompts) == [1.0] * 8
+    assert len(spans) == 16
+
+    def overlap(a, b):
+        return a[1] < b[2] and b[1] < a[2]
+
+    same = [(a, b) for a in spans for b in spans if a is not b and a[0] == b[0] and overlap(a, b)]
+    across = [(a, b) for a in spans for b in spans if a[0] != b[0] and overlap(a, b)]
+    assert same == [], same[:3]
+    assert across, "runs of different prompts never ran at the same time"
