@@ -1445,7 +1445,7 @@ def test_runs_of_one_prompt_never_overlap_and_other_prompts_run_beside_them(tmp_
             spans.append((program.split("#")[1], start, time.monotonic()))
         from grpo_family.rewards.code import RunResult
 
-        return RunResult(returncode=0, stdout="3\n")
+        return RunResult(returncode=0, output_matches=kwargs.get("expected") == "3\n")
 
     monkeypatch.setattr(reward.sandbox, "run", fake_run)
     prompts = [[{"role": "user", "content": f"prompt {k}"}] for k in (0, 1, 0, 1, 0, 1, 0, 1)]
@@ -1461,3 +1461,17 @@ def test_runs_of_one_prompt_never_overlap_and_other_prompts_run_beside_them(tmp_
     across = [(a, b) for a in spans for b in spans if a[0] != b[0] and overlap(a, b)]
     assert same == [], same[:3]
     assert across, "runs of different prompts never ran at the same time"
+
+
+def test_the_trainer_keeps_booleans_not_output(tmp_root):
+    """32 runs (8 prompts' programs x 4 cases) each printing 1 MiB of invalid UTF-8: the runs' output was decoded
+    and kept until the batch was scored (~2 MB per run: a 66 MB peak of our Python memory here before issue 42). Now
+    each run's stdout is compared where it is collected and dropped: the peak is bounded by the runs in flight
+    (2 workers x a few copies of 1 MiB), whatever the batch size."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=2)
+    reward._check_once()
+    printer = fenced("import sys\nsys.stdout.buffer.write(b'\\xff' * (1 << 20))\n")
+    test_cases = [[{"input": str(c), "output": f"{k}\n"} for c in range(4)] for k in range(8)]
+    cost = trainer_side_cost(reward, [printer] * 8, test_cases, deadline_s=120.0)
+    assert cost["rewards"] == [0.0] * 8, cost
+    assert cost["peak_mb"] < 2 * 8 * (reward.sandbox.max_output_bytes / 2**20), cost
