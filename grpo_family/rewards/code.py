@@ -294,6 +294,15 @@ def normalize_output(text: str) -> str:
     return "\n".join(lines)
 
 
+def _normalized(data: bytes) -> bytes:
+    """:func:`normalize_output` on bytes (every character it forgives is ASCII, so UTF-8 text compares the same;
+    invalid UTF-8 is compared as it is, never decoded)."""
+    lines = [line.rstrip(b" \t\r") for line in data.replace(b"\r\n", b"\n").split(b"\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return b"\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------ the prompt's helpers
 
 
@@ -434,6 +443,7 @@ def _write_bytecode() -> None:
 # stderr are capped at max_output_bytes; nothing else the run writes reaches this process.
 _REPORT_CAP = 1 << 14
 _VERDICT_CAP = 1 << 12
+_STDERR_TAIL = 1 << 12  # of stderr, only the last bytes are kept (its length still counts against the cap)
 # A message between the judge and the program, at most (bytes; the judge's own memory limit and the deadline bound it
 # too): a call's arguments come back with its result, so a 1 MB list argument is 2 MB of reply.
 _MESSAGE_CAP = 1 << 24
@@ -500,9 +510,10 @@ _STARTUP_TIMEOUT_S = 30.0  # for the sandbox to get ready (not charged to the pr
 
 @dataclass
 class RunResult:
-    """What one sandboxed run did. ``stdout`` / ``stderr`` are decoded (invalid UTF-8 replaced) and at most
-    ``max_output_bytes`` long; ``completed`` is True when the program finished without an exception or ``exit()``
-    (stdin/stdout runs) or the judge reached a verdict (test runs); ``verdict`` (test runs) is the judge's: True
+    """What one sandboxed run did. ``stdout`` is decoded (invalid UTF-8 replaced) and at most ``max_output_bytes``
+    long (empty when the run was given ``expected``: ``output_matches`` then says whether it matched); ``stderr`` is
+    the last ``_STDERR_TAIL`` bytes of it, decoded; ``completed`` is True when the program finished without an
+    exception or ``exit()`` (stdin/stdout runs) or the judge reached a verdict (test runs); ``verdict`` (test runs) is the judge's: True
     when the test passed, False when it failed, None when no verdict arrived; ``judge`` is the judge's report
     (``calls``: how many calls into the program the test made, ``note``: why it failed); ``syntax_error`` is decided
     here, before running, from the program's text; ``isolation`` is the child's report of the layers it applied
@@ -516,6 +527,7 @@ class RunResult:
     completed: bool = False
     syntax_error: bool = False
     verdict: bool | None = None
+    output_matches: bool | None = None
     judge: dict = field(default_factory=dict)
     duration_s: float = 0.0
     isolation: dict = field(default_factory=dict)
@@ -655,11 +667,20 @@ class Sandbox:
         }
 
     def run(
-        self, program: str, stdin: str = "", *, test: str | None = None, helpers: str = "", stubs: Sequence[str] = ()
+        self,
+        program: str,
+        stdin: str = "",
+        *,
+        test: str | None = None,
+        helpers: str = "",
+        stubs: Sequence[str] = (),
+        expected: str | None = None,
     ) -> RunResult:
         """Run ``program`` with ``stdin`` in a fresh sandbox. With ``test`` (Python source), the judge runs it
         against the program (after ``helpers``, the prompt's; ``stubs`` are names the program defines) and
-        ``RunResult.verdict`` is its verdict (see the module docstring)."""
+        ``RunResult.verdict`` is its verdict (see the module docstring). With ``expected``, the program's stdout is
+        compared with it here, as bytes (:func:`normalize_output`'s rules), into ``RunResult.output_matches``, and
+        is not kept (``stdout`` stays empty): what the reward needs is a boolean."""
         if sys.platform != "linux":
             raise RuntimeError("the code-execution sandbox needs Linux")
         _write_bytecode()
@@ -713,7 +734,7 @@ class Sandbox:
             if test is not None:
                 modules = _module_names(test, helpers)
                 job = json.dumps({"test": test, "modules": modules}).encode("utf-8", "surrogatepass")
-            self._collect(proc, ours, start, job, result)
+            self._collect(proc, ours, start, job, result, expected)
         except OSError as e:
             result.error = f"cannot run the sandbox: {e}"
         finally:
@@ -748,7 +769,7 @@ class Sandbox:
         return result
 
     def _collect(self, proc: subprocess.Popen, ours: dict[str, int], start: float, job: bytes | None,
-                 result: RunResult) -> None:  # fmt: skip
+                 result: RunResult, expected: str | None = None) -> None:  # fmt: skip
         """Read stdout, stderr, the report and the verdict, each up to its cap, and write the test to the judge,
         until the child exits (or the deadline / output cap). Nothing read is decoded beyond its cap."""
         out, err = proc.stdout.fileno(), proc.stderr.fileno()
@@ -762,6 +783,7 @@ class Sandbox:
         deadline = start + _STARTUP_TIMEOUT_S
         program_started = False
         exited_at = None
+        stderr_bytes = 0
         with selectors.DefaultSelector() as selector:
             for fd in buffers:
                 selector.register(fd, selectors.EVENT_READ)
@@ -793,7 +815,10 @@ class Sandbox:
                         continue
                     buf = buffers[key.fd]
                     buf += data
-                    if len(buf) > caps[key.fd]:
+                    if key.fd == err:  # stderr: counted to its cap, only a short tail kept
+                        stderr_bytes += len(data)
+                        del buf[:-_STDERR_TAIL]
+                    if len(buf) > caps[key.fd] or (key.fd == err and stderr_bytes > caps[err]):
                         del buf[caps[key.fd] :]
                         if key.fd in (out, err):
                             result.output_overflow = True
@@ -817,7 +842,13 @@ class Sandbox:
                 if not data:
                     break
                 buffers[fd] += data
-        result.stdout = buffers[out].decode("utf-8", errors="replace")
+        if expected is None:
+            result.stdout = buffers[out].decode("utf-8", errors="replace")
+        else:
+            result.output_matches = _normalized(bytes(buffers[out])) == _normalized(
+                expected.encode("utf-8", "surrogatepass")
+            )
+        buffers[out] = bytearray()
         result.stderr = buffers[err].decode("utf-8", errors="replace")
         result.isolation = _first_json_line(buffers[ours["status"]], caps[ours["status"]]) or {}
         if "verdict" in ours:
@@ -1034,47 +1065,50 @@ class CodeTestsReward:
         if any(suites):
             self._check_once()
 
-        results: list[list[RunResult | None]] = [[None] * len(s) if s else [] for s in suites]
-        stop = [False] * len(completions)  # the program cannot pass any more test cases (syntax error, timeout)
-        stop_lock = threading.Lock()
+        # What is kept of each run: whether it passed and the flags the metrics count, never its output.
+        outcomes: list[list[_Outcome | None]] = [[None] * len(s) if s else [] for s in suites]
 
-        def run_one(i: int, j: int) -> None:
-            with stop_lock:
-                if stop[i]:
-                    return
-            case = suites[i][j]
-            if case.test_code is None:
-                result = self.sandbox.run(programs[i], case.stdin)
-            else:
-                source, stubs = helpers[i]
-                result = self.sandbox.run(programs[i], test=case.test_code, helpers=source, stubs=stubs)
-            results[i][j] = result
-            if result.syntax_error or (result.timed_out and self.skip_after_timeout):
-                with stop_lock:
-                    stop[i] = True
+        def run_prompt(members: list[int]) -> None:
+            """Every run of one prompt's completions, one after the other: siblings never run at the same time, so
+            nothing they share (locks, the page cache, the CPU) carries a bit from one to another."""
+            for i in members:
+                for j, case in enumerate(suites[i]):
+                    if case.test_code is None:
+                        result = self.sandbox.run(programs[i], case.stdin, expected=case.expected)
+                    else:
+                        source, stubs = helpers[i]
+                        result = self.sandbox.run(programs[i], test=case.test_code, helpers=source, stubs=stubs)
+                    outcomes[i][j] = _Outcome.of(case, result)
+                    if result.syntax_error or (result.timed_out and self.skip_after_timeout):
+                        break
 
-        jobs = [(i, j) for i, suite in enumerate(suites) if suite for j in range(len(suite))]
-        if jobs:
-            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs)), thread_name_prefix="code") as pool:
-                for future in [pool.submit(run_one, i, j) for i, j in jobs]:
+        groups: dict[str, list[int]] = {}
+        for i, suite in enumerate(suites):
+            if suite:  # siblings: the same prompt (else, without prompts, the same row of tests)
+                key = repr(prompts[i]) if prompts is not None else repr(test_cases[i])
+                groups.setdefault(key, []).append(i)
+        if groups:
+            workers = min(self.max_workers, len(groups))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code") as pool:
+                for future in [pool.submit(run_prompt, members) for members in groups.values()]:
                     future.result()
 
         rewards: list[float | None] = []
         batch: Counter[str] = Counter()
-        for suite, runs in zip(suites, results):
+        for suite, runs in zip(suites, outcomes):
             if not suite:
                 batch["no_tests"] += 1
                 rewards.append(None)
                 continue
             done = [r for r in runs if r is not None]
-            if any(r.error is not None for r in done):
+            if any(r.error for r in done):
                 batch["sandbox_errors"] += 1
                 rewards.append(None)
                 continue
             batch["syntax_errors"] += any(r.syntax_error for r in done)
             batch["timeouts"] += any(r.timed_out for r in done)
             batch["output_overflow"] += any(r.output_overflow for r in done)
-            rewards.append(sum(_passed(case, run) for case, run in zip(suite, runs) if run is not None) / len(suite))
+            rewards.append(sum(r.passed for r in done) / len(suite))
 
         batch["total"] = len(completions)
         self.counts.update(batch)
@@ -1084,13 +1118,24 @@ class CodeTestsReward:
         return rewards
 
 
-def _passed(case: TestCase, result: RunResult) -> bool:
-    """Stdin/stdout cases: exit status 0 and the same output; assert cases: the judge's verdict."""
-    if result.timed_out or result.output_overflow or result.error is not None:
-        return False
-    if case.test_code is not None:
-        return result.verdict is True
-    return result.returncode == 0 and normalize_output(result.stdout) == normalize_output(case.expected or "")
+@dataclass(frozen=True)
+class _Outcome:
+    """What the reward keeps of one run: booleans (the output was compared where the run was collected)."""
+
+    passed: bool
+    syntax_error: bool
+    timed_out: bool
+    output_overflow: bool
+    error: bool
+
+    @classmethod
+    def of(cls, case: TestCase, result: RunResult) -> _Outcome:
+        failed = result.timed_out or result.output_overflow or result.error is not None
+        if case.test_code is not None:
+            passed = not failed and result.verdict is True
+        else:
+            passed = not failed and result.returncode == 0 and result.output_matches is True
+        return cls(passed, result.syntax_error, result.timed_out, result.output_overflow, result.error is not None)
 
 
 code_tests_reward = CodeTestsReward()
