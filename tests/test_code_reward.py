@@ -1372,7 +1372,8 @@ SIBLING_CHANNELS = {
     "flock": (
         "import fcntl, sys, time\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\n",
         "import fcntl, sys\nf = open(sys.executable, 'rb')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-        "    return_mark = False\nexcept OSError:\n    return_mark = True\n",
+        "    return_mark = False\nexcept BlockingIOError:\n    return_mark = True\nexcept OSError:\n"
+        "    return_mark = False\n",
     ),
     "ofd_getlk": (
         "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
@@ -1394,6 +1395,14 @@ SIBLING_CHANNELS = {
     ),
 }
 _HOLD = "import time\ntime.sleep(2.5)\nprint(3)\n"  # the holder's answer, after holding the mark
+
+
+def _holder(program: str) -> str:
+    """The holder: leaves its mark where it can (a refused call does not stop it), then solves."""
+    body = "".join("    " + line + "\n" for line in program.splitlines())
+    return f"try:\n{body}except OSError:\n    pass\n{_HOLD}"
+
+
 _PROBE_FOR_A_WHILE = (
     "import time\nstart = time.monotonic()\nwhile True:\n{probe}    if return_mark or time.monotonic() - start > 2:\n"
     "        break\n    time.sleep(0.05)\nprint(3 if return_mark else 0)\n"
@@ -1411,7 +1420,7 @@ def test_siblings_of_one_prompt_cannot_signal_each_other(tmp_root, channel):
     reward = CodeTestsReward(timeout_s=6.0, tmp_root=str(tmp_root), max_workers=2, python_guard=False)
     tests = [[{"input": "", "output": "3\n"}]] * 2
     prompt = [{"role": "user", "content": "Print 3."}]
-    rewards = reward([fenced(holder + _HOLD), fenced(prober)], test_cases=tests, prompts=[prompt, prompt])
+    rewards = reward([fenced(_holder(holder)), fenced(prober)], test_cases=tests, prompts=[prompt, prompt])
     assert rewards == [1.0, 0.0], rewards
 
 
@@ -1425,7 +1434,7 @@ def test_control_without_the_filter_the_channel_works_between_prompts(tmp_root, 
         timeout_s=6.0, tmp_root=str(tmp_root), max_workers=2, python_guard=False, syscall_filter=False
     )
     prompts = [[{"role": "user", "content": "Print 3."}], [{"role": "user", "content": "Print 3 too."}]]
-    rewards = reward([fenced(holder + _HOLD), fenced(prober)], test_cases=[[{"input": "", "output": "3\n"}]] * 2,
+    rewards = reward([fenced(_holder(holder)), fenced(prober)], test_cases=[[{"input": "", "output": "3\n"}]] * 2,
                      prompts=prompts)  # fmt: skip
     assert rewards == [1.0, 1.0], rewards
 
@@ -1475,3 +1484,83 @@ def test_the_trainer_keeps_booleans_not_output(tmp_root):
     cost = trainer_side_cost(reward, [printer] * 8, test_cases, deadline_s=120.0)
     assert cost["rewards"] == [0.0] * 8, cost
     assert cost["peak_mb"] < 2 * 8 * (reward.sandbox.max_output_bytes / 2**20), cost
+
+
+_SYSCALL = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nNR = {nr}[os.uname().machine]\n"
+# What the allow-list filter refuses that the deny-list before issue 42 allowed (each printed ESCAPED then).
+FILTER_ROUTES = {
+    "flock": "import fcntl, sys\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\nprint('ESCAPED')\n",
+    "ofd_getlk": (
+        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
+        "fcntl.fcntl(f, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0))\nprint('ESCAPED')\n"
+    ),
+    # a lock per byte of a file: kernel memory no rlimit counts (130-270 MB seen with 1-byte mappings)
+    "byte_range_locks": (
+        "import fcntl, os\nfd = os.open('locks', os.O_RDWR | os.O_CREAT)\nos.ftruncate(fd, 4096)\nheld = 0\n"
+        "for i in range(0, 4096, 2):\n    try:\n        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, i)\n"
+        "        held += 1\n    except OSError:\n        pass\nif held:\n    print('ESCAPED', held)\n"
+    ),
+    "fadvise_dontneed": (
+        "import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\nprint('ESCAPED')\n"
+    ),
+    "preadv2_nowait": (
+        "import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+        "os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)\nprint('ESCAPED')\n"
+    ),
+    "readahead": _SYSCALL.format(nr="{'x86_64': 187, 'aarch64': 213}")
+    + "import sys\nfd = os.open(sys.executable, os.O_RDONLY)\nif libc.syscall(NR, fd, 0, 4096) == 0:\n"
+    "    print('ESCAPED')\n",
+    "mincore": (
+        "import ctypes, mmap\nlibc = ctypes.CDLL(None, use_errno=True)\nm = mmap.mmap(-1, 4096)\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(m))\nvec = ctypes.create_string_buffer(1)\n"
+        "if libc.mincore(ctypes.c_void_p(address), 4096, vec) == 0:\n    print('ESCAPED')\n"
+    ),
+    # the system-wide AIO quota (fs.aio-max-nr) taken whole: another process's io_setup fails meanwhile
+    "io_setup": _SYSCALL.format(nr="{'x86_64': 206, 'aarch64': 0}")
+    + "ctx = ctypes.c_ulong(0)\nif libc.syscall(NR, 4096, ctypes.byref(ctx)) == 0:\n    print('ESCAPED')\n",
+    "setsid": (
+        "import os\npid = os.fork()\nif pid == 0:\n    try:\n        os.setsid()\n        print('ESCAPED', flush=True)\n"
+        "    finally:\n        os._exit(0)\nos.waitpid(pid, 0)\n"
+    ),
+    "setpgid": "import os\nos.setpgid(0, 0)\nprint('ESCAPED')\n",
+    "madvise_willneed": (
+        "import mmap, sys\nf = open(sys.executable, 'rb')\nm = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)\n"
+        "m.madvise(mmap.MADV_WILLNEED)\nprint('ESCAPED')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(FILTER_ROUTES))
+def test_the_allow_list_filter_refuses_what_a_test_program_does_not_need(tmp_root, full_isolation, route):
+    """Guard off: the filter alone. Each of these worked under the deny-list filter before issue 42."""
+    needs_syscall_filter(full_isolation)
+    result = run_bounded(_guard_off(tmp_root), FILTER_ROUTES[route])
+    assert result.isolation["syscall_filter"] is True
+    assert "ESCAPED" not in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("route", sorted(FILTER_ROUTES))
+def test_control_without_the_filter_each_route_works(tmp_root, route):
+    result = run_bounded(_guard_off(tmp_root, syscall_filter=False), FILTER_ROUTES[route])
+    assert "ESCAPED" in result.stdout, result.stdout + result.stderr
+
+
+BUSY_SIBLING = (
+    "import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n        try:\n            os.setsid()\n"
+    "        except OSError:\n            pass\n        while True:\n            pass\nend = time.monotonic() + 20\n"
+    "while time.monotonic() < end:\n    pass\n"
+)
+
+
+@pytest.mark.parametrize("same_prompt", [True, False])
+def test_busy_setsid_processes_do_not_starve_an_honest_program(tmp_root, same_prompt):
+    """Six busy processes, each setsid-ed into a scheduler group of its own, beside an honest program (issue 42
+    saw it miss its deadline: 1.0 -> 0.0 with skip_after_timeout). Now siblings never overlap and setsid is refused
+    (the busy processes share their run's one group). This end-to-end case did not reproduce the miss on the
+    2-core machine it was written on (it passes on the code before too); the routes it needs fail there:
+    ``...refuses_what_a_test_program_does_not_need[setsid]`` and ``test_runs_of_one_prompt_never_overlap...``."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=2, python_guard=False)
+    prompts = [[{"role": "user", "content": "Add."}], [{"role": "user", "content": "Add." if same_prompt else "Sum."}]]
+    rewards = reward([fenced(BUSY_SIBLING), fenced(ADD)], test_cases=[ADD_TESTS, ADD_TESTS], prompts=prompts)
+    assert rewards == [0.0, 1.0], rewards
