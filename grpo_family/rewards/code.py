@@ -449,49 +449,81 @@ _STDERR_TAIL = 1 << 12  # of stderr, only the last bytes are kept (its length st
 _MESSAGE_CAP = 1 << 24
 _TMPFS_INODES = 1024  # files and directories the program may create in its private /tmp
 _MAX_PTYS = 4  # ptys one run may open (its own devpts instance)
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (libseccomp matches one masked value per rule)
-_CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-# Kernel interfaces a program has no use for and that widen what it can reach: namespaces and mounts, eBPF,
-# perf, io_uring, keyrings, other processes' memory, userfaultfd, kernel modules, and kernel memory that RLIMIT_AS
-# does not count (memfd, System V shared memory, message queues and semaphores, POSIX message queues, inotify
-# watches, POSIX timers: each a per-user kernel allowance a fresh uid would get whole). Each fails
-# with EPERM; sockets and socket pairs of every family fail with EACCES (a socket pair's buffers are kernel memory
-# too, and a Unix socket reaches host services by path or abstract name).
-_DENIED_SYSCALLS = (
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
-    "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp", "userfaultfd", "memfd_create", "memfd_secret",
-    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
-    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
-    "mq_getsetattr", "inotify_init", "inotify_init1", "timer_create", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
-    "swapon", "swapoff", "acct", "quotactl", "syslog", "name_to_handle_at", "open_by_handle_at", "iopl", "ioperm",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "fanotify_init", "lookup_dcookie", "vhangup",
-    "uselib", "personality",
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a clone with any of them is refused.
+_CLONE_NAMESPACE_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+# The syscall filter is an allow-list: what CPython's start-up, the standard library and the child need once the
+# filter is loaded, found by running test programs (stdin/stdout, an assert test's judge, threads, fork,
+# multiprocessing, sqlite, tempfile, hashlib, ...) under `strace -f` and keeping the calls made after
+# PR_SET_SECCOMP, plus their plain siblings (read -> readv, stat -> statx, ...). Everything else fails with
+# EPERM, by construction: locks (flock, fcntl's lock commands), page-cache advice and probes (fadvise64,
+# readahead, mincore, madvise's WILLNEED / COLD / PAGEOUT, preadv2 / pwritev2 and their RWF flags), AIO and
+# io_uring, setsid / setpgid (a scheduler group of one's own), namespaces, mounts, keyrings, bpf, perf, ptrace,
+# System V and POSIX IPC, memfd, inotify, timers, chown, mknod, xattrs writes, and whatever the kernel adds later.
+_ALLOWED_SYSCALLS = (
+    # files: read, write, metadata, directories (within the run's view: read-only binds and its own tmpfs)
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "open", "openat", "openat2",
+    "creat", "close", "close_range", "lseek", "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
+    "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "getcwd", "chdir",
+    "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2", "link",
+    "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "truncate", "ftruncate", "fallocate",
+    "utimensat", "umask", "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+    "sendfile", "copy_file_range", "dup", "dup2", "dup3", "pipe", "pipe2", "ioctl",
+    # waiting on descriptors
+    "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
+    "epoll_pwait", "epoll_pwait2",
+    # memory (RLIMIT_AS counts it)
+    "brk", "mmap", "munmap", "mremap", "mprotect", "msync",
+    # processes and threads
+    "fork", "vfork", "wait4", "waitid", "exit", "exit_group", "getpid", "getppid", "gettid", "getuid", "geteuid",
+    "getgid", "getegid", "getgroups", "getresuid", "getresgid", "getpgrp", "getpgid", "getsid", "kill", "tkill",
+    "tgkill", "set_tid_address", "set_robust_list", "get_robust_list", "rseq", "futex", "arch_prctl", "prctl",
+    "capget", "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler",
+    "sched_get_priority_max", "sched_get_priority_min", "getpriority", "getrlimit", "prlimit64", "getrusage",
+    "times", "restart_syscall",
+    # signals
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend",
+    "sigaltstack", "pause", "alarm", "getitimer", "setitimer",
+    # time, randomness, the machine
+    "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres", "gettimeofday", "time", "getrandom", "uname",
+    "sysinfo", "getcpu",
 )  # fmt: skip
+# fcntl commands CPython and the standard library use: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL,
+# F_DUPFD_CLOEXEC, F_GETPIPE_SZ (no lock command: F_GETLK / F_SETLK / F_SETLKW / F_OFD_*).
+_ALLOWED_FCNTL = (0, 1, 2, 3, 4, 1030, 1032)
+# madvise advice that touches only this process's own mappings: NORMAL, RANDOM, SEQUENTIAL, DONTNEED, FREE,
+# DONTFORK, DOFORK, HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP (not WILLNEED, COLD, PAGEOUT, POPULATE_*: those read
+# or evict the shared page cache).
+_ALLOWED_MADVISE = (0, 1, 2, 4, 8, 10, 11, 14, 15, 16, 17)
+# Flushing calls succeed without doing anything (the run's files are on tmpfs; the rest is read-only and shared).
+_NO_OP_SYSCALLS = ("sync", "syncfs", "fsync", "fdatasync", "sync_file_range")
 
 
 @functools.lru_cache(maxsize=4)
 def syscall_filter_program(allow_subprocesses: bool) -> tuple[bytes | None, str]:
     """The seccomp BPF program the sandbox loads before the program runs (built by libseccomp through
-    ``pyseccomp``), and a note (why it is unavailable, or the syscalls this libseccomp does not know)."""
+    ``pyseccomp``): the allow-list above, everything else EPERM (sockets EACCES, ``clone3`` ENOSYS so that the C
+    library falls back to ``clone``, whose flags a filter can read); and a note (why it is unavailable, or the
+    allowed syscalls this libseccomp does not know)."""
     try:
         import pyseccomp
     except Exception as e:  # not installed, or libseccomp missing (pyseccomp loads it when imported)
         return None, f"no syscall filter: pyseccomp / libseccomp unavailable ({type(e).__name__}: {e})"
     try:
-        program_filter = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        program_filter = pyseccomp.SyscallFilter(pyseccomp.ERRNO(errno.EPERM))
         unknown = []
-        deny = pyseccomp.ERRNO(errno.EPERM)
-        for name in _DENIED_SYSCALLS + (() if allow_subprocesses else ("execve", "execveat")):
+        allow = pyseccomp.ALLOW
+        for name in _ALLOWED_SYSCALLS + (("execve", "execveat") if allow_subprocesses else ()):
             try:
-                program_filter.add_rule(deny, name)
+                program_filter.add_rule(allow, name)
             except Exception:
                 unknown.append(name)  # not a syscall of this architecture, or too new for this libseccomp
-        # clone with a namespace flag; clone3 keeps its flags in memory where a filter cannot read them, so it
-        # reports ENOSYS and the C library falls back to clone.
-        for flag in _CLONE_NAMESPACE_FLAGS:
-            program_filter.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+        for name in _NO_OP_SYSCALLS:
+            program_filter.add_rule(pyseccomp.ERRNO(0), name)
+        program_filter.add_rule(allow, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_NAMESPACE_MASK, 0))
+        for command in _ALLOWED_FCNTL:
+            program_filter.add_rule(allow, "fcntl", pyseccomp.Arg(1, pyseccomp.EQ, command))
+        for advice in _ALLOWED_MADVISE:
+            program_filter.add_rule(allow, "madvise", pyseccomp.Arg(2, pyseccomp.EQ, advice))
         program_filter.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
         # No sockets at all: no network without a network namespace either.
         program_filter.add_rule(pyseccomp.ERRNO(errno.EACCES), "socket")
