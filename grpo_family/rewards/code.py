@@ -55,11 +55,10 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       binary, loader, shared libraries and standard library), a private size- and inode-limited ``/tmp``, ``/dev``
       with a few devices and a devpts of its own (4 ptys), and the PID namespace's ``/proc``. Host sockets, FIFOs,
       checkouts and datasets do not exist in it. The program and the judge each drop to a fresh uid of their own.
-    * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``): ``EPERM``/``EACCES`` for
-      namespaces, mounts, ``bpf``, ``perf_event_open``, ``io_uring``, keyrings, ``ptrace``, ``userfaultfd``, kernel
-      modules, memory ``RLIMIT_AS`` does not count (``memfd_create``, System V shared memory), System V message
-      queues and semaphores, POSIX message queues, inotify, POSIX timers, every socket and socket pair, and
-      ``execve`` unless ``allow_subprocesses``.
+    * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``), an allow-list of what a test
+      program needs (``_ALLOWED_SYSCALLS``, with ``fcntl`` and ``madvise`` limited by argument): everything else
+      (locks, page-cache advice and probes, AIO and ``io_uring``, ``setsid``, namespaces, mounts, IPC, sockets,
+      ``execve`` unless ``allow_subprocesses``, ...) fails.
     * A **Python-level guard** (an audit hook; a tripwire, not a boundary) against sockets, process creation,
       signals to other processes, ``ctypes`` and writes outside the run's directory.
 
@@ -70,7 +69,9 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
     sandbox on your kernel, not a security boundary; see ``docs/code_sandbox.md``.
 
 Parallelism and cost
-    Test cases run in a thread pool (``max_workers`` subprocesses at once). Each run costs a Python start-up (tens
+    Test cases run in a thread pool, one task per prompt (``max_workers`` prompts at once): one prompt's
+    completions run one after the other, so siblings share nothing at the same time. Each run is reduced to
+    booleans where it is collected (the stdout compared there), so the batch's output is never held. Each run costs a Python start-up (tens
     of milliseconds); an assert test's judge is a fork of it. Once a program has a syntax error, or
     (``skip_after_timeout``, default on) has timed out on a test case, its test cases not yet started are counted as
     failed without running them.
