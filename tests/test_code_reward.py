@@ -1564,3 +1564,16 @@ def test_busy_setsid_processes_do_not_starve_an_honest_program(tmp_root, same_pr
     prompts = [[{"role": "user", "content": "Add."}], [{"role": "user", "content": "Add." if same_prompt else "Sum."}]]
     rewards = reward([fenced(BUSY_SIBLING), fenced(ADD)], test_cases=[ADD_TESTS, ADD_TESTS], prompts=prompts)
     assert rewards == [0.0, 1.0], rewards
+
+
+def test_the_deadline_is_on_the_runs_cpu_time_with_a_wall_cap(tmp_root):
+    """Before issue 42 the deadline was wall-clock: a program that waits (or is starved by other runs on a busy
+    machine) failed at ``timeout_s`` having used no CPU. Now the run's CPU time (all its processes) is charged
+    against ``timeout_s`` and the wall clock only caps it (3 x ``timeout_s``); busy and blocked programs are both
+    still stopped."""
+    sandbox = Sandbox(timeout_s=1.0, tmp_root=str(tmp_root))
+    waited = run_bounded(sandbox, "import time\ntime.sleep(1.5)\nprint('woke')\n")
+    assert not waited.timed_out and waited.stdout == "woke\n", (waited.timed_out, waited.stdout, waited.stderr)
+    assert run_bounded(sandbox, "import time\ntime.sleep(100)\n").timed_out
+    busy = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n"
+    assert run_bounded(Sandbox(timeout_s=1.0, tmp_root=str(tmp_root), python_guard=False), busy).timed_out
