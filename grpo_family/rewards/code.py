@@ -815,6 +815,7 @@ class Sandbox:
         # reports that it is about to run it (the status pipe's first line).
         deadline = start + _STARTUP_TIMEOUT_S
         program_started = False
+        cpu_at_start, next_cpu_check = 0.0, 0.0
         exited_at = None
         stderr_bytes = 0
         with selectors.DefaultSelector() as selector:
@@ -824,6 +825,10 @@ class Sandbox:
                 selector.register(ours["test"], selectors.EVENT_WRITE)
             while any(key.events & selectors.EVENT_READ for key in selector.get_map().values()):
                 now = time.monotonic()
+                if program_started and exited_at is None and now >= next_cpu_check:
+                    next_cpu_check = now + _CPU_CHECK_S
+                    if _tree_cpu_s(proc.pid) - cpu_at_start >= self.timeout_s:
+                        deadline = now
                 if now >= deadline:
                     if exited_at is None and program_started:
                         result.timed_out = True
@@ -859,7 +864,8 @@ class Sandbox:
                 if not program_started and b"\n" in buffers[ours["status"]]:
                     program_started = True
                     if exited_at is None:
-                        deadline = time.monotonic() + self.timeout_s
+                        deadline = time.monotonic() + self.timeout_s * _WALL_CAP
+                        cpu_at_start = _tree_cpu_s(proc.pid)
                 if result.output_overflow:
                     break
                 if exited_at is None and _exited(proc.pid):
@@ -944,6 +950,35 @@ def missing_layers(report: dict, sandbox: Sandbox) -> list[str]:
             + ")"
         )
     return missing
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# The deadline is on the run's CPU time (timeout_s, every process of it together, checked every _CPU_CHECK_S), with
+# a wall-clock cap of _WALL_CAP x timeout_s: a program starved by other runs on a busy machine is not failed for
+# it, and a program that sleeps or blocks is still stopped.
+_WALL_CAP = 3.0
+_CPU_CHECK_S = 0.1
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and every process below it (``/proc/<pid>/task/<tid>/children``), including the
+    children they have reaped (``cutime``/``cstime``; the run's init reaps every orphan); 0 where unreadable."""
+    ticks, stack, seen = 0, [root], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                    stack.extend(int(child) for child in f.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks / _CLOCK_TICKS
 
 
 def _exited(pid: int) -> bool:
