@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import socket
 import sys
 import threading
@@ -1274,3 +1275,308 @@ def test_the_program_cannot_forge_the_judges_verdict(tmp_root, full_isolation):
     assert result.verdict is False and result.judge["calls"] == 1  # the judge ran the test, untouched
     reached = result.stdout.strip()
     assert "mem" not in reached and "stopped" not in reached and "/fd/" not in reached, reached
+
+
+# ----------------------------------------------------------------------------------------------- issue 42: routes
+# Each test below failed on the code before issue 42 (the outcome it had is in its docstring or the commit that
+# added it).
+
+_OLD_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def _old_extract_code(text: str) -> str:
+    """extract_code as the regex before issue 42 defined it (quadratic on hostile text; fine on small texts)."""
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _OLD_FENCE.finditer(text)]
+    for wanted in (lambda label: label in {"python", "py", "python3"}, lambda label: label == ""):
+        chosen = [body for label, body in blocks if wanted(label)]
+        if chosen:
+            return chosen[-1]
+    return text
+
+
+@given(st.lists(st.sampled_from(["```", "```python", "```py x", "````", " ```\t", "```bash", "x = 1", "", "  ``` ",
+                                 "```\r", "\t```python3 -c", "```+-_"]), max_size=12),
+       st.booleans())  # fmt: skip
+@settings(max_examples=400, deadline=None)
+def test_the_line_scanner_extracts_what_the_old_pattern_did(lines, final_newline):
+    text = "\n".join(lines) + ("\n" if final_newline else "")
+    assert extract_code(text) == _old_extract_code(text)
+
+
+def _best_of(function, argument, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function(argument)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def test_fence_extraction_of_a_hostile_megabyte_costs_what_a_plain_one_does():
+    """An unclosed fence with a long label held the trainer 8-15 s at 48 KB (quadratic backtracking of the old
+    ``_FENCE``; 1 MB would take hours: killed after 60 s). Every hostile shape of 1 MB costs at most a generous
+    multiple of a plain 1 MB completion (prose with closed code blocks), timed in the same run."""
+    size = 1 << 20
+    paragraph = "The loop adds each number to the total, then prints it.\n" * 8
+    block = "```python\nimport sys\nprint(sum(map(int, sys.stdin.read().split())))\n```\n"
+    plain = ((paragraph + block) * (size // len(paragraph + block) + 1))[:size]
+    hostile = {
+        "unclosed fence, long label": "```" + "a" * (size - 3),
+        "unclosed fence, long label and spaces": "```py" + "a" * (size // 2) + " " * (size // 2 - 5),
+        "unclosed fence, long body": "```python\n" + "x = 1\n" * ((size - 10) // 6),
+        "fence lines that never close": "```py\n" * (size // 6),
+        "a block every two lines": "```\n" * (size // 4),
+        "spaces before a fence, no fence": (" " * 4095 + "\n") * (size // 4096),
+    }
+    baseline = _best_of(extract_code, plain)
+    for name, text in hostile.items():
+        assert abs(len(text) - size) < 4096, name
+        elapsed = _best_of(extract_code, text)
+        assert elapsed <= 50 * baseline, (name, elapsed, baseline)
+
+
+def test_the_program_that_runs_is_the_text_the_trainer_read(tmp_root):
+    """A ``# coding: utf-7`` cookie: the trainer reads a comment, the child used to compile the file's bytes with
+    the cookie, where ``+AAo-`` is a newline, and ran ``print(3)``: 1.0 for a program that, as read, does
+    nothing. Both sides now compile the same decoded text (the cookie ignored on both)."""
+    program = "# coding: utf-7\n#+AAo-print(3)\n"
+    exec(compile(program, "as_read", "exec"), {})  # as read: a comment, nothing printed (pytest captures nothing)
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root))
+    assert reward([fenced(program)], test_cases=[[{"input": "", "output": "3\n"}]]) == [0.0]
+
+
+def _installed_package_dirs() -> list[str]:
+    """Directories of third-party packages of this interpreter and its base installation, as they are here."""
+    import sysconfig
+
+    dirs = set()
+    for base in (sys.prefix, sys.base_prefix):
+        paths = sysconfig.get_paths(vars={"base": base, "platbase": base})
+        dirs.update(os.path.realpath(paths[key]) for key in ("purelib", "platlib"))
+    return sorted(d for d in dirs if os.path.isdir(d) and os.listdir(d))
+
+
+def test_only_the_standard_library_is_readable_inside(tmp_root, full_isolation):
+    """The base interpreter's ``site-packages`` lies inside its standard library directory, which the private view
+    binds: every package installed there (pytest, hypothesis, IPython here) was readable and importable by path
+    from inside. Now an empty directory."""
+    needs(full_isolation, namespaces=("mnt",))
+    dirs = _installed_package_dirs()
+    assert dirs, "no third-party package directory here: nothing to hide"
+    probe = f"import os\nfor d in {dirs!r}:\n    try:\n        print(d, len(os.listdir(d)))\n    except OSError:\n        print(d, 0)\n"
+    result = run_bounded(_guard_off(tmp_root), probe)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [x for d in dirs for x in (d, "0")], result.stdout
+
+
+# Siblings of one prompt: HOLDER solves the task and leaves a mark in state every run shares (the interpreter's
+# read-only files, bound into every run); PROBE cannot solve it and prints the answer only when it sees the mark.
+SIBLING_CHANNELS = {
+    "flock": (
+        "import fcntl, sys, time\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\n",
+        "import fcntl, sys\nf = open(sys.executable, 'rb')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "    return_mark = False\nexcept BlockingIOError:\n    return_mark = True\nexcept OSError:\n"
+        "    return_mark = False\n",
+    ),
+    "ofd_getlk": (
+        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
+        "fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 1, 0))\n",
+        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\ntry:\n"
+        "    got = fcntl.fcntl(f, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0))\n"
+        "    return_mark = struct.unpack('hhqqi4x', got)[0] != fcntl.F_UNLCK\nexcept OSError:\n"
+        "    return_mark = False\n",
+    ),
+    "page_cache": (
+        "import os\npath = os.path.dirname(os.__file__) + '/antigravity.py'\n"
+        "fd = os.open(path, os.O_RDONLY)\nimport time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end:\n"
+        "    os.pread(fd, 4096, 0)\n    time.sleep(0.01)\n",
+        "import os, time\npath = os.path.dirname(os.__file__) + '/antigravity.py'\nfd = os.open(path, os.O_RDONLY)\n"
+        "return_mark = False\nend = time.monotonic() + 2.0\nwhile time.monotonic() < end and not return_mark:\n"
+        "    try:\n        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\n        time.sleep(0.05)\n"
+        "        os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)\n        return_mark = True\n"
+        "    except OSError:\n        time.sleep(0.01)\n",
+    ),
+}
+_HOLD = "import time\ntime.sleep(2.5)\nprint(3)\n"  # the holder's answer, after holding the mark
+
+
+def _holder(program: str) -> str:
+    """The holder: leaves its mark where it can (a refused call does not stop it), then solves."""
+    body = "".join("    " + line + "\n" for line in program.splitlines())
+    return f"try:\n{body}except OSError:\n    pass\n{_HOLD}"
+
+
+_PROBE_FOR_A_WHILE = (
+    "import time\nstart = time.monotonic()\nwhile True:\n{probe}    if return_mark or time.monotonic() - start > 2:\n"
+    "        break\n    time.sleep(0.05)\nprint(3 if return_mark else 0)\n"
+)
+
+
+@pytest.mark.parametrize("channel", sorted(SIBLING_CHANNELS))
+def test_siblings_of_one_prompt_cannot_signal_each_other(tmp_root, channel):
+    """Before: the prober scored 1.0 beside a sibling that solved the task (flock, OFD locks, the page cache of an
+    interpreter file: issue 42), because siblings ran at the same time and the filter allowed these calls. Now
+    siblings run one after the other, and the filter refuses these calls (either closes the channel)."""
+    holder, probe = SIBLING_CHANNELS[channel]
+    probe_body = "".join("    " + line + "\n" for line in probe.splitlines())
+    prober = _PROBE_FOR_A_WHILE.format(probe=probe_body)
+    reward = CodeTestsReward(timeout_s=6.0, tmp_root=str(tmp_root), max_workers=2, python_guard=False)
+    tests = [[{"input": "", "output": "3\n"}]] * 2
+    prompt = [{"role": "user", "content": "Print 3."}]
+    rewards = reward([fenced(_holder(holder)), fenced(prober)], test_cases=tests, prompts=[prompt, prompt])
+    assert rewards == [1.0, 0.0], rewards
+
+
+@pytest.mark.parametrize("channel", sorted(SIBLING_CHANNELS))
+def test_control_without_the_filter_the_channel_works_between_prompts(tmp_root, channel):
+    """The same pair as two different prompts' completions (which run at the same time), without the syscall
+    filter: the prober sees the holder, so the test above is not passing because the channel does not exist."""
+    holder, probe = SIBLING_CHANNELS[channel]
+    prober = _PROBE_FOR_A_WHILE.format(probe="".join("    " + line + "\n" for line in probe.splitlines()))
+    reward = CodeTestsReward(
+        timeout_s=6.0, tmp_root=str(tmp_root), max_workers=2, python_guard=False, syscall_filter=False
+    )
+    prompts = [[{"role": "user", "content": "Print 3."}], [{"role": "user", "content": "Print 3 too."}]]
+    rewards = reward([fenced(_holder(holder)), fenced(prober)], test_cases=[[{"input": "", "output": "3\n"}]] * 2,
+                     prompts=prompts)  # fmt: skip
+    assert rewards == [1.0, 1.0], rewards
+
+
+def test_runs_of_one_prompt_never_overlap_and_other_prompts_run_beside_them(tmp_root, monkeypatch):
+    """The schedule: every run of one prompt's completions after the previous one ended; runs of different prompts
+    at the same time (max_workers of them). Before: every run of the batch in one pool, siblings at once."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=4)
+    reward._checked = True
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def fake_run(program, stdin="", **kwargs):
+        start = time.monotonic()
+        time.sleep(0.05)
+        with lock:
+            spans.append((program.split("#")[1], start, time.monotonic()))
+        from grpo_family.rewards.code import RunResult
+
+        return RunResult(returncode=0, output_matches=kwargs.get("expected") == "3\n")
+
+    monkeypatch.setattr(reward.sandbox, "run", fake_run)
+    prompts = [[{"role": "user", "content": f"prompt {k}"}] for k in (0, 1, 0, 1, 0, 1, 0, 1)]
+    completions = [fenced(f"print(3)  #{k}#\n") for k in (0, 1, 0, 1, 0, 1, 0, 1)]
+    tests = [[{"input": "", "output": "3\n"}] * 2] * 8
+    assert reward(completions, test_cases=tests, prompts=prompts) == [1.0] * 8
+    assert len(spans) == 16
+
+    def overlap(a, b):
+        return a[1] < b[2] and b[1] < a[2]
+
+    same = [(a, b) for a in spans for b in spans if a is not b and a[0] == b[0] and overlap(a, b)]
+    across = [(a, b) for a in spans for b in spans if a[0] != b[0] and overlap(a, b)]
+    assert same == [], same[:3]
+    assert across, "runs of different prompts never ran at the same time"
+
+
+def test_the_trainer_keeps_booleans_not_output(tmp_root):
+    """32 runs (8 prompts' programs x 4 cases) each printing 1 MiB of invalid UTF-8: the runs' output was decoded
+    and kept until the batch was scored (~2 MB per run: a 66 MB peak of our Python memory here before issue 42). Now
+    each run's stdout is compared where it is collected and dropped: the peak is bounded by the runs in flight
+    (2 workers x a few copies of 1 MiB), whatever the batch size."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=2)
+    reward._check_once()
+    printer = fenced("import sys\nsys.stdout.buffer.write(b'\\xff' * (1 << 20))\n")
+    test_cases = [[{"input": str(c), "output": f"{k}\n"} for c in range(4)] for k in range(8)]
+    cost = trainer_side_cost(reward, [printer] * 8, test_cases, deadline_s=120.0)
+    assert cost["rewards"] == [0.0] * 8, cost
+    assert cost["peak_mb"] < 2 * 8 * (reward.sandbox.max_output_bytes / 2**20), cost
+
+
+_SYSCALL = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nNR = {nr}[os.uname().machine]\n"
+# What the allow-list filter refuses that the deny-list before issue 42 allowed (each printed ESCAPED then).
+FILTER_ROUTES = {
+    "flock": "import fcntl, sys\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\nprint('ESCAPED')\n",
+    "ofd_getlk": (
+        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
+        "fcntl.fcntl(f, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0))\nprint('ESCAPED')\n"
+    ),
+    # a lock per byte of a file: kernel memory no rlimit counts (130-270 MB seen with 1-byte mappings)
+    "byte_range_locks": (
+        "import fcntl, os\nfd = os.open('locks', os.O_RDWR | os.O_CREAT)\nos.ftruncate(fd, 4096)\nheld = 0\n"
+        "for i in range(0, 4096, 2):\n    try:\n        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, i)\n"
+        "        held += 1\n    except OSError:\n        pass\nif held:\n    print('ESCAPED', held)\n"
+    ),
+    "fadvise_dontneed": (
+        "import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+        "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\nprint('ESCAPED')\n"
+    ),
+    "preadv2_nowait": (
+        "import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+        "os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)\nprint('ESCAPED')\n"
+    ),
+    "readahead": _SYSCALL.format(nr="{'x86_64': 187, 'aarch64': 213}")
+    + "import sys\nfd = os.open(sys.executable, os.O_RDONLY)\nif libc.syscall(NR, fd, 0, 4096) == 0:\n"
+    "    print('ESCAPED')\n",
+    "mincore": (
+        "import ctypes, mmap\nlibc = ctypes.CDLL(None, use_errno=True)\nm = mmap.mmap(-1, 4096)\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(m))\nvec = ctypes.create_string_buffer(1)\n"
+        "if libc.mincore(ctypes.c_void_p(address), 4096, vec) == 0:\n    print('ESCAPED')\n"
+    ),
+    # the system-wide AIO quota (fs.aio-max-nr) taken whole: another process's io_setup fails meanwhile
+    "io_setup": _SYSCALL.format(nr="{'x86_64': 206, 'aarch64': 0}")
+    + "ctx = ctypes.c_ulong(0)\nif libc.syscall(NR, 4096, ctypes.byref(ctx)) == 0:\n    print('ESCAPED')\n",
+    "setsid": (
+        "import os\npid = os.fork()\nif pid == 0:\n    try:\n        os.setsid()\n        print('ESCAPED', flush=True)\n"
+        "    finally:\n        os._exit(0)\nos.waitpid(pid, 0)\n"
+    ),
+    "setpgid": "import os\nos.setpgid(0, 0)\nprint('ESCAPED')\n",
+    "madvise_willneed": (
+        "import mmap, sys\nf = open(sys.executable, 'rb')\nm = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)\n"
+        "m.madvise(mmap.MADV_WILLNEED)\nprint('ESCAPED')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(FILTER_ROUTES))
+def test_the_allow_list_filter_refuses_what_a_test_program_does_not_need(tmp_root, full_isolation, route):
+    """Guard off: the filter alone. Each of these worked under the deny-list filter before issue 42."""
+    needs_syscall_filter(full_isolation)
+    result = run_bounded(_guard_off(tmp_root), FILTER_ROUTES[route])
+    assert result.isolation["syscall_filter"] is True
+    assert "ESCAPED" not in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("route", sorted(FILTER_ROUTES))
+def test_control_without_the_filter_each_route_works(tmp_root, route):
+    result = run_bounded(_guard_off(tmp_root, syscall_filter=False), FILTER_ROUTES[route])
+    assert "ESCAPED" in result.stdout, result.stdout + result.stderr
+
+
+BUSY_SIBLING = (
+    "import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n        try:\n            os.setsid()\n"
+    "        except OSError:\n            pass\n        while True:\n            pass\nend = time.monotonic() + 20\n"
+    "while time.monotonic() < end:\n    pass\n"
+)
+
+
+@pytest.mark.parametrize("same_prompt", [True, False])
+def test_busy_setsid_processes_do_not_starve_an_honest_program(tmp_root, same_prompt):
+    """Six busy processes, each setsid-ed into a scheduler group of its own, beside an honest program (issue 42
+    saw it miss its deadline: 1.0 -> 0.0 with skip_after_timeout). Now siblings never overlap and setsid is refused
+    (the busy processes share their run's one group). This end-to-end case did not reproduce the miss on the
+    2-core machine it was written on (it passes on the code before too); the routes it needs fail there:
+    ``...refuses_what_a_test_program_does_not_need[setsid]`` and ``test_runs_of_one_prompt_never_overlap...``."""
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_workers=2, python_guard=False)
+    prompts = [[{"role": "user", "content": "Add."}], [{"role": "user", "content": "Add." if same_prompt else "Sum."}]]
+    rewards = reward([fenced(BUSY_SIBLING), fenced(ADD)], test_cases=[ADD_TESTS, ADD_TESTS], prompts=prompts)
+    assert rewards == [0.0, 1.0], rewards
+
+
+def test_the_deadline_is_on_the_runs_cpu_time_with_a_wall_cap(tmp_root):
+    """Before issue 42 the deadline was wall-clock: a program that waits (or is starved by other runs on a busy
+    machine) failed at ``timeout_s`` having used no CPU. Now the run's CPU time (all its processes) is charged
+    against ``timeout_s`` and the wall clock only caps it (3 x ``timeout_s``); busy and blocked programs are both
+    still stopped."""
+    sandbox = Sandbox(timeout_s=1.0, tmp_root=str(tmp_root))
+    waited = run_bounded(sandbox, "import time\ntime.sleep(1.5)\nprint('woke')\n")
+    assert not waited.timed_out and waited.stdout == "woke\n", (waited.timed_out, waited.stdout, waited.stderr)
+    assert run_bounded(sandbox, "import time\ntime.sleep(100)\n").timed_out
+    busy = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n"
+    assert run_bounded(Sandbox(timeout_s=1.0, tmp_root=str(tmp_root), python_guard=False), busy).timed_out

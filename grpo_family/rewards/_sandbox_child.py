@@ -94,6 +94,18 @@ def stdlib_dirs():
     return [d for d in dirs if not any(d.startswith(o + os.sep) for o in dirs if o != d)]
 
 
+def hide_installed_packages(os_tools, root):
+    """Cover the third-party package directories inside the standard library's (a base installation keeps its
+    ``site-packages`` there, e.g. ``lib/python3.11/site-packages``) with an empty read-only tmpfs: only the standard
+    library is readable inside."""
+    for stdlib in stdlib_dirs():
+        for name in ("site-packages", "dist-packages"):
+            inside = root + stdlib + "/" + name
+            if os.path.isdir(inside):
+                mount(os_tools, "tmpfs", inside, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                      "size=4k,nr_inodes=2,mode=555")  # fmt: skip
+
+
 def elf_interpreter(path):
     """The dynamic loader a 64-bit little-endian ELF file names (PT_INTERP), or None."""
     try:
@@ -188,6 +200,7 @@ def private_root(os_tools, cfg, workdir, report, in_pid_ns, exposed):
             open(inside, "a").close()
         mount(os_tools, path, inside, None, MS_BIND)
         mount(os_tools, None, inside, None, readonly)
+    hide_installed_packages(os_tools, root)
     for path in linked:
         copy_links(root, path)
     size = f"size={cfg['disk_mb']}m,nr_inodes={cfg['tmpfs_inodes']}"
@@ -263,6 +276,7 @@ def shared_view(os_tools, cfg, workdir, report, in_pid_ns):
         os.makedirs(workdir, mode=0o700)
     report["private_tmp"] = True
     report["tmpfs_inodes"] = cfg["tmpfs_inodes"]
+    hide_installed_packages(os_tools, "")
     if in_pid_ns:
         mount(os_tools, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
@@ -855,7 +869,9 @@ def main():
         cfg = json.load(f)
     os.unlink("sandbox.json")
     with open("program.py", "rb") as f:
-        program = f.read()
+        # Compiled from the decoded text, as the parent checked it: a coding cookie is ignored on both sides (from
+        # bytes, `# coding: utf-7` would make the child run what the parent read as a comment).
+        program = f.read().decode("utf-8", "surrogatepass")
     fds = {name: cfg.pop(f"{name}_fd") for name in ("status", "test", "verdict") if cfg.get(f"{name}_fd") is not None}
     workdir = os.getcwd()
     report = {

@@ -55,11 +55,10 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       binary, loader, shared libraries and standard library), a private size- and inode-limited ``/tmp``, ``/dev``
       with a few devices and a devpts of its own (4 ptys), and the PID namespace's ``/proc``. Host sockets, FIFOs,
       checkouts and datasets do not exist in it. The program and the judge each drop to a fresh uid of their own.
-    * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``): ``EPERM``/``EACCES`` for
-      namespaces, mounts, ``bpf``, ``perf_event_open``, ``io_uring``, keyrings, ``ptrace``, ``userfaultfd``, kernel
-      modules, memory ``RLIMIT_AS`` does not count (``memfd_create``, System V shared memory), System V message
-      queues and semaphores, POSIX message queues, inotify, POSIX timers, every socket and socket pair, and
-      ``execve`` unless ``allow_subprocesses``.
+    * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``), an allow-list of what a test
+      program needs (``_ALLOWED_SYSCALLS``, with ``fcntl`` and ``madvise`` limited by argument): everything else
+      (locks, page-cache advice and probes, AIO and ``io_uring``, ``setsid``, namespaces, mounts, IPC, sockets,
+      ``execve`` unless ``allow_subprocesses``, ...) fails.
     * A **Python-level guard** (an audit hook; a tripwire, not a boundary) against sockets, process creation,
       signals to other processes, ``ctypes`` and writes outside the run's directory.
 
@@ -70,7 +69,9 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
     sandbox on your kernel, not a security boundary; see ``docs/code_sandbox.md``.
 
 Parallelism and cost
-    Test cases run in a thread pool (``max_workers`` subprocesses at once). Each run costs a Python start-up (tens
+    Test cases run in a thread pool, one task per prompt (``max_workers`` prompts at once): one prompt's
+    completions run one after the other, so siblings share nothing at the same time. Each run is reduced to
+    booleans where it is collected (the stdout compared there), so the batch's output is never held. Each run costs a Python start-up (tens
     of milliseconds); an assert test's judge is a fork of it. Once a program has a syntax error, or
     (``skip_after_timeout``, default on) has timed out on a test case, its test cases not yet started are counted as
     failed without running them.
@@ -132,19 +133,51 @@ ISOLATION_MODES = ("auto", "strict", "minimal")
 
 # ------------------------------------------------------------------------------------------------ extraction
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)
+# A fence line, found by patterns without nested or adjacent overlapping repeats, so that each scan is linear in
+# the text (the single pattern before issue 42 backtracked quadratically on an unclosed fence with a long label):
+# an opening is a line starting with optional spaces/tabs, three backticks, optional spaces/tabs and a label; a
+# closing is a line of exactly that without a label.
+_FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)", re.MULTILINE)
+_FENCE_CLOSE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
 _PYTHON_LABELS = {"python", "py", "python3"}
+# Characters of a completion scanned for fences, at most: far beyond any generated completion, and a bound on what
+# one text can cost the trainer.
+_MAX_SCANNED = 1 << 20
+
+
+def _fenced_blocks(text: str):
+    """``(label, body)`` of each closed fenced block in the first ``_MAX_SCANNED`` characters of ``text``, in
+    order, by a line scanner: each opening fence line (followed by a newline) is closed by the next closing fence
+    line; an opening never closed ends the scan (no later one can be closed either)."""
+    scanned = text[:_MAX_SCANNED]
+    pos = 0
+    while pos <= len(scanned):
+        opening = _FENCE_OPEN.search(scanned, pos)
+        if opening is None:
+            return
+        newline = scanned.find("\n", opening.end())
+        if newline < 0:
+            return
+        closing = _FENCE_CLOSE.search(scanned, newline + 1)
+        if closing is None:
+            return
+        yield opening.group(1).lower(), scanned[newline + 1 : closing.start()]
+        pos = closing.end() + 1
 
 
 def extract_code(text: str) -> str:
     """The program in a completion text: the last closed ```` ```python ```` (``py``, ``python3``) block, else the
-    last closed unlabelled fenced block, else the whole text."""
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
-    for wanted in (lambda label: label in _PYTHON_LABELS, lambda label: label == ""):
-        chosen = [body for label, body in blocks if wanted(label)]
-        if chosen:
-            return chosen[-1]
-    return text
+    last closed unlabelled fenced block, else the whole text (fences are looked for in its first
+    ``_MAX_SCANNED`` characters)."""
+    last_python = last_plain = None
+    for label, body in _fenced_blocks(text):
+        if label in _PYTHON_LABELS:
+            last_python = body
+        elif label == "":
+            last_plain = body
+    if last_python is not None:
+        return last_python
+    return last_plain if last_plain is not None else text
 
 
 # ------------------------------------------------------------------------------------------------ test cases
@@ -262,6 +295,15 @@ def normalize_output(text: str) -> str:
     return "\n".join(lines)
 
 
+def _normalized(data: bytes) -> bytes:
+    """:func:`normalize_output` on bytes (every character it forgives is ASCII, so UTF-8 text compares the same;
+    invalid UTF-8 is compared as it is, never decoded)."""
+    lines = [line.rstrip(b" \t\r") for line in data.replace(b"\r\n", b"\n").split(b"\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return b"\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------ the prompt's helpers
 
 
@@ -318,8 +360,7 @@ def prompt_helpers(prompt: Any) -> tuple[str, tuple[str, ...]]:
     program passes that row's tests: give such rows a stub.
     """
     text = _last_user_text(prompt)
-    blocks = [body for label, body in ((m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text))
-              if label in _PYTHON_LABELS or label == ""]  # fmt: skip
+    blocks = [body for label, body in _fenced_blocks(text) if label in _PYTHON_LABELS or label == ""]
     helpers: list[str] = []
     stubs: list[str] = []
     for source in blocks or [text]:
@@ -403,54 +444,87 @@ def _write_bytecode() -> None:
 # stderr are capped at max_output_bytes; nothing else the run writes reaches this process.
 _REPORT_CAP = 1 << 14
 _VERDICT_CAP = 1 << 12
+_STDERR_TAIL = 1 << 12  # of stderr, only the last bytes are kept (its length still counts against the cap)
 # A message between the judge and the program, at most (bytes; the judge's own memory limit and the deadline bound it
 # too): a call's arguments come back with its result, so a 1 MB list argument is 2 MB of reply.
 _MESSAGE_CAP = 1 << 24
 _TMPFS_INODES = 1024  # files and directories the program may create in its private /tmp
 _MAX_PTYS = 4  # ptys one run may open (its own devpts instance)
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (libseccomp matches one masked value per rule)
-_CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-# Kernel interfaces a program has no use for and that widen what it can reach: namespaces and mounts, eBPF,
-# perf, io_uring, keyrings, other processes' memory, userfaultfd, kernel modules, and kernel memory that RLIMIT_AS
-# does not count (memfd, System V shared memory, message queues and semaphores, POSIX message queues, inotify
-# watches, POSIX timers: each a per-user kernel allowance a fresh uid would get whole). Each fails
-# with EPERM; sockets and socket pairs of every family fail with EACCES (a socket pair's buffers are kernel memory
-# too, and a Unix socket reaches host services by path or abstract name).
-_DENIED_SYSCALLS = (
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "bpf", "perf_event_open", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
-    "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp", "userfaultfd", "memfd_create", "memfd_secret",
-    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
-    "semtimedop", "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
-    "mq_getsetattr", "inotify_init", "inotify_init1", "timer_create", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
-    "swapon", "swapoff", "acct", "quotactl", "syslog", "name_to_handle_at", "open_by_handle_at", "iopl", "ioperm",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "fanotify_init", "lookup_dcookie", "vhangup",
-    "uselib", "personality",
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: a clone with any of them is refused.
+_CLONE_NAMESPACE_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+# The syscall filter is an allow-list: what CPython's start-up, the standard library and the child need once the
+# filter is loaded, found by running test programs (stdin/stdout, an assert test's judge, threads, fork,
+# multiprocessing, sqlite, tempfile, hashlib, ...) under `strace -f` and keeping the calls made after
+# PR_SET_SECCOMP, plus their plain siblings (read -> readv, stat -> statx, ...). Everything else fails with
+# EPERM, by construction: locks (flock, fcntl's lock commands), page-cache advice and probes (fadvise64,
+# readahead, mincore, madvise's WILLNEED / COLD / PAGEOUT, preadv2 / pwritev2 and their RWF flags), AIO and
+# io_uring, setsid / setpgid (a scheduler group of one's own), namespaces, mounts, keyrings, bpf, perf, ptrace,
+# System V and POSIX IPC, memfd, inotify, timers, chown, mknod, xattrs writes, and whatever the kernel adds later.
+_ALLOWED_SYSCALLS = (
+    # files: read, write, metadata, directories (within the run's view: read-only binds and its own tmpfs)
+    "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "open", "openat", "openat2",
+    "creat", "close", "close_range", "lseek", "stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
+    "access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "getcwd", "chdir",
+    "fchdir", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2", "link",
+    "linkat", "symlink", "symlinkat", "chmod", "fchmod", "fchmodat", "truncate", "ftruncate", "fallocate",
+    "utimensat", "umask", "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+    "sendfile", "copy_file_range", "dup", "dup2", "dup3", "pipe", "pipe2", "ioctl",
+    # waiting on descriptors
+    "select", "pselect6", "poll", "ppoll", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait",
+    "epoll_pwait", "epoll_pwait2",
+    # memory (RLIMIT_AS counts it)
+    "brk", "mmap", "munmap", "mremap", "mprotect", "msync",
+    # processes and threads
+    "fork", "vfork", "wait4", "waitid", "exit", "exit_group", "getpid", "getppid", "gettid", "getuid", "geteuid",
+    "getgid", "getegid", "getgroups", "getresuid", "getresgid", "getpgrp", "getpgid", "getsid", "kill", "tkill",
+    "tgkill", "set_tid_address", "set_robust_list", "get_robust_list", "rseq", "futex", "arch_prctl", "prctl",
+    "capget", "sched_yield", "sched_getaffinity", "sched_getparam", "sched_getscheduler",
+    "sched_get_priority_max", "sched_get_priority_min", "getpriority", "getrlimit", "prlimit64", "getrusage",
+    "times", "restart_syscall",
+    # signals
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigtimedwait", "rt_sigsuspend",
+    "sigaltstack", "pause", "alarm", "getitimer", "setitimer",
+    # time, randomness, the machine
+    "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres", "gettimeofday", "time", "getrandom", "uname",
+    "sysinfo", "getcpu",
 )  # fmt: skip
+# fcntl commands CPython and the standard library use: F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL,
+# F_DUPFD_CLOEXEC, F_GETPIPE_SZ (no lock command: F_GETLK / F_SETLK / F_SETLKW / F_OFD_*).
+_ALLOWED_FCNTL = (0, 1, 2, 3, 4, 1030, 1032)
+# madvise advice that touches only this process's own mappings: NORMAL, RANDOM, SEQUENTIAL, DONTNEED, FREE,
+# DONTFORK, DOFORK, HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP (not WILLNEED, COLD, PAGEOUT, POPULATE_*: those read
+# or evict the shared page cache).
+_ALLOWED_MADVISE = (0, 1, 2, 4, 8, 10, 11, 14, 15, 16, 17)
+# Flushing calls succeed without doing anything (the run's files are on tmpfs; the rest is read-only and shared).
+_NO_OP_SYSCALLS = ("sync", "syncfs", "fsync", "fdatasync", "sync_file_range")
 
 
 @functools.lru_cache(maxsize=4)
 def syscall_filter_program(allow_subprocesses: bool) -> tuple[bytes | None, str]:
     """The seccomp BPF program the sandbox loads before the program runs (built by libseccomp through
-    ``pyseccomp``), and a note (why it is unavailable, or the syscalls this libseccomp does not know)."""
+    ``pyseccomp``): the allow-list above, everything else EPERM (sockets EACCES, ``clone3`` ENOSYS so that the C
+    library falls back to ``clone``, whose flags a filter can read); and a note (why it is unavailable, or the
+    allowed syscalls this libseccomp does not know)."""
     try:
         import pyseccomp
     except Exception as e:  # not installed, or libseccomp missing (pyseccomp loads it when imported)
         return None, f"no syscall filter: pyseccomp / libseccomp unavailable ({type(e).__name__}: {e})"
     try:
-        program_filter = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        program_filter = pyseccomp.SyscallFilter(pyseccomp.ERRNO(errno.EPERM))
         unknown = []
-        deny = pyseccomp.ERRNO(errno.EPERM)
-        for name in _DENIED_SYSCALLS + (() if allow_subprocesses else ("execve", "execveat")):
+        allow = pyseccomp.ALLOW
+        for name in _ALLOWED_SYSCALLS + (("execve", "execveat") if allow_subprocesses else ()):
             try:
-                program_filter.add_rule(deny, name)
+                program_filter.add_rule(allow, name)
             except Exception:
                 unknown.append(name)  # not a syscall of this architecture, or too new for this libseccomp
-        # clone with a namespace flag; clone3 keeps its flags in memory where a filter cannot read them, so it
-        # reports ENOSYS and the C library falls back to clone.
-        for flag in _CLONE_NAMESPACE_FLAGS:
-            program_filter.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+        for name in _NO_OP_SYSCALLS:
+            program_filter.add_rule(pyseccomp.ERRNO(0), name)
+        program_filter.add_rule(allow, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_NAMESPACE_MASK, 0))
+        for command in _ALLOWED_FCNTL:
+            program_filter.add_rule(allow, "fcntl", pyseccomp.Arg(1, pyseccomp.EQ, command))
+        for advice in _ALLOWED_MADVISE:
+            program_filter.add_rule(allow, "madvise", pyseccomp.Arg(2, pyseccomp.EQ, advice))
         program_filter.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
         # No sockets at all: no network without a network namespace either.
         program_filter.add_rule(pyseccomp.ERRNO(errno.EACCES), "socket")
@@ -469,9 +543,10 @@ _STARTUP_TIMEOUT_S = 30.0  # for the sandbox to get ready (not charged to the pr
 
 @dataclass
 class RunResult:
-    """What one sandboxed run did. ``stdout`` / ``stderr`` are decoded (invalid UTF-8 replaced) and at most
-    ``max_output_bytes`` long; ``completed`` is True when the program finished without an exception or ``exit()``
-    (stdin/stdout runs) or the judge reached a verdict (test runs); ``verdict`` (test runs) is the judge's: True
+    """What one sandboxed run did. ``stdout`` is decoded (invalid UTF-8 replaced) and at most ``max_output_bytes``
+    long (empty when the run was given ``expected``: ``output_matches`` then says whether it matched); ``stderr`` is
+    the last ``_STDERR_TAIL`` bytes of it, decoded; ``completed`` is True when the program finished without an
+    exception or ``exit()`` (stdin/stdout runs) or the judge reached a verdict (test runs); ``verdict`` (test runs) is the judge's: True
     when the test passed, False when it failed, None when no verdict arrived; ``judge`` is the judge's report
     (``calls``: how many calls into the program the test made, ``note``: why it failed); ``syntax_error`` is decided
     here, before running, from the program's text; ``isolation`` is the child's report of the layers it applied
@@ -485,6 +560,7 @@ class RunResult:
     completed: bool = False
     syntax_error: bool = False
     verdict: bool | None = None
+    output_matches: bool | None = None
     judge: dict = field(default_factory=dict)
     duration_s: float = 0.0
     isolation: dict = field(default_factory=dict)
@@ -624,11 +700,20 @@ class Sandbox:
         }
 
     def run(
-        self, program: str, stdin: str = "", *, test: str | None = None, helpers: str = "", stubs: Sequence[str] = ()
+        self,
+        program: str,
+        stdin: str = "",
+        *,
+        test: str | None = None,
+        helpers: str = "",
+        stubs: Sequence[str] = (),
+        expected: str | None = None,
     ) -> RunResult:
         """Run ``program`` with ``stdin`` in a fresh sandbox. With ``test`` (Python source), the judge runs it
         against the program (after ``helpers``, the prompt's; ``stubs`` are names the program defines) and
-        ``RunResult.verdict`` is its verdict (see the module docstring)."""
+        ``RunResult.verdict`` is its verdict (see the module docstring). With ``expected``, the program's stdout is
+        compared with it here, as bytes (:func:`normalize_output`'s rules), into ``RunResult.output_matches``, and
+        is not kept (``stdout`` stays empty): what the reward needs is a boolean."""
         if sys.platform != "linux":
             raise RuntimeError("the code-execution sandbox needs Linux")
         _write_bytecode()
@@ -682,7 +767,7 @@ class Sandbox:
             if test is not None:
                 modules = _module_names(test, helpers)
                 job = json.dumps({"test": test, "modules": modules}).encode("utf-8", "surrogatepass")
-            self._collect(proc, ours, start, job, result)
+            self._collect(proc, ours, start, job, result, expected)
         except OSError as e:
             result.error = f"cannot run the sandbox: {e}"
         finally:
@@ -717,7 +802,7 @@ class Sandbox:
         return result
 
     def _collect(self, proc: subprocess.Popen, ours: dict[str, int], start: float, job: bytes | None,
-                 result: RunResult) -> None:  # fmt: skip
+                 result: RunResult, expected: str | None = None) -> None:  # fmt: skip
         """Read stdout, stderr, the report and the verdict, each up to its cap, and write the test to the judge,
         until the child exits (or the deadline / output cap). Nothing read is decoded beyond its cap."""
         out, err = proc.stdout.fileno(), proc.stderr.fileno()
@@ -730,7 +815,9 @@ class Sandbox:
         # reports that it is about to run it (the status pipe's first line).
         deadline = start + _STARTUP_TIMEOUT_S
         program_started = False
+        cpu_at_start, next_cpu_check = 0.0, 0.0
         exited_at = None
+        stderr_bytes = 0
         with selectors.DefaultSelector() as selector:
             for fd in buffers:
                 selector.register(fd, selectors.EVENT_READ)
@@ -738,6 +825,10 @@ class Sandbox:
                 selector.register(ours["test"], selectors.EVENT_WRITE)
             while any(key.events & selectors.EVENT_READ for key in selector.get_map().values()):
                 now = time.monotonic()
+                if program_started and exited_at is None and now >= next_cpu_check:
+                    next_cpu_check = now + _CPU_CHECK_S
+                    if _tree_cpu_s(proc.pid) - cpu_at_start >= self.timeout_s:
+                        deadline = now
                 if now >= deadline:
                     if exited_at is None and program_started:
                         result.timed_out = True
@@ -762,7 +853,10 @@ class Sandbox:
                         continue
                     buf = buffers[key.fd]
                     buf += data
-                    if len(buf) > caps[key.fd]:
+                    if key.fd == err:  # stderr: counted to its cap, only a short tail kept
+                        stderr_bytes += len(data)
+                        del buf[:-_STDERR_TAIL]
+                    if len(buf) > caps[key.fd] or (key.fd == err and stderr_bytes > caps[err]):
                         del buf[caps[key.fd] :]
                         if key.fd in (out, err):
                             result.output_overflow = True
@@ -770,7 +864,8 @@ class Sandbox:
                 if not program_started and b"\n" in buffers[ours["status"]]:
                     program_started = True
                     if exited_at is None:
-                        deadline = time.monotonic() + self.timeout_s
+                        deadline = time.monotonic() + self.timeout_s * _WALL_CAP
+                        cpu_at_start = _tree_cpu_s(proc.pid)
                 if result.output_overflow:
                     break
                 if exited_at is None and _exited(proc.pid):
@@ -786,7 +881,13 @@ class Sandbox:
                 if not data:
                     break
                 buffers[fd] += data
-        result.stdout = buffers[out].decode("utf-8", errors="replace")
+        if expected is None:
+            result.stdout = buffers[out].decode("utf-8", errors="replace")
+        else:
+            result.output_matches = _normalized(bytes(buffers[out])) == _normalized(
+                expected.encode("utf-8", "surrogatepass")
+            )
+        buffers[out] = bytearray()
         result.stderr = buffers[err].decode("utf-8", errors="replace")
         result.isolation = _first_json_line(buffers[ours["status"]], caps[ours["status"]]) or {}
         if "verdict" in ours:
@@ -849,6 +950,35 @@ def missing_layers(report: dict, sandbox: Sandbox) -> list[str]:
             + ")"
         )
     return missing
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# The deadline is on the run's CPU time (timeout_s, every process of it together, checked every _CPU_CHECK_S), with
+# a wall-clock cap of _WALL_CAP x timeout_s: a program starved by other runs on a busy machine is not failed for
+# it, and a program that sleeps or blocks is still stopped.
+_WALL_CAP = 3.0
+_CPU_CHECK_S = 0.1
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and every process below it (``/proc/<pid>/task/<tid>/children``), including the
+    children they have reaped (``cutime``/``cstime``; the run's init reaps every orphan); 0 where unreadable."""
+    ticks, stack, seen = 0, [root], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                    stack.extend(int(child) for child in f.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return ticks / _CLOCK_TICKS
 
 
 def _exited(pid: int) -> bool:
@@ -1003,47 +1133,50 @@ class CodeTestsReward:
         if any(suites):
             self._check_once()
 
-        results: list[list[RunResult | None]] = [[None] * len(s) if s else [] for s in suites]
-        stop = [False] * len(completions)  # the program cannot pass any more test cases (syntax error, timeout)
-        stop_lock = threading.Lock()
+        # What is kept of each run: whether it passed and the flags the metrics count, never its output.
+        outcomes: list[list[_Outcome | None]] = [[None] * len(s) if s else [] for s in suites]
 
-        def run_one(i: int, j: int) -> None:
-            with stop_lock:
-                if stop[i]:
-                    return
-            case = suites[i][j]
-            if case.test_code is None:
-                result = self.sandbox.run(programs[i], case.stdin)
-            else:
-                source, stubs = helpers[i]
-                result = self.sandbox.run(programs[i], test=case.test_code, helpers=source, stubs=stubs)
-            results[i][j] = result
-            if result.syntax_error or (result.timed_out and self.skip_after_timeout):
-                with stop_lock:
-                    stop[i] = True
+        def run_prompt(members: list[int]) -> None:
+            """Every run of one prompt's completions, one after the other: siblings never run at the same time, so
+            nothing they share (locks, the page cache, the CPU) carries a bit from one to another."""
+            for i in members:
+                for j, case in enumerate(suites[i]):
+                    if case.test_code is None:
+                        result = self.sandbox.run(programs[i], case.stdin, expected=case.expected)
+                    else:
+                        source, stubs = helpers[i]
+                        result = self.sandbox.run(programs[i], test=case.test_code, helpers=source, stubs=stubs)
+                    outcomes[i][j] = _Outcome.of(case, result)
+                    if result.syntax_error or (result.timed_out and self.skip_after_timeout):
+                        break
 
-        jobs = [(i, j) for i, suite in enumerate(suites) if suite for j in range(len(suite))]
-        if jobs:
-            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs)), thread_name_prefix="code") as pool:
-                for future in [pool.submit(run_one, i, j) for i, j in jobs]:
+        groups: dict[str, list[int]] = {}
+        for i, suite in enumerate(suites):
+            if suite:  # siblings: the same prompt (else, without prompts, the same row of tests)
+                key = repr(prompts[i]) if prompts is not None else repr(test_cases[i])
+                groups.setdefault(key, []).append(i)
+        if groups:
+            workers = min(self.max_workers, len(groups))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="code") as pool:
+                for future in [pool.submit(run_prompt, members) for members in groups.values()]:
                     future.result()
 
         rewards: list[float | None] = []
         batch: Counter[str] = Counter()
-        for suite, runs in zip(suites, results):
+        for suite, runs in zip(suites, outcomes):
             if not suite:
                 batch["no_tests"] += 1
                 rewards.append(None)
                 continue
             done = [r for r in runs if r is not None]
-            if any(r.error is not None for r in done):
+            if any(r.error for r in done):
                 batch["sandbox_errors"] += 1
                 rewards.append(None)
                 continue
             batch["syntax_errors"] += any(r.syntax_error for r in done)
             batch["timeouts"] += any(r.timed_out for r in done)
             batch["output_overflow"] += any(r.output_overflow for r in done)
-            rewards.append(sum(_passed(case, run) for case, run in zip(suite, runs) if run is not None) / len(suite))
+            rewards.append(sum(r.passed for r in done) / len(suite))
 
         batch["total"] = len(completions)
         self.counts.update(batch)
@@ -1053,13 +1186,24 @@ class CodeTestsReward:
         return rewards
 
 
-def _passed(case: TestCase, result: RunResult) -> bool:
-    """Stdin/stdout cases: exit status 0 and the same output; assert cases: the judge's verdict."""
-    if result.timed_out or result.output_overflow or result.error is not None:
-        return False
-    if case.test_code is not None:
-        return result.verdict is True
-    return result.returncode == 0 and normalize_output(result.stdout) == normalize_output(case.expected or "")
+@dataclass(frozen=True)
+class _Outcome:
+    """What the reward keeps of one run: booleans (the output was compared where the run was collected)."""
+
+    passed: bool
+    syntax_error: bool
+    timed_out: bool
+    output_overflow: bool
+    error: bool
+
+    @classmethod
+    def of(cls, case: TestCase, result: RunResult) -> _Outcome:
+        failed = result.timed_out or result.output_overflow or result.error is not None
+        if case.test_code is not None:
+            passed = not failed and result.verdict is True
+        else:
+            passed = not failed and result.returncode == 0 and result.output_matches is True
+        return cls(passed, result.syntax_error, result.timed_out, result.output_overflow, result.error is not None)
 
 
 code_tests_reward = CodeTestsReward()
