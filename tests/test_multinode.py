@@ -32,3 +32,23 @@ def test_a_cache_built_by_rank_1_loads_on_every_rank(tmp_path):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env(), cwd=ROOT)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     assert "rank 1: loaded" in result.stdout
+
+
+def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
+    """What a rank other than 0 got from ``save_pretrained`` (tokenizer files, no config, no weights) is refused
+    before publishing, by the loader itself, with a message; nothing is left at the cache's path."""
+    from grpo_family.cache import CacheBuildError, load_cached
+    from grpo_family.tasks.tiny_model import build_tokenizer
+
+    def build_tokenizer_only(folder: Path) -> None:
+        build_tokenizer().save_pretrained(folder)
+
+    def load(folder: Path):
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(folder)
+
+    with pytest.raises(CacheBuildError, match="cannot load it"):
+        load_cached(tmp_path / "cache", build_tokenizer_only, load, what="A test folder")
+    assert not (tmp_path / "cache").exists()
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
