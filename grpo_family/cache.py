@@ -58,7 +58,8 @@ def save_model_folder(model, tokenizer, folder: str | os.PathLike) -> None:
     state_dict = remove_tied_weights_from_state_dict(model.state_dict(), model)
     tensors = {name: tensor.detach().contiguous() for name, tensor in state_dict.items()}
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    tokenizer.save_pretrained(folder)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
 
 
 def write_manifest(folder: Path) -> None:

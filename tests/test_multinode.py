@@ -52,3 +52,37 @@ def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
         load_cached(tmp_path / "cache", build_tokenizer_only, load, what="A test folder")
     assert not (tmp_path / "cache").exists()
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def _launch(script: str, *args: str, timeout: int = 600) -> str:
+    """stdout of ``tests/dist/<script>`` on 2 CPU processes (accelerate, gloo); fails with its output on error."""
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
+        "--main_process_port", str(29500 + os.getpid() % 1000),
+        str(TESTS / "dist" / script), *args,
+    ]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result.stdout
+
+
+@pytest.mark.multiprocess
+def test_resume_decisions_are_made_once_and_shared(tmp_path):
+    """Node-local output folders (a working folder per rank): each rank used to pick its own newest checkpoint and
+    judge it alone, so rank 1 stopped alone ("not written completely") while rank 0 went on to wait at the next
+    collective. Now rank 0 decides, and the file check is all-gathered: both ranks stop with one message."""
+    import json
+
+    stdout = _launch("resume_decisions.py", str(tmp_path))
+    rank0, rank1 = json.loads(stdout.split("OUTCOMES ", 1)[1].splitlines()[0])
+    assert rank0["resolved"] == rank1["resolved"] == "value out/checkpoint-2"  # rank 1's own newest is checkpoint-1
+    assert rank0["checked"] == rank1["checked"]
+    assert rank0["checked"].startswith("PreflightError: Not every process can continue:")
+    assert "rank 1 on " in rank0["checked"] and "rank 0 on " not in rank0["checked"]
+    assert (
+        "has no trainer_state.json" in rank0["checked"]
+        and "give --output_dir on a disk all nodes share" in (rank0["checked"])
+    )
+    assert rank0["crashed"] == "KeyError: 'a bug in the decision'"
+    assert rank1["crashed"].startswith("PreflightError: The main process (rank 0) failed before training: KeyError")
