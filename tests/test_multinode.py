@@ -86,3 +86,20 @@ def test_resume_decisions_are_made_once_and_shared(tmp_path):
     )
     assert rank0["crashed"] == "KeyError: 'a bug in the decision'"
     assert rank1["crashed"].startswith("PreflightError: The main process (rank 0) failed before training: KeyError")
+
+
+def test_no_doc_or_recipe_teaches_the_deprecated_vllm_server_command():
+    """TRL 1.16 deprecates `trl vllm-serve` (removed in 2.0; trl/scripts/vllm_serve.py prints its replacement):
+    the docs, README and recipes teach `VLLM_SERVER_DEV_MODE=1 vllm serve <model> --weight-transfer-config
+    '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1`."""
+    import re
+
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples" / "recipes").glob("*")]
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in files
+        if path.is_file()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"trl\s+vllm-serve", line)
+    ]
+    assert found == [], f"the deprecated `trl vllm-serve` is taught at {found}"
