@@ -3,19 +3,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_distributed import launch  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
-
-
-def _env(**extra: str) -> dict:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **extra}
 
 
 @pytest.mark.multiprocess
@@ -23,15 +19,8 @@ def test_a_cache_built_by_rank_1_loads_on_every_rank(tmp_path):
     """transformers 5.x's ``save_pretrained`` writes config and weights only on global rank 0 once torch.distributed
     is initialised: a warm start built by rank 1 (rank 0 held back at a barrier, so rank 1 takes the cache lock) was
     published with its tokenizer files only, and loading it failed on both ranks."""
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
-        "--main_process_port", str(29500 + os.getpid() % 1000),
-        str(TESTS / "dist" / "cache_nonzero_builder.py"), str(tmp_path / "warm-start"),
-    ]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env(), cwd=ROOT)
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    assert "rank 1: loaded" in result.stdout
+    stdout = launch("cache_nonzero_builder.py", str(tmp_path / "warm-start"), timeout=600)
+    assert "rank 1: loaded" in stdout
 
 
 def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
@@ -54,19 +43,6 @@ def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
 
 
-def _launch(script: str, *args: str, timeout: int = 600) -> str:
-    """stdout of ``tests/dist/<script>`` on 2 CPU processes (accelerate, gloo); fails with its output on error."""
-    cmd = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
-        "--main_process_port", str(29500 + os.getpid() % 1000),
-        str(TESTS / "dist" / script), *args,
-    ]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    return result.stdout
-
-
 @pytest.mark.multiprocess
 def test_resume_decisions_are_made_once_and_shared(tmp_path):
     """Node-local output folders (a working folder per rank): each rank used to pick its own newest checkpoint and
@@ -74,7 +50,7 @@ def test_resume_decisions_are_made_once_and_shared(tmp_path):
     collective. Now rank 0 decides, and the file check is all-gathered: both ranks stop with one message."""
     import json
 
-    stdout = _launch("resume_decisions.py", str(tmp_path))
+    stdout = launch("resume_decisions.py", str(tmp_path), timeout=600)
     rank0, rank1 = json.loads(stdout.split("OUTCOMES ", 1)[1].splitlines()[0])
     assert rank0["resolved"] == rank1["resolved"] == "value out/checkpoint-2"  # rank 1's own newest is checkpoint-1
     assert rank0["checked"] == rank1["checked"]
