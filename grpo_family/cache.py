@@ -5,7 +5,12 @@ incomplete or corrupt is named and rebuilt.
 
 A published folder holds :data:`MANIFEST`: the size of every file. :func:`cache_problem` compares the folder with it
 (a truncated file, a missing one); :func:`load_cached` also rebuilds once when loading raises (a corrupt file of the
-right size).
+right size). :func:`load_cached` publishes a folder only after its own loader has loaded it from the temporary folder,
+so a build that wrote too little (the files a loader needs are not guessed here) raises instead of being published.
+
+Any process may build, global rank 0 or not: :func:`save_model_folder` writes a model folder itself, because
+``save_pretrained`` of transformers 5.x writes nothing but the tokenizer on a rank other than 0 once torch.distributed
+is initialised.
 """
 
 from __future__ import annotations
@@ -26,6 +31,35 @@ logger = logging.getLogger(__name__)
 
 MANIFEST = "grpo_family_manifest.json"
 T = TypeVar("T")
+
+
+class CacheBuildError(RuntimeError):
+    """A freshly built cache folder that its own loader cannot load (a bug in the builder: rebuilding cannot help)."""
+
+
+def save_model_folder(model, tokenizer, folder: str | os.PathLike) -> None:
+    """Write what ``save_pretrained`` writes for ``model`` and ``tokenizer`` (config, generation config, tokenizer,
+    ``model.safetensors`` without tied duplicates), from whichever process calls it.
+
+    ``PreTrainedModel.save_pretrained`` of transformers 5.x writes config and weights only where
+    ``torch.distributed.get_rank() == 0`` once torch.distributed is initialised, whatever ``is_main_process`` says
+    (``should_save_on_this_rank``); a cache is built by whichever process holds its lock, so the model's files are
+    written here through the same public pieces instead."""
+    from safetensors.torch import save_file
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.dtype = str(model.dtype).split(".")[1]
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(folder)
+    if model.can_generate():
+        model.generation_config.save_pretrained(folder)
+    state_dict = remove_tied_weights_from_state_dict(model.state_dict(), model)
+    tensors = {name: tensor.detach().contiguous() for name, tensor in state_dict.items()}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
 
 
 def write_manifest(folder: Path) -> None:
@@ -69,14 +103,16 @@ def build_once(
     timeout: float = 600.0,
     legacy_complete: Callable[[Path], bool] | None = None,
     rebuild_if_older_than: float | None = None,
+    verify: Callable[[Path], object] | None = None,
 ) -> Path:
     """``path``, built by ``build(tmp)`` (which writes the folder's files into ``tmp``) unless it is already whole.
 
     One process builds (the holder of ``<path>.lock``), into a temporary sibling folder published with
     ``os.replace``, so nobody sees a half-written folder; the others wait up to ``timeout`` seconds for a live
     builder, and take over at once from one that died. ``rebuild_if_older_than``: build even if the folder looks whole
-    (its content failed to load), unless another process rebuilt it since (:func:`_published`). ``what`` names the
-    folder in messages."""
+    (its content failed to load), unless another process rebuilt it since (:func:`_published`). ``verify(tmp)`` runs
+    on the built folder before it is published: when it raises, nothing is published and :class:`CacheBuildError`
+    names the problem. ``what`` names the folder in messages."""
     path = Path(path)
     lock = PidLock(path.with_name(path.name + ".lock"))
     deadline = time.monotonic() + timeout
@@ -105,6 +141,15 @@ def build_once(
                 tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
                 try:
                     build(tmp)
+                    if verify is not None:
+                        try:
+                            verify(tmp)
+                        except Exception as error:  # noqa: BLE001 - any loader's error means the same here
+                            raise CacheBuildError(
+                                f"{what} was built but its loader cannot load it ({type(error).__name__}: "
+                                f"{str(error)[:300]}); nothing was published in {path}. This is a bug in the code "
+                                "that builds it: report it with this message."
+                            ) from error
                     write_manifest(tmp)
                     if path.exists():
                         shutil.rmtree(path)
@@ -126,9 +171,9 @@ def load_cached(
     timeout: float = 600.0,
     legacy_complete: Callable[[Path], bool] | None = None,
 ) -> T:
-    """``load(path)`` of the folder :func:`build_once` makes; when loading raises (a corrupt file), the folder is
-    named in a warning, rebuilt once and loaded again."""
-    path = build_once(path, build, what=what, timeout=timeout, legacy_complete=legacy_complete)
+    """``load(path)`` of the folder :func:`build_once` makes (published only once ``load`` has loaded it); when loading
+    the published folder raises (a corrupt file), the folder is named in a warning, rebuilt once and loaded again."""
+    path = build_once(path, build, what=what, timeout=timeout, legacy_complete=legacy_complete, verify=load)
     published = _published(path)
     try:
         return load(path)
@@ -136,7 +181,13 @@ def load_cached(
         logger.warning("%s in %s could not be loaded (%s: %s): rebuilding it.", what, path, type(error).__name__,
                        str(error)[:200])  # fmt: skip
     path = build_once(
-        path, build, what=what, timeout=timeout, legacy_complete=legacy_complete, rebuild_if_older_than=published
+        path,
+        build,
+        what=what,
+        timeout=timeout,
+        legacy_complete=legacy_complete,
+        rebuild_if_older_than=published,
+        verify=load,
     )
     return load(path)
 

@@ -169,6 +169,8 @@ def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from .cache import save_model_folder
+
     gguf = Path(gguf)
     folder, name = str(gguf.parent), gguf.name
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
@@ -186,5 +188,4 @@ def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
     model.tie_weights()
     model.generation_config = loaded.generation_config
     tokenizer.model_max_length = config.max_position_embeddings
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    save_model_folder(model, tokenizer, out_dir)  # not save_pretrained: any rank may build a cache

@@ -10,13 +10,15 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .pidlock import PidLock
 from .preflight import PreflightError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOCK_FILE = ".grpo_family.lock"
 # Written into every checkpoint: what a resumed run must match.
@@ -72,15 +74,77 @@ class OutputFolderLock:
         self.release()
 
 
+def _process_group() -> tuple[int, int]:
+    """(rank, world size) of the initialised process group, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def _shared(value: Any) -> Any:
     """The main process's ``value`` on every process (as is without a process group)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if _process_group()[1] == 1:
         return value
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def _gathered(value: Any) -> list[Any]:
+    """Every process's ``value``, in rank order, on every process (``[value]`` without a process group)."""
+    import torch.distributed as dist
+
+    if _process_group()[1] == 1:
+        return [value]
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def decided_on_main(decide: Callable[[], T]) -> T:
+    """``decide()`` run on the main process only; its result, or the error it raised, on every process.
+
+    A decision every process must share (which checkpoint to resume, whether the run settings match) made on each
+    process's own disk can differ between nodes: one node stops alone and its peers wait at the next collective. Here
+    the main process decides and broadcasts; a :class:`PreflightError` it raised is raised, with its message, by every
+    process, and any other error as a :class:`PreflightError` naming it on the others (the main process re-raises the
+    original)."""
+    rank, _ = _process_group()
+    outcome: tuple[str, Any] | None = None
+    error: BaseException | None = None
+    if rank == 0:
+        try:
+            outcome = ("value", decide())
+        except PreflightError as refused:
+            error, outcome = refused, ("refused", refused)
+        except Exception as failed:  # noqa: BLE001 - told to the other processes, then re-raised here
+            error, outcome = failed, ("failed", f"{type(failed).__name__}: {failed}")
+    outcome = _shared(outcome)
+    if error is not None:
+        raise error
+    kind, value = outcome
+    if kind == "value":
+        return value
+    if kind == "refused":
+        raise value
+    raise PreflightError(f"The main process (rank 0) failed before training: {value}. Its own output names the cause.")
+
+
+def require_on_every_process(problem: str | None, fix: str) -> None:
+    """Every process states its own ``problem`` (None: fine); if any has one, every process raises the same
+    :class:`PreflightError` listing each failing rank and its host, then ``fix``."""
+    import socket
+
+    problems = _gathered(
+        None if problem is None else f"rank {_process_group()[0]} on {socket.gethostname()}: {problem}"
+    )
+    failed = [p for p in problems if p is not None]
+    if failed:
+        raise PreflightError("\n  ".join(["Not every process can continue:", *failed]) + f"\n{fix}")
 
 
 # ---------------------------------------------------------------------------------------------------- resuming
@@ -103,6 +167,45 @@ def write_run_settings(
 
 
 def check_resume(
+    checkpoint: str | os.PathLike, args: Any, method: str, num_processes: int, use_peft: bool | None = None
+) -> None:
+    """:func:`_check_resume_settings` decided on the main process and shared (every process refuses alike), then
+    every process must hold the checkpoint complete on its own disk (:func:`missing_checkpoint_files`): a node-local
+    ``--output_dir`` without ``--save_on_each_node`` holds it on the first node only, and every process stops with
+    one message naming the fix."""
+    decided_on_main(lambda: _check_resume_settings(checkpoint, args, method, num_processes, use_peft))
+    require_checkpoint_everywhere(checkpoint)
+
+
+def require_checkpoint_everywhere(checkpoint: str | os.PathLike) -> None:
+    """Every process stops, with one message naming the fix, unless every process holds ``checkpoint`` complete."""
+    require_on_every_process(
+        missing_checkpoint_files(checkpoint),
+        f"Every process must read {checkpoint} from its own disk: give --output_dir on a disk all nodes share, or "
+        f"copy {checkpoint} to the same path on every node (or train with --save_on_each_node, which writes every "
+        "checkpoint on every node).",
+    )
+
+
+def missing_checkpoint_files(checkpoint: str | os.PathLike) -> str | None:
+    """What this process lacks of ``checkpoint`` (None: it is complete here): the folder, the trainer state or the
+    completion marker (written by a process only after the weights, :class:`~grpo_family.runtime.resume.ResumableTrainerMixin`)."""
+    from .runtime.resume import COMPLETE_MARKER
+
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        return f"no folder {checkpoint}"
+    if not (checkpoint / "trainer_state.json").is_file():
+        return f"{checkpoint} has no trainer_state.json"
+    marked = (checkpoint / COMPLETE_MARKER).is_file() or not any(
+        (folder / COMPLETE_MARKER).is_file() for folder in checkpoint.parent.glob("checkpoint-*")
+    )
+    if not marked:
+        return f"{checkpoint} has no {COMPLETE_MARKER} (it was not written completely)"
+    return None
+
+
+def _check_resume_settings(
     checkpoint: str | os.PathLike, args: Any, method: str, num_processes: int, use_peft: bool | None = None
 ) -> None:
     """Refuse to resume ``checkpoint`` with another method or another batch layout (:class:`PreflightError` listing
@@ -144,11 +247,16 @@ def check_resume(
 
 def resolve_checkpoint(resume: str | bool | None, output_dir: str) -> str | None:
     """``--resume_from_checkpoint`` as a folder: ``true`` means the newest complete checkpoint of ``output_dir``; a
-    folder must exist."""
-    from .runtime.resume import latest_complete_checkpoint
-
+    folder must exist. Decided on the main process and shared (:func:`decided_on_main`): whether the other processes
+    hold the folder too is :func:`check_resume`'s question."""
     if resume in (None, False, "", "false", "False"):
         return None
+    return decided_on_main(lambda: _resolve_checkpoint(resume, output_dir))
+
+
+def _resolve_checkpoint(resume: str | bool, output_dir: str) -> str:
+    from .runtime.resume import latest_complete_checkpoint
+
     if resume in (True, "true", "True"):
         found = latest_complete_checkpoint(output_dir)
         if found is None:

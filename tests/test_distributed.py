@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
-def launch(script: str, *args: str, timeout: int = 300) -> None:
-    """Run ``tests/dist/<script>`` on 2 CPU processes with accelerate; fail with its output on error."""
+def launch(script: str, *args: str, timeout: int = 300) -> str:
+    """Run ``tests/dist/<script>`` on 2 CPU processes with accelerate; fail with its output on error; its stdout."""
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
@@ -29,6 +29,7 @@ def launch(script: str, *args: str, timeout: int = 300) -> None:
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     if result.returncode != 0:
         pytest.fail(f"2-process run failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+    return result.stdout
 
 
 def record_advantages(method: str, model_dir: str, out_dir: Path, **overrides) -> tuple[list, list]:

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Command prefix -> why it does not run in this suite.
 NOT_RUN_HERE = {
     "docker run": "needs Docker and a GPU image; syntax-checked only",
-    "CUDA_VISIBLE_DEVICES=4 trl vllm-serve": "vLLM server on a GPU; the vllm lane serves on CPU (test_vllm.py)",
+    "CUDA_VISIBLE_DEVICES=4 VLLM_SERVER_DEV_MODE=1 vllm serve": "vLLM server on a GPU; the vllm lane serves on CPU (test_vllm.py)",
     "CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch": "server mode pushes weights over NCCL (CUDA); the vllm lane "
     "checks its start-up error on CPU (test_vllm.py)",
 }

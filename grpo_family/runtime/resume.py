@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..run_folder import check_resume, write_run_settings
+from ..run_folder import check_resume, decided_on_main, write_run_settings
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +20,11 @@ logger = logging.getLogger(__name__)
 _RESUME_STATE_FILE = "grpo_family_state_{}.pt"
 # Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
 COMPLETE_MARKER = "grpo_family_checkpoint_complete"
+# A checkpoint's model weights (one of them; a DeepSpeed checkpoint has global_step* folders instead).
+WEIGHT_FILES = (
+    "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
+    "pytorch_model.bin.index.json", "adapter_model.bin",
+)  # fmt: skip
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -46,6 +51,10 @@ def latest_complete_checkpoint(output_dir: str) -> str | None:
             "from the newest complete checkpoint instead; delete the folder to silence this.", path, required
         )  # fmt: skip
     return None
+
+
+def _holds_weights(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, name)) for name in WEIGHT_FILES)
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
@@ -104,18 +113,33 @@ class ResumableTrainerMixin:
         super()._save_checkpoint(model, trial)
         self.accelerator.wait_for_everyone()  # every process's files (RNG, optimizer shards) are written
         folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        if self.args.should_save and os.path.isdir(folder) and not _holds_weights(folder):
+            # --save_on_each_node: transformers 5's save_pretrained writes weights on global rank 0 only, so the other
+            # nodes' main processes write them here (the marker must stand where the weights are).
+            self._save_weights_here(folder)
         if self.args.should_save and os.path.isdir(folder):
             write_run_settings(folder, self.args, self._run_method, self.accelerator.num_processes, self._uses_peft())
             with open(os.path.join(folder, COMPLETE_MARKER), "w") as f:
                 f.write(f"global_step {self.state.global_step}\n")
 
+    def _save_weights_here(self, folder: str) -> None:
+        """The model's weights and config written into ``folder`` by this process, whatever its global rank (a plain
+        replicated model only: a sharded one is saved by DeepSpeed on every rank already)."""
+        from ..cache import save_model_folder
+
+        model = self.accelerator.unwrap_model(self.model)
+        sharded = getattr(self, "is_deepspeed_enabled", False) or getattr(self, "is_fsdp_enabled", False)
+        if sharded or hasattr(model, "peft_config"):  # an adapter: resume names the missing file on that node
+            return
+        save_model_folder(model, None, folder)
+
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """Transformers' ``train``; ``resume_from_checkpoint=True`` picks the newest *complete* checkpoint of
-        ``output_dir`` (:func:`latest_complete_checkpoint`) rather than the newest folder. A checkpoint of another
+        ``output_dir`` (:func:`latest_complete_checkpoint`, on the main process) rather than the newest folder. A checkpoint of another
         method or batch layout, or one that already reached the end of the run, is refused
         (:func:`grpo_family.run_folder.check_resume`)."""
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = latest_complete_checkpoint(self.args.output_dir)
+        if resume_from_checkpoint is True:  # decided on the main process: every process resumes the same one
+            resume_from_checkpoint = decided_on_main(lambda: latest_complete_checkpoint(self.args.output_dir))
             if resume_from_checkpoint is None:
                 raise ValueError(
                     f"No complete checkpoint in {self.args.output_dir} to resume from. Start without "

@@ -26,7 +26,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from ..cache import load_cached
+from ..cache import load_cached, save_model_folder
 from .arithmetic import (
     DEFAULT_DIFFICULTY,
     _format_solution,
@@ -278,8 +278,7 @@ def load_warm_start(
             flush=True,
         )
         model, tokenizer = train_warm_start(seed, model_overrides, log_every=max(1, steps // 5), **train_overrides)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        save_model_folder(model, tokenizer, folder)  # not save_pretrained: any rank may build a cache
 
     def load(folder: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
