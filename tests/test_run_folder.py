@@ -406,10 +406,12 @@ def test_resume_between_lora_and_full_fine_tuning_is_refused_with_the_mismatch(t
         folder = tmp_path / f"checkpoint-{saved}"
         folder.mkdir()
         write_run_settings(folder, args, "grpo", 1, use_peft=saved)
+        (folder / "trainer_state.json").write_text('{"global_step": 2}')  # a checkpoint this process holds whole
         with pytest.raises(PreflightError, match=f"use_peft: {saved} in the checkpoint, {now} now"):
             check_resume(folder, args, "grpo", 1, use_peft=now)
         check_resume(folder, args, "grpo", 1, use_peft=saved)
     older = tmp_path / "checkpoint-older"
     older.mkdir()
     write_run_settings(older, args, "grpo", 1)  # no use_peft recorded
+    (older / "trainer_state.json").write_text('{"global_step": 2}')
     check_resume(older, args, "grpo", 1, use_peft=True)
