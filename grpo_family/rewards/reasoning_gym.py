@@ -34,7 +34,7 @@ from .extract import completion_text
 __all__ = ["ReasoningGymReward", "extract_reasoning_gym_answer", "reasoning_gym_reward"]
 
 # The slots a partial-credit reward accepts: a marked answer, never the bare reply.
-_MARKED = ("tag", "box", "anchor")
+_MARKED = ("tag", "box", "anchor", "bold")
 
 
 @functools.cache
