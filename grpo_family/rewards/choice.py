@@ -40,7 +40,7 @@ _WITH_TEXT = re.compile(r"(?:(?i:option|choice)\s+)?[(\[]?\s*(?P<letter>[A-Z])\s
 # Another option letter in the option's text: a marked label ("(D)", "D)", "D:"), "option D", or one joined by a
 # separator ("or D", "/ D").
 _ANOTHER_LETTER = re.compile(
-    r"(?<![A-Za-z])[(\[]\s*[A-Z]\s*[)\]]|(?<![A-Za-z(\[])[A-Z]\s*[):](?!\w)|(?i:option|choice)\s+[A-Z]\b|"
+    r"(?<![A-Za-z])[(\[]\s*[A-Z]\s*[)\]]|(?<![A-Za-z(\[])[A-Z]\s*[):](?!\w)|(?<![A-Za-z.])[A-Z]\.(?=\s)|(?i:option|choice)\s+[A-Z]\b|"
     r"(?:[,;/|]|\b(?:or|and)\b)\s*[(\[]?[A-Z](?![A-Za-z])"
 )
 

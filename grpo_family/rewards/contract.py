@@ -423,19 +423,21 @@ _JOINED_BEFORE = re.compile(
     r"(?:\d|[})\]$]|(?<![A-Za-z])[A-Z])[ \t]*(?:[,;/|]|\bor\b|\band\b|\\lor\b|\\vee\b|\\text\s*\{\s*(?:or|and)\s*\})"
     r"[ \t]*(?:\$\$|\$|\\\(|\\\[|[*_]{1,2})*[ \t]*$"
 )
+_SEPARATOR_FIRST = re.compile(r"[ \t$*_)\]]*(?:[,;/|]|or\b|and\b)")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
 
 
 def _joined(region: str, slots: list[_Slot]) -> str:
-    """Why the last slot is one of a list of values on its line (another slot before it in the same sentence, or
-    a value and a separator just before it), or ``""``."""
+    """Why the last slot is one of a list of values on its line (a value and a separator just before it, the value
+    maybe another slot: ``40 or \\boxed{42}``, ``\\boxed{40}, \\boxed{42}``, ``Answer: 40 / \\boxed{42}``), or
+    ``""``."""
     slot = slots[-1]
     line_start, _ = _line_bounds(region, slot.start)
     before = region[line_start : slot.start]
-    if len(slots) > 1 and slots[-2].end > line_start:
+    if len(slots) > 1 and slots[-2].end > line_start:  # "\\boxed{18}, or, if inclusive, \\boxed{21}"
         between = region[slots[-2].end : slot.start]
-        if not re.search(r"[.!?][ \t]", between):
-            return "two answer slots in one sentence (a list of values)"
+        if _SEPARATOR_FIRST.match(between) and not re.search(r"[.!?][ \t]", between):
+            return f"two answer slots joined by a separator in one sentence: {between.strip()[:30]!r}"
     if _JOINED_BEFORE.search(before):
         return f"a value joined to the slot before it: {before.strip()[-30:]!r}"
     return ""

@@ -192,6 +192,8 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
         return number, ""
     if scale.lower() in SCALES:
         return number * SCALES[scale.lower()], ""
+    if scale.lower() in UNITS or _is_noun(scale):  # a unit or the noun the number counts: "18 apples"
+        return number, ""
     return None, f"a word after the number: {scale!r}"
 
 
@@ -361,17 +363,19 @@ def _number_words_to_digits(text: str) -> str:
     return _NUMBER_WORD_RUN.sub(digits, text)
 
 
-def _is_unit(word: str) -> bool:
-    """A unit or a counted noun after a number: a listed unit, or any word of two or more letters that is no maths
-    name (``18 apples``, ``12 students``); a single letter only when it is a listed unit (``2 m``; ``2 x`` is a
-    product)."""
+def _is_noun(word: str) -> bool:
+    """A word that may be the noun a number counts (``18 apples``, ``12 students``): two or more letters, no maths
+    name and no number word."""
     lower = word.lower()
-    return lower in UNITS or (len(word) > 1 and word.isalpha() and lower not in MATH_NAMES)
+    return len(word) > 1 and word.isalpha() and lower not in MATH_NAMES and lower not in NUMBER_WORDS
 
 
 def _drop_units(text: str) -> str:
     """``text`` without a trailing run of units after a number (``18 cm^2``, ``5 km/h``, ``3 square units``,
-    ``18 apples``, ``12.5\\%``); an exponent goes only with its unit (``x^2`` keeps its square)."""
+    ``18 apples``, ``12.5\\%``); an exponent goes only with its unit (``x^2`` keeps its square). Listed units
+    (:data:`UNITS`) may be chained; one other word, right after the number, is the noun it counts (``18 apples``;
+    ``18 is not the answer`` keeps its words)."""
+    noun_allowed = True
     while True:
         rest = _UNIT_EXPONENT_TAIL.sub("", text).rstrip()
         percent = _PERCENT_TAIL.search(rest)
@@ -379,8 +383,14 @@ def _drop_units(text: str) -> str:
             text = rest[: percent.start()].rstrip()
             continue
         m = _UNIT_WORD_TAIL.search(rest)
-        if m is None or not all(_is_unit(w) for w in m.group(1).split("/")):
+        if m is None:
             return text
+        words = m.group(1).split("/")
+        if not all(w.lower() in UNITS for w in words):
+            head = rest[: m.start()].rstrip()
+            if not (noun_allowed and len(words) == 1 and _is_noun(words[0]) and re.search(r"\d$", head)):
+                return text
+            noun_allowed = False
         head = rest[: m.start()]
         if len(m.group(1)) == 1 and not head[-1:].isspace():
             return text  # "2m" is a product; "2 m" and "2\text{ m}" are metres
