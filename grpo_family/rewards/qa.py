@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 from .contract import ANSWER_SLOTS, AnswerReward, read_answer
-from .values import strip_wrappers, unwrap_text_macros
+from .values import list_separators, strip_wrappers, unwrap_text_macros
 
 __all__ = [
     "QAReward",
@@ -103,15 +103,6 @@ def gold_aliases(gold: Any) -> list[str]:
     return [text for g in gold if (text := _alias_text(g)) is not None]
 
 
-_LIST_SEPARATOR = re.compile(r"[,;/|]|\b(?:or|and)\b", re.IGNORECASE)
-
-
-def _separators(text: str) -> int:
-    """How many list separators (``,`` ``;`` ``/`` ``|`` "or" "and") ``text`` holds: a prediction with more than
-    every gold alias is a list of answers, not one (``Paris or London``; ``Trick or Treat`` for that gold is one)."""
-    return len(_LIST_SEPARATOR.findall(text))
-
-
 class QAReward(AnswerReward):
     """TRL reward function: ``metric`` ``"em"`` (exact match) or ``"f1"`` against the ``answer`` column,
     maximised over aliases. ``mode``: ``"train"`` (default, the answer contract) or ``"eval"`` (the last slot
@@ -136,7 +127,7 @@ class QAReward(AnswerReward):
         pred = extract_qa_answer(text, mode)
         if not normalize_answer(pred):
             return 0.0, True
-        if _separators(pred) > max(_separators(alias) for alias in gold):
+        if list_separators(pred) > max(list_separators(alias) for alias in gold):
             return 0.0, True  # a list of answers ("Paris or London"): token F1 would pay each of them
         score = exact_match_score if self.metric == "em" else f1_score
         return max(score(pred, alias) for alias in gold), False

@@ -21,6 +21,8 @@ __all__ = [
     "SCALES",
     "UNITS",
     "GoldShape",
+    "count_numbers",
+    "list_separators",
     "normalise_gold",
     "number_from_words",
     "read_math_value",
@@ -195,6 +197,26 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     if scale.lower() in UNITS or _is_noun(scale):  # a unit or the noun the number counts: "18 apples"
         return number, ""
     return None, f"a word after the number: {scale!r}"
+
+
+# ------------------------------------------------------------------------------------------ lists of values
+
+_LIST_SEPARATOR = re.compile(r"[,;/|]|\b(?:or|and)\b", re.IGNORECASE)
+_GROUPING_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # "3,037": a thousands separator, no list
+_ANY_NUMBER = re.compile(r"(?<![\d.])(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+
+
+def list_separators(text: str) -> int:
+    """How many list separators (``,`` ``;`` ``/`` ``|``, "or", "and") ``text`` holds. A slot holding more than
+    its gold is a list of answers, not one (``Paris or London``; ``Trick or Treat`` is one for that gold)."""
+    return len(_LIST_SEPARATOR.findall(_GROUPING_COMMA.sub("", text)))
+
+
+def count_numbers(text: str) -> int:
+    """How many numbers ``text`` writes (``1,234`` is one, ``30,37`` two). A slot holding more numbers than its
+    gold holds more than one value of the gold's kind (``31 or 40``; a verifier reading the first number, or a
+    prefix, would compare both)."""
+    return len(_ANY_NUMBER.findall(text))
 
 
 # --------------------------------------------------------------------------------------------- maths words
