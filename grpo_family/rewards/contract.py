@@ -43,6 +43,7 @@ __all__ = [
     "check_mode",
     "final_region",
     "hiding_markup",
+    "is_blank",
     "read_answer",
 ]
 
@@ -208,12 +209,25 @@ _HIDING_LATEX = re.compile(
     r"providecommand|DeclareMathOperator)(?![A-Za-z])|\\begin\s*\{\s*comment\s*\}|\\hspace\*?\s*\{\s*-|"
     r"\\m?kern\s*-|\\mspace\s*\{\s*-|\\!"
 )
+# HTML elements whose content a browser does not show as text, by class (the HTML Standard's rendering section):
+# the elements it hides (head metadata, datalist, dialog without open, noembed, noframes, rp, template, ...),
+# scripting (script, noscript), embedded content whose children are fallback (iframe, object, embed, video, audio,
+# canvas, picture, svg, math), form controls that hold their text in a control (textarea, select, option,
+# optgroup), disclosure (details, summary) and edits (s, strike, del). Any element with an attribute hides or
+# restyles as it likes, so an attribute breaks the contract too.
+_HIDDEN_ELEMENTS = (
+    "area base basefont datalist dialog head link meta noembed noframes param rp title template style script "
+    "noscript iframe object embed video audio canvas picture source track svg math frame frameset applet "
+    "textarea select option optgroup details summary s strike del"
+).split()
 _HIDING_HTML = re.compile(
-    r"(?i)<!--|<\s*/?\s*(?:s|strike|del|details|summary|script|style|template|noscript|iframe|object|textarea)"
-    r"(?:\s[^<>]*)?>|<[a-z][\w-]*(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s<>\"']+))+\s*/?>|"
-    r"<[a-z][\w-]*\s[^<>]*\b(?:hidden|aria-hidden)\b[^<>]*>"
+    r"(?i)<!--|<\s*/?\s*(?:" + "|".join(sorted(_HIDDEN_ELEMENTS, key=len, reverse=True)) + r")(?![\w-])(?:\s[^<>]*)?/?>|"
+    r"<[a-z][\w-]*(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s<>\"']+))+\s*/?>|"
+    r"<[a-z][\w-]*\s[^<>]*\b(?:hidden|aria-hidden|open)\b[^<>]*>"
 )
-_HIDING_MARKDOWN = re.compile(r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S")
+# Markdown that shows no text: strike-through, link-reference definitions, and a link's or image's destination and
+# title (``[18](x "21")``, ``![21](x)``): only the link text of a link is shown.
+_HIDING_MARKDOWN = re.compile(r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S|!?\[[^\]\n]*\]\([^)\n]*[\s\"'\\{<][^)\n]*\)|!\[")
 
 
 def hiding_markup(region: str) -> str:
@@ -230,6 +244,14 @@ def hiding_markup(region: str) -> str:
     if (m := _INVISIBLE.search(decoded)) is not None:
         return f"an invisible character U+{ord(m.group(0)):04X}"
     return ""
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing a reader could take for an answer: empty or whitespace once invisible
+    characters are removed, or holding hiding markup (``\\boxed{\\phantom{42}}``, a zero-width space): the contract's
+    own test of emptiness, shared by the format rewards."""
+    decoded = html.unescape(text) if "&" in text else text
+    return not _INVISIBLE.sub("", decoded).strip() or bool(hiding_markup(text))
 
 
 # ---------------------------------------------------------------------------------------------------- slots

@@ -459,7 +459,10 @@ def normalise_gold(gold: str) -> str:
     text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", "%", text)
     text = _number_words_to_digits(apply_scales(text))
     text = _DEGREES.sub(" ", text)
-    return " ".join(_drop_units(text.strip()).split())
+    text = " ".join(_drop_units(text.strip()).split())
+    if re.fullmatch(r"[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):  # one number with thousands separators
+        text = text.replace(",", "")
+    return text
 
 
 def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
