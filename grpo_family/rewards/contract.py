@@ -359,9 +359,19 @@ def _anchor_value(text: str, value_start: int, *, strict: bool = True) -> tuple[
     opened = _DISPLAY_OPEN.match(text, start, end)
     if opened is not None and (close := _display_close(text, opened)) > end:
         return start, close
-    if opened is None and (cut := _SENTENCE_END.search(text, start, end)) is not None:
-        return start, cut.start()
+    if opened is None and (cut := _sentence_end(text, start, end)) >= 0:
+        return start, cut
     return start, end
+
+
+def _sentence_end(text: str, start: int, end: int) -> int:
+    """Where the sentence that starts at ``start`` ends before ``end`` (a ``.``/``!``/``?`` then whitespace, outside
+    ``$...$`` and ``\\(...\\)``: ``$18. 21$`` is one maths span), or -1."""
+    for m in _SENTENCE_END.finditer(text, start, end):
+        before = text[start : m.start()]
+        if before.count("$") % 2 == 0 and before.count("\\(") <= before.count("\\)"):
+            return m.start()
+    return -1
 
 
 class _Spans:
@@ -489,8 +499,8 @@ def _unmarked(region: str, in_tag: bool, strict: bool) -> Reading:
     if bold:
         m = bold[-1]
         return Reading((m.group(1) or m.group(2)).strip(), "bold")
-    cut = _SENTENCE_END.search(line)
-    value = (line[: cut.start()] if cut else line).strip()
+    cut = _sentence_end(line, 0, len(line))
+    value = (line[:cut] if cut >= 0 else line).strip()
     return Reading(value, "bare") if value else _broken("no answer slot")
 
 
