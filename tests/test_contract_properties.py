@@ -339,7 +339,7 @@ def test_a_completion_scores_what_its_one_committed_value_earns(built, other):
     candidate_set(st.sampled_from(["Paris", "Lyon", "Trick or Treat", "1912"]), NUMBER_FORMS),
 )
 def test_choice_and_qa_score_what_their_one_committed_value_earns(letters, answers):
-    for (text, candidates), reward, spec, pool in (
+    for (text, _candidates), reward, spec, pool in (
         (letters, choice_accuracy_reward, CHOICE_SLOTS, "ABCDE"),
         (answers, qa_exact_match_reward, ANSWER_SLOTS, ["Paris", "Lyon", "Trick or Treat", "1912"]),
     ):

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("reasoning_gym", reason='reasoning-gym is the [realmodel] extra: pip install -e ".[realmodel]"')
 
 import reasoning_gym  # noqa: E402
+
 from grpo_family.collator import REASONING_GYM_SYSTEM_PROMPT, prepare_dataset  # noqa: E402
 from grpo_family.preflight import PreflightError, load_data  # noqa: E402
 from grpo_family.rewards import (  # noqa: E402

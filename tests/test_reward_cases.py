@@ -217,7 +217,9 @@ def test_read_answer_in_brief():
     assert read_answer(r"\boxed{2} and \boxed{3}", mode="strict").violation == "2 answer slots (box, box)"
     assert read_answer("Answer: 2\nWait, let me reconsider. Answer: 3").value == "3"
     assert read_answer("<answer>Trick or Treat</answer>").value == "Trick or Treat"
-    assert read_answer(r"\boxed{18}. I hope it helps.", mode="strict").violation.startswith("text after the answer slot")
+    assert read_answer(r"\boxed{18}. I hope it helps.", mode="strict").violation.startswith(
+        "text after the answer slot"
+    )
     assert read_answer(r"\boxed{18}. I hope it helps.").value == "18"
 
 
@@ -333,3 +335,73 @@ def test_check_golds_reports_count_and_examples_and_fails_fast(caplog):
     with pytest.raises(ValueError, match="cannot read 3 of 3"):
         check_golds(["x", "y", "z"], [choice_accuracy_reward])
     assert check_golds(["1", "2"], [arithmetic_reward])["arithmetic"][0] == 0
+
+
+# ------------------------------------------------------------------------------ issue 40: fixed layouts and holes
+
+# (reward, completion, gold): the closing layouts real models write, each scoring 1 in training mode.
+LAYOUTS = [
+    ("math_accuracy", "Reasoning.\n\n**Final Answer**\n\\[\n\\boxed{1250}\n\\]", "1250"),
+    ("math_accuracy", "**Final Answer**\n$$\n\\boxed{1250}\n$$", "1250"),
+    ("math_accuracy", "**Final Answer**\n\\begin{align*}\n\\boxed{1250}\n\\end{align*}", "1250"),
+    ("math_accuracy", "Therefore, the final answer is: $\\boxed{\\frac{1}{2}}$. I hope it is correct.", "\\frac12"),
+    ("math_accuracy", "Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),
+    ("math_accuracy", "So, the total cost is **$42**.", "42"),
+    ("math_accuracy", "The total is **42**.", "42"),
+    ("math_accuracy", "In conclusion, the answer is 42.", "42"),
+    ("math_accuracy", "The answer is 12.5 percent.", "12.5"),
+    ("math_accuracy", "\\boxed{18 apples}", "18"),
+    ("math_accuracy", "\\boxed{0.\\overline{3}}", "\\frac{1}{3}"),
+    ("math_accuracy", "\\boxed{\\begin{bmatrix}1\\\\2\\end{bmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("math_accuracy", "\\boxed{10,\\!000}", "10000"),
+    ("math_accuracy", "Answer: 21\nWait, let me reconsider. Answer: 18", "18"),
+    ("choice_accuracy", "<answer>C. Pneumonia</answer>", "C"),
+    ("choice_accuracy", "**C. Pneumonia**", "C"),
+    ("choice_accuracy", "The answer is B) 42", "B"),
+    ("choice_accuracy", "Answer: A\nHmm, the second symptom rules it out.\nWait, let me reconsider. Answer: C", "C"),
+    ("arithmetic", "Answer: 18\nJust to be sure: 3 x 6 = 18. Answer: 18", "18"),
+]
+# (reward, completion, gold): each false-positive class of issue 40, scoring 0 in training mode.
+HOLES = [
+    ("math_accuracy", "Answer: 40 or \\boxed{42}", "42"),
+    ("math_accuracy", "<answer>40 or \\boxed{42}</answer>", "42"),
+    ("math_accuracy", "\\boxed{40} or \\boxed{42}", "42"),
+    ("math_accuracy", "\\boxed{y = 3x + 1 = 2x + 3}", "y = 3x + 1"),
+    ("math_accuracy", "\\boxed{x \\approx 5}", "x = 5"),
+    *[("math_accuracy", f"\\boxed{{x {r} 5}}", "5") for r in "≅≃≒≡"],
+    ("math_accuracy", "\\boxed{40}\n<dialog>\\boxed{42}</dialog>", "42"),
+    ("math_accuracy", "\\boxed{40}\n<noembed>\\boxed{42}</noembed>", "42"),
+    ("math_accuracy", "\\boxed{40}\n<datalist>\\boxed{42}</datalist>", "42"),
+    ("math_accuracy", '[\\boxed{40}](https://example.org "\\boxed{42}")', "42"),
+    ("qa_exact_match", "Answer: Paris or London", "Paris"),
+]
+
+
+@pytest.mark.parametrize(("reward", "text", "gold"), LAYOUTS, ids=[f"layout-{i}" for i in range(len(LAYOUTS))])
+def test_closing_layouts_real_models_write_score_one(reward, text, gold):
+    assert _FUNCS[reward]([text], answer=[gold]) == [1.0], text
+
+
+@pytest.mark.parametrize(("reward", "text", "gold"), HOLES, ids=[f"hole-{i}" for i in range(len(HOLES))])
+def test_false_positive_classes_score_zero(reward, text, gold):
+    assert _FUNCS[reward]([text], answer=[gold]) == [0.0], text
+
+
+def test_format_rewards_count_invisible_and_phantom_blocks_as_empty():
+    from grpo_family.rewards import boxed_format_reward, think_answer_format_reward
+
+    assert think_answer_format_reward(
+        ["<think>a</think><answer>\u200b</answer>", "<think>a</think><answer>4</answer>"]
+    ) == [0.0, 1.0]
+    assert boxed_format_reward(["<think>a</think>\\boxed{\\phantom{42}}", "<think>a</think>\\boxed{42}"]) == [0.0, 1.0]
+
+
+def test_golds_that_state_a_value_in_words_units_or_groups_are_read_as_that_value():
+    """Issue 44 item 5: the gold is read by the reader the answers are read by."""
+    golds = ["48 apples", "12 students", "twelve", "1 234", "12.5%"]
+    assert check_golds(golds, [_MATH])["math_accuracy"][0] == 0
+    assert (
+        _MATH([r"\boxed{48}", "Answer: 12", r"\boxed{12}", r"\boxed{1234}", r"\boxed{12.5}"], answer=golds)
+        == [1.0] * 5
+    )
+    assert _MATH([r"\boxed{47}"], answer=["48 apples"]) == [0.0]

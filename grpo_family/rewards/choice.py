@@ -36,7 +36,9 @@ _LETTER_FORMS = (
 
 
 # A letter marked as an option's label, then the option's text: "C. Pneumonia", "(B) 42", "B) 42".
-_WITH_TEXT = re.compile(r"(?:(?i:option|choice)\s+)?[(\[]?\s*(?P<letter>[A-Z])\s*(?:[)\]]\s*[.:]?|[.:])\s+(?P<text>\S.*)")
+_WITH_TEXT = re.compile(
+    r"(?:(?i:option|choice)\s+)?[(\[]?\s*(?P<letter>[A-Z])\s*(?:[)\]]\s*[.:]?|[.:])\s+(?P<text>\S.*)"
+)
 # Another option letter in the option's text: a marked label ("(D)", "D)", "D:"), "option D", or one joined by a
 # separator ("or D", "/ D").
 _ANOTHER_LETTER = re.compile(

@@ -207,7 +207,7 @@ _HIDING_LATEX = re.compile(
     r"\\(?:[hv]?phantom|iffalse|comment|color|textcolor|colorbox|fcolorbox|sout|st|xout|cancel|bcancel|xcancel|"
     r"cancelto|not|rlap|llap|clap|mathrlap|mathllap|mathclap|def|gdef|edef|xdef|let|newcommand|renewcommand|"
     r"providecommand|DeclareMathOperator)(?![A-Za-z])|\\begin\s*\{\s*comment\s*\}|\\hspace\*?\s*\{\s*-|"
-    r"\\m?kern\s*-|\\mspace\s*\{\s*-|\\!"
+    r"\\m?kern\s*-|\\mspace\s*\{\s*-|(?<!\d,)\\!"
 )
 # HTML elements whose content a browser does not show as text, by class (the HTML Standard's rendering section):
 # the elements it hides (head metadata, datalist, dialog without open, noembed, noframes, rp, template, ...),
@@ -221,13 +221,17 @@ _HIDDEN_ELEMENTS = (
     "textarea select option optgroup details summary s strike del"
 ).split()
 _HIDING_HTML = re.compile(
-    r"(?i)<!--|<\s*/?\s*(?:" + "|".join(sorted(_HIDDEN_ELEMENTS, key=len, reverse=True)) + r")(?![\w-])(?:\s[^<>]*)?/?>|"
+    r"(?i)<!--|<\s*/?\s*(?:"
+    + "|".join(sorted(_HIDDEN_ELEMENTS, key=len, reverse=True))
+    + r")(?![\w-])(?:\s[^<>]*)?/?>|"
     r"<[a-z][\w-]*(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s<>\"']+))+\s*/?>|"
     r"<[a-z][\w-]*\s[^<>]*\b(?:hidden|aria-hidden|open)\b[^<>]*>"
 )
 # Markdown that shows no text: strike-through, link-reference definitions, and a link's or image's destination and
 # title (``[18](x "21")``, ``![21](x)``): only the link text of a link is shown.
-_HIDING_MARKDOWN = re.compile(r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S|!?\[[^\]\n]*\]\([^)\n]*[\s\"'\\{<][^)\n]*\)|!\[")
+_HIDING_MARKDOWN = re.compile(
+    r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S|!?\[[^\]\n]*\]\([^)\n]*[\s\"'\\{<][^)\n]*\)|!\["
+)
 
 
 def hiding_markup(region: str) -> str:

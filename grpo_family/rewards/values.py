@@ -262,9 +262,7 @@ _RELATION_COMMANDS = (
 _SM_OPERATORS = frozenset("+\u2212\u00b1\u2213\u00d7\u00f7\u00b7\u22c5\u2217\u2218\u221a\u221b\u221c\u221e\u2211\u220f\u2210"
                           "\u222b\u222c\u222d\u222e\u2202\u2207\u00ac\u222a\u2229\u2216\u2044\u2215|~^/\u2032\u2033")  # fmt: skip
 _SM_RELATIONS = "".join(
-    re.escape(chr(c))
-    for c in range(0x110000)
-    if unicodedata.category(chr(c)) == "Sm" and chr(c) not in _SM_OPERATORS
+    re.escape(chr(c)) for c in range(0x110000) if unicodedata.category(chr(c)) == "Sm" and chr(c) not in _SM_OPERATORS
 )
 # Relations at the top level of a value. "=" names a value (x = 5); inequalities in one variable are sets; the rest
 # (approximations, "not equal", congruences, arrows) never state one exact value.
@@ -277,6 +275,8 @@ _GREATER = {">", ">=", "\\ge", "\\geq", "\\geqslant", "\\gt", "≥", "⩾"}
 def _relation_class(symbol: str) -> str:
     """``"="``, ``"<"``, ``">"`` or the symbol itself (any other relation is its own class)."""
     return "=" if symbol in _EQUALS else "<" if symbol in _LESS else ">" if symbol in _GREATER else symbol
+
+
 # Separators of several values at the top level: "2, 3", "2; 3", "2 \lor 3".
 _SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
 # What names a value: x, y_1, a_{n}, \theta, f(x), g(x, y), x'.
@@ -481,6 +481,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         return None, "an empty slot", False
     if "?" in text:
         return None, "a question mark in the value", False
+    if text.count("(") + text.count("[") != text.count(")") + text.count("]"):
+        return None, "unbalanced brackets (a list left open: '0 (0, 1')", False
     if re.search(r"\d\s*_", text) and not gold.subscripts:
         return None, "a subscript on a number (a base, an index: not the number)", False
     for token in _WORD_OR_COMMAND.findall(_ENVIRONMENT.sub(" ", text)):
