@@ -128,6 +128,8 @@ def test_hand_graded_case_in_strict_mode(case):
         assert violation == 0.0  # an unreadable gold is not scored, so no contract is read
     elif case.id in STRICT_VALUE_RULE_CHANGES:
         assert violation == 0.0
+    elif case.reward == "qa_exact_match" and _qa_list(case):
+        assert got == 0.0 and violation == 1.0  # a list of answers in the slot (issue 40): now counted
     elif (
         case.reward == "qa_exact_match"
         and case.breaks == "value"
@@ -136,6 +138,15 @@ def test_hand_graded_case_in_strict_mode(case):
         assert violation == 0.0  # QA cannot tell a slot holding more than the answer from a wrong answer
     else:
         assert violation == float(bool(case.breaks)), f"{case.id}: violation metric {violation}"
+
+
+def _qa_list(case) -> bool:
+    from grpo_family.rewards.qa import gold_aliases
+    from grpo_family.rewards.values import list_separators
+
+    pred = extract_qa_answer(completion_text(case.completion), mode="strict")
+    aliases = gold_aliases(case.gold)
+    return bool(pred) and bool(aliases) and list_separators(pred) > max(map(list_separators, aliases))
 
 
 # Training mode reads the committed answer: the last slot of the final region, text after it unread
