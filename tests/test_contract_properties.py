@@ -1,8 +1,14 @@
-"""The answer contract holds by construction (issue 29): hypothesis builds completions, and the verdict follows.
+"""The answer contract holds by construction (issues 29 and 40): hypothesis builds completions, and the verdict
+follows.
+
+* The invariant (docs/answer_extraction.md §0, issue 40): a completion built from any set of candidate values, in
+  every slot kind, joined by any text, some hidden, repeated or cut off, scores exactly what its one committed value
+  earns written alone, and never full marks for two different golds. ``CONTRACT_MAX_EXAMPLES`` sets these two tests'
+  example count (default 150; issue 40's acceptance ran them at 10,000).
 
 * Contract-abiding completions in varied formatting (think block or not, reasoning before the slot, every slot
   form, closing punctuation and end-of-turn markup after it) score 1 with the right gold, under every answer reward.
-* Adversarial completions score 0 whatever their words: a correct slot followed by any text holding another
+* Adversarial completions score 0 in the strict mode (``mode="strict"``, issue 29's contract) whatever their words: a correct slot followed by any text holding another
   candidate; a second slot (of any form, with the same or another value); the slot wrapped in hiding markup; the
   right value hidden and a wrong one visible; the slot inside reasoning left open. Each also counts as a contract
   violation in the reward's metric.
@@ -12,17 +18,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from grpo_family.rewards import MathAccuracyReward, choice_accuracy_reward, qa_exact_match_reward
-from grpo_family.rewards.reasoning_gym import ReasoningGymReward, extract_reasoning_gym_answer, reasoning_gym_reward
+from grpo_family.rewards import MathAccuracyReward, choice_accuracy_reward, qa_exact_match_reward, read_answer
+from grpo_family.rewards.contract import ANSWER_SLOTS, CHOICE_SLOTS, MATH_SLOTS
+from grpo_family.rewards.reasoning_gym import ReasoningGymReward, reasoning_gym_reward
 from grpo_family.tasks.arithmetic import arithmetic_reward
 
 MATH = MathAccuracyReward(backend="none")
 SETTINGS = settings(max_examples=150, deadline=None)
+INVARIANT = settings(max_examples=int(os.environ.get("CONTRACT_MAX_EXAMPLES", "150")), deadline=None)
 # The reasoning_gym reward (its verifier is the [realmodel] extra's) joins the number rewards when it is installed.
 HAS_REASONING_GYM = importlib.util.find_spec("reasoning_gym") is not None
 NUMBER_REWARDS = (MATH, arithmetic_reward) + ((reasoning_gym_reward,) if HAS_REASONING_GYM else ())
@@ -90,12 +99,12 @@ def _entry(gold) -> str:
     return json.dumps({"question": "", "answer": str(gold), "metadata": {"source_dataset": "chain_sum"}})
 
 
-def _score(reward, completions, gold) -> tuple[list, float]:
+def _score(reward, completions, gold, mode="train") -> tuple[list, float]:
     metrics: dict[str, float] = {}
     columns = {"answer": [gold] * len(completions)}
     if isinstance(reward, ReasoningGymReward):
         columns["reasoning_gym_entry"] = [_entry(gold)] * len(completions)
-    scores = reward(completions, log_metric=metrics.__setitem__, **columns)
+    scores = reward(completions, log_metric=metrics.__setitem__, mode=mode, **columns)
     violations = [v for k, v in metrics.items() if k.endswith("/contract_violations")]
     assert len(violations) == 1
     return scores, violations[0]
@@ -146,13 +155,12 @@ def test_text_after_the_slot_with_another_candidate_scores_zero(data, n, m, form
     text = data.draw(completion(form.format(v=n))) + after + tail
     for gold in (n, m):
         for reward in NUMBER_REWARDS:
+            # (reasoning-gym: an anchor's slot runs to the end of its line, so the tail joined the value, "Answer: 0
+            # We. 1", and a value with more numbers than the gold is refused before the task's verifier.)
             violation = 1.0
-            if reward is reasoning_gym_reward and (value := extract_reasoning_gym_answer(text)) is not None:
-                # An anchor line's slot runs to the end of its line: the tail joined the value ("Answer: 0 We. 1"),
-                # and the task's verifier, judging the whole value, finds no number equal to the gold in it.
-                assert str(m) in value, (text, value)
-                violation = 0.0
-            assert _score(reward, [text], str(gold)) == ([0.0], violation), (reward, text, gold)
+            assert _score(reward, [text], str(gold), "strict") == ([0.0], violation), (reward, text, gold)
+            # Training mode does not read the text after the committed answer: never more than n earns.
+            assert _score(reward, [text], str(gold))[0][0] <= float(gold == n), (reward, text, gold)
 
 
 @pytest.mark.parametrize("text", ["Answer: 0. 0. 1", "Answer: 18. 21", r"\boxed{18. 21}", "The answer is $18. 21$"])
@@ -160,7 +168,11 @@ def test_text_after_the_slot_with_another_candidate_scores_zero(data, n, m, form
 def test_two_numbers_with_a_full_stop_between_are_counted_as_a_violation(text, reward):
     # The property test above found "Answer: 0. 0. 1" once, at random (2c819f6); fixed here so it runs every time.
     for gold in ("0", "1", "18", "21"):
-        assert _score(reward, [text], gold) == ([0.0], 1.0), (text, gold)
+        assert _score(reward, [text], gold, "strict") == ([0.0], 1.0), (text, gold)
+        # Training mode: an anchor's value ends with its sentence ("Answer: 0. 0. 1" commits to 0); inside a box or
+        # maths the full stop is no sentence's end, and the two numbers are no one value.
+        first = text.split(":")[1].split(".")[0].strip() if text.startswith("Answer") else None
+        assert _score(reward, [text], gold)[0] == [float(gold == first)], (text, gold)
 
 
 @SETTINGS
@@ -171,7 +183,10 @@ def test_a_second_slot_scores_zero(data, n, m, first, second):
     text = data.draw(completion(first.format(v=n))) + "\n" + joiner + "\n" + second.format(v=m)
     for gold in {n, m}:
         for reward in NUMBER_REWARDS:
-            assert _score(reward, [text], str(gold)) == ([0.0], 1.0), (reward, text, gold)
+            assert _score(reward, [text], str(gold), "strict") == ([0.0], 1.0), (reward, text, gold)
+            # Training mode: the last slot is the committed answer, or, joined to the first by a separator on its
+            # line, a list that scores 0.
+            assert _score(reward, [text], str(gold))[0][0] <= float(gold == m), (reward, text, gold)
 
 
 @SETTINGS
@@ -205,7 +220,8 @@ def test_choice_adversaries_score_zero(data, letter, other, form):
     hidden = data.draw(st.sampled_from(HIDERS)).format(s=slot) + "\n" + form.format(v=other)
     second = slot + "\n" + data.draw(st.sampled_from(LETTER_FORMS)).format(v=data.draw(st.sampled_from("ABCDE")))
     for text in (data.draw(completion(slot)) + "\n" + tail, data.draw(completion(hidden)), second):
-        assert _score(choice_accuracy_reward, [text], letter) == ([0.0], 1.0), text
+        assert _score(choice_accuracy_reward, [text], letter, "strict") == ([0.0], 1.0), text
+    assert _score(choice_accuracy_reward, [data.draw(completion(hidden))], letter) == ([0.0], 1.0)
 
 
 @SETTINGS
@@ -221,16 +237,17 @@ def test_a_slot_in_reasoning_left_open_scores_zero(data, n, form):
 @pytest.mark.parametrize("reward", [MATH, choice_accuracy_reward, qa_exact_match_reward, arithmetic_reward,
                                     pytest.param(reasoning_gym_reward, marks=pytest.mark.skipif(
                                         not HAS_REASONING_GYM, reason="reasoning-gym is the [realmodel] extra"))])  # fmt: skip
-def test_eval_mode_is_lenient_only_where_documented(reward):
+def test_the_committed_answer_and_the_strict_mode(reward):
     gold = "C" if reward is choice_accuracy_reward else "18"
     first, last = ("A", "C") if reward is choice_accuracy_reward else ("21", "18")
     self_corrected = f"Answer: {first}\nAnswer: {last}"
     trailing = f"Answer: {last}\n\nI hope it is correct."
     hidden = f"<!-- Answer: {last} -->\nAnswer: {first}"
     columns = {"answer": [gold] * 3, "reasoning_gym_entry": [_entry(gold)] * 3}
-    assert reward([self_corrected, trailing, hidden], **columns) == [0.0, 0.0, 0.0]
+    assert reward([self_corrected, trailing, hidden], **columns) == [1.0, 1.0, 0.0]
     assert reward([self_corrected, trailing, hidden], **columns, mode="eval") == [1.0, 1.0, 0.0]
-    with pytest.raises(ValueError, match="mode must be 'train' or 'eval'"):
+    assert reward([self_corrected, trailing, hidden], **columns, mode="strict") == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="mode must be 'train', 'eval' or 'strict'"):
         reward([self_corrected], **columns, mode=["eval"])
 
 
@@ -250,3 +267,87 @@ def test_every_answer_reward_by_name_is_in_training_mode():
     names = ["math_accuracy", "choice_accuracy", "qa_exact_match", "qa_f1", "reasoning_gym", "arithmetic"]
     funcs = get_reward_funcs(names)
     assert all(isinstance(f, AnswerReward) and f.mode == "train" for f in funcs)
+
+
+# ------------------------------------------------------------------ the invariant: one committed value
+
+
+# Every slot kind, and the closing layouts real models write.
+SLOT_FORMS = NUMBER_FORMS + [
+    "**Final Answer**\n\\[\n\\boxed{{{v}}}\n\\]",
+    "**Final Answer**\n$$\n\\boxed{{{v}}}\n$$",
+    "### Final Answer\n\\begin{{align*}}\n\\boxed{{{v}}}\n\\end{{align*}}",
+    "Therefore, the final answer is: $\\boxed{{{v}}}$. I hope it is correct.",
+    "Final Answer: The final answer is ${v}$. I hope it is correct.",
+    "The total is **{v}**.",
+    "In conclusion, the answer is {v}.",
+    "#### {v}",
+    "{v}",
+]
+JOINERS = ["\n", " or ", ", ", "; ", " / ", "\n\nWait, let me reconsider. ", "\nAlternatively, ", " and ", " ", ". "]
+
+
+@st.composite
+def candidate_set(draw, values_strategy, forms) -> tuple[str, list]:
+    """A completion built from 1-4 candidate values, each in a slot form, joined by any joining text, some of them
+    wrapped in hiding markup, repeated, and the whole maybe cut off; returned with its candidate values."""
+    candidates = draw(st.lists(values_strategy, min_size=1, max_size=4))
+    if draw(st.booleans()):
+        candidates.append(draw(st.sampled_from(candidates)))  # repetition
+    pieces = []
+    for value in candidates:
+        piece = draw(st.sampled_from(forms)).format(v=value)
+        if draw(st.integers(0, 5)) == 0:
+            piece = draw(st.sampled_from(HIDERS)).format(s=piece)
+        pieces.append(piece)
+    text = pieces[0]
+    for piece in pieces[1:]:
+        text += draw(st.one_of(st.sampled_from(JOINERS), prose.map(lambda p: f"\n{p} "))) + piece
+    text = draw(completion(text)) if draw(st.booleans()) else text
+    if draw(st.integers(0, 4)) == 0:
+        text = text[: draw(st.integers(0, len(text)))]  # truncation
+    return text, candidates
+
+
+def _alone(reward, value: str, gold) -> float:
+    return _score(reward, [f"<answer>{value}</answer>"], gold)[0][0]
+
+
+@INVARIANT
+@given(candidate_set(st.integers(-50, 5000).map(str), SLOT_FORMS), st.integers(-50, 5000).map(str))
+def test_a_completion_scores_what_its_one_committed_value_earns(built, other):
+    """No reward compares more than one value a completion wrote: its score is that of its committed value written
+    alone (0 when it commits to none), and it earns full marks for at most one of its candidates."""
+    text, candidates = built
+    golds = sorted(set(candidates) | {other})
+    reading = read_answer(text, MATH_SLOTS)
+    for reward in NUMBER_REWARDS:
+        spec_reading = reading if reward is MATH else read_answer(text, ANSWER_SLOTS)
+        full_marks = []
+        for gold in golds:
+            (score,), _ = _score(reward, [text], gold)
+            expected = 0.0 if spec_reading.value is None else _alone(reward, spec_reading.value, gold)
+            assert score == expected, (reward, text, gold, spec_reading)
+            if score == 1.0:
+                full_marks.append(gold)
+        assert len(full_marks) <= 1, (reward, text, full_marks)
+
+
+@INVARIANT
+@given(
+    candidate_set(st.sampled_from("ABCDE"), LETTER_FORMS + ["**{v}. Pneumonia**", "The answer is {v}) 42"]),
+    candidate_set(st.sampled_from(["Paris", "Lyon", "Trick or Treat", "1912"]), NUMBER_FORMS),
+)
+def test_choice_and_qa_score_what_their_one_committed_value_earns(letters, answers):
+    for (text, _candidates), reward, spec, pool in (
+        (letters, choice_accuracy_reward, CHOICE_SLOTS, "ABCDE"),
+        (answers, qa_exact_match_reward, ANSWER_SLOTS, ["Paris", "Lyon", "Trick or Treat", "1912"]),
+    ):
+        reading = read_answer(text, spec)
+        full_marks = []
+        for gold in pool:
+            (score,), _ = _score(reward, [text], gold)
+            expected = 0.0 if reading.value is None else _alone(reward, reading.value, gold)
+            assert score == expected, (reward, text, gold, reading)
+            full_marks += [gold] * (score == 1.0)
+        assert len(full_marks) <= 1, (reward, text, full_marks)

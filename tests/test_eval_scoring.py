@@ -189,7 +189,7 @@ def test_answers_are_read_as_each_reward_reads_them():
 
 def test_the_answer_rewards_take_the_mode_and_maj_votes_on_the_same_reading():
     """The project's answer rewards receive score_samples' mode: eval forgives a self-correction (the last slot)
-    and text after the slot, training mode scores both 0 (docs/answer_extraction.md §7); extract_answer reads in
+    and text after the slot, as training mode does; the opt-in strict mode scores both 0 (docs/answer_extraction.md §7); extract_answer reads in
     the same mode, so maj@k never votes for an answer the reward did not read."""
     from grpo_family.rewards import MathAccuracyReward, choice_accuracy_reward, qa_exact_match_reward
 
@@ -203,8 +203,9 @@ def test_the_answer_rewards_take_the_mode_and_maj_votes_on_the_same_reading():
     for reward, name, gold, text in cases:
         rows = {"prompt": [PROMPTS[0]], "answer": [gold]}
         lenient = score_samples(reward, rows, [[text]], mode="eval")
-        strict = score_samples(reward, rows, [[text]], mode="train")
+        strict = score_samples(reward, rows, [[text]], mode="strict")
+        assert score_samples(reward, rows, [[text]], mode="train").values == [1.0], name  # the committed answer
         assert lenient.mode_applied and strict.mode_applied, name
         assert (lenient.values, strict.values) == ([1.0], [0.0]), name
         assert extract_answer(name, text, "eval", gold) is not None, name
-        assert extract_answer(name, text, "train", gold) is None, name
+        assert extract_answer(name, text, "strict", gold) is None, name

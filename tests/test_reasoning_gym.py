@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("reasoning_gym", reason='reasoning-gym is the [realmodel] extra: pip install -e ".[realmodel]"')
 
+import reasoning_gym  # noqa: E402
+
 from grpo_family.collator import REASONING_GYM_SYSTEM_PROMPT, prepare_dataset  # noqa: E402
 from grpo_family.preflight import PreflightError, load_data  # noqa: E402
 from grpo_family.rewards import (  # noqa: E402
@@ -119,7 +121,7 @@ def test_reward_scores_with_the_tasks_verifier_on_the_committed_answer():
         (f"Adding up: {gold}. <answer>{gold}</answer>", 1.0),
         (f"<answer>{wrong}</answer>", 0.0),
         (f"<answer>{gold}</answer> or <answer>{wrong}</answer>", 0.0),  # two candidates: a hedge
-        (f"<answer>{gold}</answer> wait, that's wrong", 0.0),  # a retraction
+        (f"<answer>{gold}</answer> wait, that's wrong", 1.0),  # text after the committed answer is not read
         (f"The answer is {gold}.", 1.0),  # an anchored answer is a committed one
         (f"{gold}", 1.0),  # a bare reply is the answer when it is nothing else
         (f"{gold} + 0 = {gold}", 0.0),  # ... and is not read for a number inside it
@@ -139,8 +141,10 @@ def test_partial_credit_is_off_by_default_because_it_can_be_farmed():
     farmed = f"<answer>{gold} {gold}0 {gold}1</answer>"
     assert reasoning_gym_reward([farmed], reasoning_gym_entry=[entry]) == [0.0]
     partial_reward = ReasoningGymReward(partial_credit=True)
-    (partial,) = partial_reward([farmed], reasoning_gym_entry=[entry])
-    assert 0.0 < partial < 1.0
+    # The listed candidates are more numbers than the gold holds: more than one value, refused before the verifier.
+    assert partial_reward([farmed], reasoning_gym_entry=[entry]) == [0.0]
+    (partial,) = partial_reward([f"<answer>{gold} legs</answer>"], reasoning_gym_entry=[entry])
+    assert 0.0 < partial < 1.0  # one value with more text: the task's own partial credit
     # With partial credit an unmarked reply is not read at all: dumping candidates earns nothing.
     assert partial_reward([f"{gold} {gold}0 {gold}1"], reasoning_gym_entry=[entry]) == [0.0]
     assert get_reward_funcs(["reasoning_gym"]) == [reasoning_gym_reward]
@@ -165,14 +169,15 @@ def test_reward_reads_under_the_answer_contract():
     wrong = str(int(gold) + 1)
     cases = [
         # (completion, training score, a contract violation)
-        (f"<answer>{gold}</answer> Hmm, no.", 0.0, True),  # text after the slot, in words no list holds
-        (f"<answer>{gold}</answer>\nEdit: {wrong}", 0.0, True),
+        (f"<answer>{gold}</answer> Hmm, no.", 1.0, False),  # text after the committed answer is not read
+        (f"<answer>{gold}</answer>\nEdit: {wrong}", 1.0, False),  # ... whatever it says: words decide nothing
         (f"<!-- <answer>{gold}</answer> -->\n<answer>{wrong}</answer>", 0.0, True),  # hiding markup
         (f"<answer>{gold}</answer>\u200b", 0.0, True),  # an invisible character
         (f"Wait, let me verify: yes, that is correct.\n<answer>{gold}</answer>", 1.0, False),  # words decide nothing
         (f"<think>maybe {wrong}</think>\n<answer>{gold}</answer><|im_end|>", 1.0, False),
         (f"<answer>{wrong}</answer>", 0.0, False),  # a committed wrong answer: no violation
-        (f"Answer: {gold}\nAnswer: {wrong}", 0.0, True),  # two slots
+        (f"Answer: {gold}\nAnswer: {wrong}", 0.0, False),  # the last slot is the committed answer
+        (f"<answer>{gold} or {wrong}</answer>", 0.0, True),  # a list of values
     ]
     metrics: dict[str, float] = {}
     scores = reasoning_gym_reward(
@@ -180,16 +185,42 @@ def test_reward_reads_under_the_answer_contract():
     )
     assert scores == [s for _, s, _ in cases]
     assert metrics["reasoning_gym/contract_violations"] == sum(v for _, _, v in cases) / len(cases)
-    # Evaluation mode forgives the two-slot self-correction and text after the slot, never the hiding markup.
-    lenient = reasoning_gym_reward([f"Answer: {wrong}\nAnswer: {gold}", f"<answer>{gold}</answer> Hmm.",
-                                    cases[2][0]], reasoning_gym_entry=[entry] * 3, mode="eval")  # fmt: skip
-    assert lenient == [1.0, 1.0, 0.0]
+    # The self-correction and text after the slot score by the committed answer, never the hiding markup; the
+    # strict mode (opt-in) refuses both.
+    texts = [f"Answer: {wrong}\nAnswer: {gold}", f"<answer>{gold}</answer> Hmm.", cases[2][0]]
+    assert reasoning_gym_reward(texts, reasoning_gym_entry=[entry] * 3) == [1.0, 1.0, 0.0]
+    assert reasoning_gym_reward(texts, reasoning_gym_entry=[entry] * 3, mode="strict") == [0.0, 0.0, 0.0]
     # The partial reward accepts only a marked slot: a bare reply breaks its contract.
     partial = ReasoningGymReward(partial_credit=True)
     assert partial([gold, f"<answer>{gold}</answer>"], reasoning_gym_entry=[entry] * 2) == [0.0, 1.0]
     assert partial.counts["contract_violations"] == 1
     with pytest.raises(ValueError, match="reasoning_gym_entry"):
         reasoning_gym_reward([gold], answer=[gold])
+
+
+def _entry(task: str, answer: str, **metadata) -> str:
+    return json.dumps({"question": "", "answer": answer, "metadata": {"source_dataset": task, **metadata}})
+
+
+@pytest.mark.parametrize(
+    ("task", "gold", "slot", "metadata"),
+    [
+        ("gsm_symbolic", "31", "31 or 40", {}),  # its verifier reads the first number
+        ("chain_sum", "3037", "30,37", {}),  # its verifier strips commas
+        ("fraction_simplification", "3/4", "\\frac{3}{4} \\frac{6}{8}", {}),  # its verifier matches a prefix
+        ("fraction_simplification", "3/4", "3/4 or 6/8", {}),
+    ],
+)
+def test_the_verifier_never_sees_more_than_one_value(task, gold, slot, metadata):
+    """reasoning-gym's own verifiers give full marks to these slots (checked here, so the test cannot pass by the
+    verifier's change); the wrapper refuses them: more numbers or separators than the gold is more than one value."""
+    metadata = metadata or {"simplified_numerator": 3, "simplified_denominator": 4, "numerator": 6, "denominator": 8}
+    entry = _entry(task, gold, **metadata)
+    assert reasoning_gym.get_score_answer_fn(task)(slot, json.loads(entry)) == 1.0
+    assert reasoning_gym_reward([f"<answer>{slot}</answer>"], reasoning_gym_entry=[entry]) == [0.0]
+    # The one value alone, and one number with a thousands separator, score 1.
+    one = "3,037" if task == "chain_sum" else gold
+    assert reasoning_gym_reward([f"<answer>{one}</answer>"], reasoning_gym_entry=[entry]) == [1.0]
 
 
 def test_multiline_answer_reaches_the_verifier_whole():

@@ -30,6 +30,7 @@ from grpo_family.rewards import (
     read_answer,
     solution_gold,
 )
+from grpo_family.rewards.contract import ANSWER_SLOTS, CHOICE_SLOTS, MATH_SLOTS
 from grpo_family.rewards.timeout import get_runner
 from grpo_family.tasks.arithmetic import arithmetic_reward, extract_answer
 from tests.reward_cases import ALL_CASES, Case
@@ -111,38 +112,129 @@ def test_the_suites_are_large_and_cover_every_class():
     assert sum(c.grade == 1 and bool(c.breaks) for c in ALL_CONTRACT_CASES) >= 30
 
 
+# The value reading changed for every mode in issue 40 (item 4): a noun after a number is the noun it counts, so
+# these graded-1 cases that the old contract refused ("value") now score their grade in strict mode too.
+STRICT_VALUE_RULE_CHANGES = {"cmath-122", "carith-030"}
+
+
 @pytest.mark.parametrize("case", ALL_CASES + ALL_CONTRACT_CASES, ids=lambda c: c.id)
-def test_hand_graded_case(case):
-    got, metrics = _score(case)
+def test_hand_graded_case_in_strict_mode(case):
+    """The strict contract (exactly one slot, nothing after it: the training mode of issue 29) is kept, opt-in, as
+    ``mode="strict"``: every case scores ``Case.expected`` as it did."""
+    got, metrics = _score(case, mode="strict")
     if case.grade != 1:
         assert got != 1.0, f"false positive: {case}"
-    assert got == case.expected, f"{case.id}: got {got}, expected {case.expected} (breaks {case.breaks!r})"
+    expected = float(case.grade) if case.id in STRICT_VALUE_RULE_CHANGES else case.expected
+    assert got == expected, f"{case.id}: got {got}, expected {expected} (breaks {case.breaks!r})"
     violation = metrics[f"{_FUNCS[case.reward].__name__}/contract_violations"]
     if case.grade is None:
         assert violation == 0.0  # an unreadable gold is not scored, so no contract is read
+    elif case.id in STRICT_VALUE_RULE_CHANGES:
+        assert violation == 0.0
+    elif case.reward == "qa_exact_match" and _qa_list(case):
+        assert got == 0.0 and violation == 1.0  # a list of answers in the slot (issue 40): now counted
     elif (
         case.reward == "qa_exact_match"
         and case.breaks == "value"
-        and extract_qa_answer(completion_text(case.completion))
+        and extract_qa_answer(completion_text(case.completion), mode="strict")
     ):
         assert violation == 0.0  # QA cannot tell a slot holding more than the answer from a wrong answer
     else:
         assert violation == float(bool(case.breaks)), f"{case.id}: violation metric {violation}"
 
 
+def _qa_list(case) -> bool:
+    from grpo_family.rewards.qa import gold_aliases
+    from grpo_family.rewards.values import list_separators
+
+    pred = extract_qa_answer(completion_text(case.completion), mode="strict")
+    aliases = gold_aliases(case.gold)
+    return bool(pred) and bool(aliases) and list_separators(pred) > max(map(list_separators, aliases))
+
+
+# Training mode reads the committed answer: the last slot of the final region, text after it unread
+# (docs/answer_extraction.md §4-5). Cases graded before that rule whose training-mode score differs from their
+# grade, each with the reason. Grades are unchanged; every one of them compares exactly one value (the invariant
+# test below), so none is a value a policy could gain from by writing several.
+READ_PAST_THE_GRADE = {
+    # graded 0 (withdrawn or hedged in words after the answer), scored by the answer they commit to: no list of
+    # retraction words decides a score, and the text-after rule cost recall on "I hope it is correct."
+    **dict.fromkeys(
+        "math-003 math-008 math-009 choice-008 qa-013 qa-014 arith-021 cmath-001 cmath-002 cmath-003 cmath-004 "
+        "cmath-005 cmath-006 cmath-010 cmath-011 cmath-012 cmath-025 cchoice-027 cchoice-028 cqa-001 cqa-002 "
+        "cqa-003 carith-001 carith-002 carith-003 carith-005".split(),
+        "text after the final slot is not read",
+    ),
+    # graded 0 (two answers), scored by the last one: a self-correction counts
+    **dict.fromkeys("cmath-022 cmath-132 cqa-007 carith-007".split(), "the last slot is the committed answer"),
+}
+# Graded 1, scored 0 in training mode: the rule each breaks there.
+BREAKS_IN_TRAINING_MODE = {
+    **dict.fromkeys(
+        "carith-014 carith-015 cchoice-036 cchoice-037 cmath-044 cmath-046 cmath-050 cmath-051 cmath-052 cmath-061 "
+        "cqa-011 cqa-012 cqa-013".split(),
+        "hiding markup",
+    ),
+    **dict.fromkeys(["cmath-126"], "a <think> in the final region"),
+    **dict.fromkeys(["cmath-133"], "a stray </answer>"),
+    **dict.fromkeys(
+        "carith-004 carith-008 cmath-007 cmath-021 cqa-004".split(), "the last slot (or text after it) is not it"
+    ),
+    **dict.fromkeys(["cmath-020"], "two slots joined by a separator in one sentence"),
+    **dict.fromkeys(
+        "carith-028 carith-029 cchoice-002 cchoice-008 cchoice-010 cchoice-012 cchoice-019 cchoice-021 cchoice-022 "
+        "choice-016 cmath-039 cmath-123 cmath-185 cqa-037 cqa-038 math-048".split(),
+        "the slot holds no one value of the reward's kind",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ALL_CASES + ALL_CONTRACT_CASES, ids=lambda c: c.id)
+def test_hand_graded_case_in_training_mode(case):
+    got, _ = _score(case)
+    if case.grade is None:
+        assert got is None
+    elif case.id in READ_PAST_THE_GRADE:
+        assert case.grade != 1 and got == 1.0, case
+    elif case.id in BREAKS_IN_TRAINING_MODE:
+        assert case.grade == 1 and got == 0.0, case
+    else:
+        assert got == float(case.grade), f"{case.id}: got {got}, graded {case.grade}"
+
+
+@pytest.mark.parametrize("case", ALL_CASES + ALL_CONTRACT_CASES, ids=lambda c: c.id)
+def test_every_case_scores_what_its_one_committed_value_earns(case):
+    """The invariant (docs/answer_extraction.md §0): a completion scores exactly what the one value the contract
+    reads from it earns written alone; a completion with no committed value scores 0."""
+    if case.grade is None:
+        return
+    got, _ = _score(case)
+    text = completion_text(case.completion)
+    spec = {"choice_accuracy": CHOICE_SLOTS, "math_accuracy": MATH_SLOTS}.get(case.reward, ANSWER_SLOTS)
+    reading = read_answer(text, spec)
+    if reading.value is None:
+        assert got == 0.0
+        return
+    alone = _FUNCS[case.reward]([f"<answer>{reading.value}</answer>"], answer=[case.gold])[0]
+    assert got == alone, (case.id, reading.value)
+
+
 def test_qa_f1_gives_contract_breaks_nothing():
-    completions = ["<answer>Paris</answer> or <answer>London</answer>", "Answer: Paris\nJust kidding, it is London."]
+    completions = ["<answer>Paris</answer> or <answer>London</answer>", "Answer: Paris or London"]
     assert qa_f1_reward(completions, answer=["Paris", "Paris"]) == [0.0, 0.0]
 
 
 def test_read_answer_in_brief():
     assert read_answer(r"<think><answer>18</answer></think>\boxed{21}").value == "21"
     assert read_answer("<think>unfinished \\boxed{3}").violation.startswith("reasoning left open")
-    assert read_answer(r"\boxed{2} and \boxed{3}").violation == "2 answer slots (box, box)"
-    assert read_answer(r"\boxed{2} and \boxed{3}", mode="eval").value == "3"
+    assert read_answer(r"\boxed{2} and \boxed{3}").violation.startswith("two answer slots joined by a separator")
+    assert read_answer(r"\boxed{2} and \boxed{3}", mode="strict").violation == "2 answer slots (box, box)"
+    assert read_answer("Answer: 2\nWait, let me reconsider. Answer: 3").value == "3"
     assert read_answer("<answer>Trick or Treat</answer>").value == "Trick or Treat"
-    assert read_answer(r"\boxed{18}. I hope it helps.").violation.startswith("text after the answer slot")
-    assert read_answer(r"\boxed{18}. I hope it helps.", mode="eval").value == "18"
+    assert read_answer(r"\boxed{18}. I hope it helps.", mode="strict").violation.startswith(
+        "text after the answer slot"
+    )
+    assert read_answer(r"\boxed{18}. I hope it helps.").value == "18"
 
 
 # ------------------------------------------------------------------------------------------------ arithmetic
@@ -257,3 +349,73 @@ def test_check_golds_reports_count_and_examples_and_fails_fast(caplog):
     with pytest.raises(ValueError, match="cannot read 3 of 3"):
         check_golds(["x", "y", "z"], [choice_accuracy_reward])
     assert check_golds(["1", "2"], [arithmetic_reward])["arithmetic"][0] == 0
+
+
+# ------------------------------------------------------------------------------ issue 40: fixed layouts and holes
+
+# (reward, completion, gold): the closing layouts real models write, each scoring 1 in training mode.
+LAYOUTS = [
+    ("math_accuracy", "Reasoning.\n\n**Final Answer**\n\\[\n\\boxed{1250}\n\\]", "1250"),
+    ("math_accuracy", "**Final Answer**\n$$\n\\boxed{1250}\n$$", "1250"),
+    ("math_accuracy", "**Final Answer**\n\\begin{align*}\n\\boxed{1250}\n\\end{align*}", "1250"),
+    ("math_accuracy", "Therefore, the final answer is: $\\boxed{\\frac{1}{2}}$. I hope it is correct.", "\\frac12"),
+    ("math_accuracy", "Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),
+    ("math_accuracy", "So, the total cost is **$42**.", "42"),
+    ("math_accuracy", "The total is **42**.", "42"),
+    ("math_accuracy", "In conclusion, the answer is 42.", "42"),
+    ("math_accuracy", "The answer is 12.5 percent.", "12.5"),
+    ("math_accuracy", "\\boxed{18 apples}", "18"),
+    ("math_accuracy", "\\boxed{0.\\overline{3}}", "\\frac{1}{3}"),
+    ("math_accuracy", "\\boxed{\\begin{bmatrix}1\\\\2\\end{bmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("math_accuracy", "\\boxed{10,\\!000}", "10000"),
+    ("math_accuracy", "Answer: 21\nWait, let me reconsider. Answer: 18", "18"),
+    ("choice_accuracy", "<answer>C. Pneumonia</answer>", "C"),
+    ("choice_accuracy", "**C. Pneumonia**", "C"),
+    ("choice_accuracy", "The answer is B) 42", "B"),
+    ("choice_accuracy", "Answer: A\nHmm, the second symptom rules it out.\nWait, let me reconsider. Answer: C", "C"),
+    ("arithmetic", "Answer: 18\nJust to be sure: 3 x 6 = 18. Answer: 18", "18"),
+]
+# (reward, completion, gold): each false-positive class of issue 40, scoring 0 in training mode.
+HOLES = [
+    ("math_accuracy", "Answer: 40 or \\boxed{42}", "42"),
+    ("math_accuracy", "<answer>40 or \\boxed{42}</answer>", "42"),
+    ("math_accuracy", "\\boxed{40} or \\boxed{42}", "42"),
+    ("math_accuracy", "\\boxed{y = 3x + 1 = 2x + 3}", "y = 3x + 1"),
+    ("math_accuracy", "\\boxed{x \\approx 5}", "x = 5"),
+    *[("math_accuracy", f"\\boxed{{x {r} 5}}", "5") for r in "≅≃≒≡"],
+    ("math_accuracy", "\\boxed{40}\n<dialog>\\boxed{42}</dialog>", "42"),
+    ("math_accuracy", "\\boxed{40}\n<noembed>\\boxed{42}</noembed>", "42"),
+    ("math_accuracy", "\\boxed{40}\n<datalist>\\boxed{42}</datalist>", "42"),
+    ("math_accuracy", '[\\boxed{40}](https://example.org "\\boxed{42}")', "42"),
+    ("qa_exact_match", "Answer: Paris or London", "Paris"),
+]
+
+
+@pytest.mark.parametrize(("reward", "text", "gold"), LAYOUTS, ids=[f"layout-{i}" for i in range(len(LAYOUTS))])
+def test_closing_layouts_real_models_write_score_one(reward, text, gold):
+    assert _FUNCS[reward]([text], answer=[gold]) == [1.0], text
+
+
+@pytest.mark.parametrize(("reward", "text", "gold"), HOLES, ids=[f"hole-{i}" for i in range(len(HOLES))])
+def test_false_positive_classes_score_zero(reward, text, gold):
+    assert _FUNCS[reward]([text], answer=[gold]) == [0.0], text
+
+
+def test_format_rewards_count_invisible_and_phantom_blocks_as_empty():
+    from grpo_family.rewards import boxed_format_reward, think_answer_format_reward
+
+    assert think_answer_format_reward(
+        ["<think>a</think><answer>\u200b</answer>", "<think>a</think><answer>4</answer>"]
+    ) == [0.0, 1.0]
+    assert boxed_format_reward(["<think>a</think>\\boxed{\\phantom{42}}", "<think>a</think>\\boxed{42}"]) == [0.0, 1.0]
+
+
+def test_golds_that_state_a_value_in_words_units_or_groups_are_read_as_that_value():
+    """Issue 44 item 5: the gold is read by the reader the answers are read by."""
+    golds = ["48 apples", "12 students", "twelve", "1 234", "12.5%"]
+    assert check_golds(golds, [_MATH])["math_accuracy"][0] == 0
+    assert (
+        _MATH([r"\boxed{48}", "Answer: 12", r"\boxed{12}", r"\boxed{1234}", r"\boxed{12.5}"], answer=golds)
+        == [1.0] * 5
+    )
+    assert _MATH([r"\boxed{47}"], answer=["48 apples"]) == [0.0]

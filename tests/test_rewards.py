@@ -358,11 +358,11 @@ def test_format_reward_with_prefilled_think():
         ("<think>A or B?</think><answer>B</answer>", "B"),
         ("<answer>(b)</answer>", "B"),
         # the option's text or an explanation after the letter: not one letter alone, the contract is broken
-        ("<answer>C. Pneumonia</answer>", None),
+        ("<answer>C. Pneumonia</answer>", "C"),  # the option's text after its letter (issue 40)
         ("<answer>The answer is E because ...</answer>", None),
         ("The correct option is D", "D"),
         ("**Answer:** **E**", "E"),
-        ("The final answer: (A) a cat", None),
+        ("The final answer: (A) a cat", "A"),
         ("The final answer: (A)", "A"),
         ("answer is Bob", None),
         ("I think A is wrong and B is right", None),

@@ -33,7 +33,7 @@ __all__ = ["RewardExitError", "Scores", "extract_answer", "guard_reward", "math_
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0  # seconds per reward call, as the trainers' reward_timeout
-MODES = ("eval", "train")
+MODES = ("eval", "train", "strict")
 
 
 class RewardExitError(RuntimeError):

@@ -24,9 +24,10 @@ Each function's ``__name__`` is its registry name, which is also the name TRL lo
 
 Every answer-reading reward (math, choice, QA, reasoning-gym, the bundled task) reads the last assistant message
 (:func:`completion_text`) under one answer contract, :func:`read_answer` (``docs/answer_extraction.md``), decided
-from structure: text after ``</think>`` only, no hiding markup, exactly one answer slot (box, ``<answer>`` tag,
-``Answer:`` line) with nothing after it, one value in it. A completion that breaks it scores 0.0 and is counted in
-``<reward>/contract_violations``; ``mode="eval"`` (constructor or call) is the lenient evaluation reading.
+from structure: text after ``</think>`` only, no hiding markup, the committed answer is the last answer slot (box,
+``<answer>`` tag, ``Answer:`` line), one value in it, so a completion scores exactly what that one value earns. A
+completion that breaks it scores 0.0 and is counted in ``<reward>/contract_violations``; ``mode="eval"`` adds the
+benchmarks' numeric tolerance, ``mode="strict"`` requires exactly one slot and nothing after it.
 :func:`check_golds` reports, before training, the golds a reward cannot read (count and examples) and fails fast
 when most are unreadable.
 

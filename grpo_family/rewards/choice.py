@@ -35,11 +35,31 @@ _LETTER_FORMS = (
 )
 
 
-def letter_of(value: str, letters: str = DEFAULT_LETTERS) -> tuple[str | None, str]:
+# A letter marked as an option's label, then the option's text: "C. Pneumonia", "(B) 42", "B) 42".
+_WITH_TEXT = re.compile(
+    r"(?:(?i:option|choice)\s+)?[(\[]?\s*(?P<letter>[A-Z])\s*(?:[)\]]\s*[.:]?|[.:])\s+(?P<text>\S.*)"
+)
+# Another option letter in the option's text: a marked label ("(D)", "D)", "D:"), "option D", or one joined by a
+# separator ("or D", "/ D").
+_ANOTHER_LETTER = re.compile(
+    r"(?<![A-Za-z])[(\[]\s*[A-Z]\s*[)\]]|(?<![A-Za-z(\[])[A-Z]\s*[):](?!\w)|(?<![A-Za-z.])[A-Z]\.(?=\s)|(?i:option|choice)\s+[A-Z]\b|"
+    r"(?:[,;/|]|\b(?:or|and)\b)\s*[(\[]?[A-Z](?![A-Za-z])"
+)
+
+
+def letter_of(value: str, letters: str = DEFAULT_LETTERS, *, option_text: bool = True) -> tuple[str | None, str]:
     """``(letter, "")`` when a slot's text holds exactly one option letter in one of the contract's forms, else
-    ``(None, why)``."""
+    ``(None, why)``. ``option_text``: the letter may be followed by its option's text (``C. Pneumonia``,
+    ``B) 42``), provided that text marks no other letter (the strict contract refuses any text)."""
     text = strip_wrappers(unwrap_text_macros(value))
     text = " ".join(text.replace("**", "").replace("$", "").split())
+    if option_text and (m := _WITH_TEXT.fullmatch(text)) is not None:
+        letter = m.group("letter")
+        if _ANOTHER_LETTER.search(m.group("text")):
+            return None, f"another option letter after {letter!r}: {value.strip()[:40]!r}"
+        if letter not in letters:
+            return None, f"a letter outside the options {letters}: {letter!r}"
+        return letter, ""
     for form in _LETTER_FORMS:
         m = form.fullmatch(text)
         if m is not None:
@@ -53,7 +73,7 @@ def letter_of(value: str, letters: str = DEFAULT_LETTERS) -> tuple[str | None, s
 def extract_choice(text: str, letters: str = DEFAULT_LETTERS, mode: str = "train") -> str | None:
     """The option letter a completion text commits to under the answer contract, or None."""
     reading = read_answer(text, CHOICE_SLOTS, mode)
-    return None if reading.value is None else letter_of(reading.value, letters)[0]
+    return None if reading.value is None else letter_of(reading.value, letters, option_text=mode != "strict")[0]
 
 
 def gold_letter(gold: Any, letters: str = DEFAULT_LETTERS) -> str | None:

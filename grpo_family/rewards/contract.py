@@ -43,18 +43,19 @@ __all__ = [
     "check_mode",
     "final_region",
     "hiding_markup",
+    "is_blank",
     "read_answer",
 ]
 
-MODES = ("train", "eval")
+MODES = ("train", "eval", "strict")
 
 
 def check_mode(mode: object, reward: str = "reward") -> str:
-    """``mode`` when it is ``"train"`` or ``"eval"``; a ValueError naming the problem otherwise (a dataset column
-    called ``mode`` reaches a reward as a list: rename it)."""
+    """``mode`` when it is ``"train"``, ``"eval"`` or ``"strict"``; a ValueError naming the problem otherwise (a
+    dataset column called ``mode`` reaches a reward as a list: rename it)."""
     if mode not in MODES:
         raise ValueError(
-            f"{reward}: mode must be 'train' or 'eval', got {mode!r}"
+            f"{reward}: mode must be 'train', 'eval' or 'strict', got {mode!r}"
             + (" (a dataset column named 'mode'? rename it)" if isinstance(mode, list) else "")
         )
     return mode  # type: ignore[return-value]
@@ -62,7 +63,8 @@ def check_mode(mode: object, reward: str = "reward") -> str:
 
 class AnswerReward:
     """What every answer reward shares: its TRL name (``__name__``), its default ``mode`` (``"train"``: the
-    contract; ``"eval"``: the lenient reading), running ``counts`` and the ``<name>/contract_violations`` metric.
+    committed answer; ``"eval"``: the same with the benchmark's numeric tolerance; ``"strict"``: exactly one slot and
+    nothing after it), running ``counts`` and the ``<name>/contract_violations`` metric.
 
     A subclass defines ``_gold`` (the gold as the reward reads it, None when it cannot: the row scores None) and
     ``_score`` (``(reward, broke_the_contract)`` for one completion text); the TRL call is then this class's. The
@@ -205,14 +207,31 @@ _HIDING_LATEX = re.compile(
     r"\\(?:[hv]?phantom|iffalse|comment|color|textcolor|colorbox|fcolorbox|sout|st|xout|cancel|bcancel|xcancel|"
     r"cancelto|not|rlap|llap|clap|mathrlap|mathllap|mathclap|def|gdef|edef|xdef|let|newcommand|renewcommand|"
     r"providecommand|DeclareMathOperator)(?![A-Za-z])|\\begin\s*\{\s*comment\s*\}|\\hspace\*?\s*\{\s*-|"
-    r"\\m?kern\s*-|\\mspace\s*\{\s*-|\\!"
+    r"\\m?kern\s*-|\\mspace\s*\{\s*-|(?<!\d,)\\!"
 )
+# HTML elements whose content a browser does not show as text, by class (the HTML Standard's rendering section):
+# the elements it hides (head metadata, datalist, dialog without open, noembed, noframes, rp, template, ...),
+# scripting (script, noscript), embedded content whose children are fallback (iframe, object, embed, video, audio,
+# canvas, picture, svg, math), form controls that hold their text in a control (textarea, select, option,
+# optgroup), disclosure (details, summary) and edits (s, strike, del). Any element with an attribute hides or
+# restyles as it likes, so an attribute breaks the contract too.
+_HIDDEN_ELEMENTS = (
+    "area base basefont datalist dialog head link meta noembed noframes param rp title template style script "
+    "noscript iframe object embed video audio canvas picture source track svg math frame frameset applet "
+    "textarea select option optgroup details summary s strike del"
+).split()
 _HIDING_HTML = re.compile(
-    r"(?i)<!--|<\s*/?\s*(?:s|strike|del|details|summary|script|style|template|noscript|iframe|object|textarea)"
-    r"(?:\s[^<>]*)?>|<[a-z][\w-]*(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s<>\"']+))+\s*/?>|"
-    r"<[a-z][\w-]*\s[^<>]*\b(?:hidden|aria-hidden)\b[^<>]*>"
+    r"(?i)<!--|<\s*/?\s*(?:"
+    + "|".join(sorted(_HIDDEN_ELEMENTS, key=len, reverse=True))
+    + r")(?![\w-])(?:\s[^<>]*)?/?>|"
+    r"<[a-z][\w-]*(?:\s+[\w:-]+\s*=\s*(?:\"[^\"]*\"|'[^']*'|[^\s<>\"']+))+\s*/?>|"
+    r"<[a-z][\w-]*\s[^<>]*\b(?:hidden|aria-hidden|open)\b[^<>]*>"
 )
-_HIDING_MARKDOWN = re.compile(r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S")
+# Markdown that shows no text: strike-through, link-reference definitions, and a link's or image's destination and
+# title (``[18](x "21")``, ``![21](x)``): only the link text of a link is shown.
+_HIDING_MARKDOWN = re.compile(
+    r"(?m)~~|^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*\S|!?\[[^\]\n]*\]\([^)\n]*[\s\"'\\{<][^)\n]*\)|!\["
+)
 
 
 def hiding_markup(region: str) -> str:
@@ -229,6 +248,14 @@ def hiding_markup(region: str) -> str:
     if (m := _INVISIBLE.search(decoded)) is not None:
         return f"an invisible character U+{ord(m.group(0)):04X}"
     return ""
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing a reader could take for an answer: empty or whitespace once invisible
+    characters are removed, or holding hiding markup (``\\boxed{\\phantom{42}}``, a zero-width space): the contract's
+    own test of emptiness, shared by the format rewards."""
+    decoded = html.unescape(text) if "&" in text else text
+    return not _INVISIBLE.sub("", decoded).strip() or bool(hiding_markup(text))
 
 
 # ---------------------------------------------------------------------------------------------------- slots
@@ -291,20 +318,64 @@ def _line_bounds(text: str, pos: int) -> tuple[int, int]:
     return start, len(text) if end < 0 else end
 
 
-def _anchor_value(text: str, value_start: int) -> tuple[int, int]:
+# A display block opened on a line and closed on a later one: the heading's value runs to its close.
+_DISPLAY_OPEN = re.compile(r"[ \t]*(?:[*_]{1,2}[ \t]*)?(\\\[|\$\$|\\begin\s*\{([^{}]*)\})")
+# A sentence's end inside an anchor's value (committed mode): ".", "!" or "?" then whitespace, not after a single
+# letter or a capitalised abbreviation ("C. Pneumonia", "St. Louis" stay whole).
+_SENTENCE_END = re.compile(r"(?<!\b[A-Za-z])(?<!\b[A-Z][a-z])(?<!\b[A-Z][a-z][a-z])(?<![A-Za-z]\.[A-Za-z])[.!?](?=\s)")
+
+
+def _display_close(text: str, opened: re.Match) -> int:
+    """End of the line that closes the display block ``opened`` (``\\]``, ``$$``, ``\\end{env}``), or -1."""
+    delimiter, env = opened.group(1), opened.group(2)
+    if env is not None:
+        close = re.compile(r"\\end\s*\{" + re.escape(env.strip()) + r"\}")
+    else:
+        close = re.compile(re.escape("\\]" if delimiter == "\\[" else "$$"))
+    m = close.search(text, opened.end())
+    if m is None:
+        return -1
+    return _line_bounds(text, m.start())[1]
+
+
+def _anchor_value(text: str, value_start: int, *, strict: bool = True) -> tuple[int, int]:
     """The value's extent after an anchor: the rest of its line, or the next non-empty line when the rest is
-    blank (``**Answer:**`` with the value below)."""
+    blank (``**Answer:**`` with the value below). Committed mode (``strict=False``): a display block opened there
+    (``\\[``, ``$$``, ``\\begin{align*}``) runs to its close, across lines, and a value on the anchor's line ends
+    with its sentence (``The final answer is $x$. I hope it is correct.``)."""
     _, line_end = _line_bounds(text, value_start)
     if text[value_start:line_end].strip(" \t*_"):
-        return value_start, line_end
-    pos = line_end
-    while pos < len(text):
-        following = text.find("\n", pos + 1)
-        following = len(text) if following < 0 else following
-        if text[pos + 1 : following].strip():
-            return pos + 1, following
-        pos = following
-    return value_start, line_end
+        start, end = value_start, line_end
+    else:
+        start = end = -1
+        pos = line_end
+        while pos < len(text):
+            following = text.find("\n", pos + 1)
+            following = len(text) if following < 0 else following
+            if text[pos + 1 : following].strip():
+                start, end = pos + 1, following
+                break
+            pos = following
+        if start < 0:
+            return value_start, line_end
+    if strict:
+        return start, end
+    opened = _DISPLAY_OPEN.match(text, start, end)
+    if opened is not None and (close := _display_close(text, opened)) > end:
+        return start, close
+    if opened is None and (cut := _sentence_end(text, start, end)) >= 0:
+        return start, cut
+    return start, end
+
+
+def _sentence_end(text: str, start: int, end: int) -> int:
+    """Where the sentence that starts at ``start`` ends before ``end`` (a ``.``/``!``/``?`` then whitespace, outside
+    ``$...$`` and ``\\(...\\)``: ``$18. 21$`` is one maths span), or -1."""
+    for m in _SENTENCE_END.finditer(text, start, end):
+        before = text[start : m.start()]
+        if before.count("$") % 2 == 0 and before.count("\\(") <= before.count("\\)"):
+            return m.start()
+    return -1
 
 
 class _Spans:
@@ -319,8 +390,9 @@ class _Spans:
         return i >= 0 and pos < self.spans[i][1]
 
 
-def _anchors(text: str, spec: SlotSpec, taken: _Spans) -> list[_Slot]:
-    """Anchor slots of ``text`` outside the ``taken`` spans (boxes, tags), in order."""
+def _anchors(text: str, spec: SlotSpec, taken: _Spans, *, strict: bool = True) -> list[_Slot]:
+    """Anchor slots of ``text`` outside the ``taken`` spans (boxes, tags), in order. Committed mode
+    (``strict=False``): an anchor may follow any comma (``In conclusion, the answer is 42.``)."""
     found: list[_Slot] = []
     # Only a line holding one of the nouns (or "####") can hold an anchor: the others are skipped unread.
     for pos in sorted({text.rfind("\n", 0, m.start()) + 1 for m in spec._noun.finditer(text)}):  # type: ignore[attr-defined]
@@ -334,23 +406,25 @@ def _anchors(text: str, spec: SlotSpec, taken: _Spans) -> list[_Slot]:
         body = pos + _LINE_START.match(line).end()
         candidates = [body]
         candidates += [pos + m.end() for m in _SENTENCE_START.finditer(line)]
-        candidates += [pos + m.end() for m in _COMMA.finditer(line) if _LEAD_IN.match(text, pos + m.end())]
+        candidates += [
+            pos + m.end() for m in _COMMA.finditer(line) if not strict or _LEAD_IN.match(text, pos + m.end())
+        ]
         for start in sorted(candidates):
             if taken.covers(start) or (found and start < found[-1].value_start):
                 continue
             m = spec._anchor.match(text, start, line_end)  # type: ignore[attr-defined]
             if m is not None:
-                value_start, value_end = _anchor_value(text, m.end())
+                value_start, value_end = _anchor_value(text, m.end(), strict=strict)
             elif start == body and spec._heading.match(text, start, line_end):  # type: ignore[attr-defined]
                 # a line that only names the answer ("### Final Answer"): the value is the next non-empty line
-                value_start, value_end = _anchor_value(text, line_end)
+                value_start, value_end = _anchor_value(text, line_end, strict=strict)
             else:
                 continue
             found.append(_Slot("anchor", start, value_end, value_start, value_end))
     return found
 
 
-def _slots(region: str, spec: SlotSpec, *, allow_tags: bool) -> tuple[list[_Slot], str]:
+def _slots(region: str, spec: SlotSpec, *, allow_tags: bool, strict: bool = True) -> tuple[list[_Slot], str]:
     """Every answer slot of ``region``, in order, or the structural violation."""
     tags, why = _tags(region)
     if why:
@@ -371,7 +445,7 @@ def _slots(region: str, spec: SlotSpec, *, allow_tags: bool) -> tuple[list[_Slot
     in_tag = [(s, e) for s, e, _, _ in tags]
     slots += [_Slot("box", s, e, cs, ce) for s, e, cs, ce in boxes if not any(a <= s < b for a, b in in_tag)]
     held = _Spans([(s.start, s.end) for s in slots])
-    for anchor in _anchors(region, spec, held):
+    for anchor in _anchors(region, spec, held, strict=strict):
         # An anchor whose value holds a box or a tag is that box or tag: one slot.
         i = bisect.bisect_left(held.starts, anchor.value_start)
         if i == len(held.starts) or held.starts[i] >= anchor.value_end:
@@ -379,24 +453,78 @@ def _slots(region: str, spec: SlotSpec, *, allow_tags: bool) -> tuple[list[_Slot
     return sorted(slots, key=lambda s: s.start), ""
 
 
+# Values joined into a list before a slot on its line ("40 or \\boxed{42}", "Answer: 40, \\boxed{42}"): a value (a
+# digit, a closing bracket or dollar, a capital letter alone) then a separator, then only wrappers before the slot.
+_JOINED_BEFORE = re.compile(
+    r"(?:\d|[})\]$]|(?<![A-Za-z])[A-Z])[ \t]*(?:[,;/|]|\bor\b|\band\b|\\lor\b|\\vee\b|\\text\s*\{\s*(?:or|and)\s*\})"
+    r"[ \t]*(?:\$\$|\$|\\\(|\\\[|[*_]{1,2})*[ \t]*$"
+)
+_SEPARATOR_FIRST = re.compile(r"[ \t$*_)\]]*(?:[,;/|]|or\b|and\b)")
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
+
+
+def _joined(region: str, slots: list[_Slot]) -> str:
+    """Why the last slot is one of a list of values on its line (a value and a separator just before it, the value
+    maybe another slot: ``40 or \\boxed{42}``, ``\\boxed{40}, \\boxed{42}``, ``Answer: 40 / \\boxed{42}``), or
+    ``""``."""
+    slot = slots[-1]
+    line_start, _ = _line_bounds(region, slot.start)
+    before = region[line_start : slot.start]
+    if len(slots) > 1 and slots[-2].end > line_start:  # "\\boxed{18}, or, if inclusive, \\boxed{21}"
+        between = region[slots[-2].end : slot.start]
+        if _SEPARATOR_FIRST.match(between) and not re.search(r"[.!?][ \t]", between):
+            return f"two answer slots joined by a separator in one sentence: {between.strip()[:30]!r}"
+    if _JOINED_BEFORE.search(before):
+        return f"a value joined to the slot before it: {before.strip()[-30:]!r}"
+    return ""
+
+
+def _last_line(region: str) -> tuple[int, int]:
+    end = len(region.rstrip())
+    start = region.rfind("\n", 0, end) + 1
+    return start, end
+
+
+def _unmarked(region: str, in_tag: bool, strict: bool) -> Reading:
+    """The slot of a final region with no box, tag or anchor: in strict mode the region when it is one line; in
+    committed mode the last bold span of its last non-empty line, else that line up to its sentence's end."""
+    value = region.strip()
+    if not value:
+        return _broken("an empty <answer>" if in_tag else "no answer slot")
+    if in_tag:
+        return Reading(value, "tag")
+    if strict:
+        if "\n" in value:
+            return _broken("no answer slot (no box, <answer> tag or anchor line, and more than one line)")
+        return Reading(value, "bare")
+    start, end = _last_line(region)
+    line = region[start:end]
+    bold = list(_BOLD.finditer(line))
+    if bold:
+        m = bold[-1]
+        return Reading((m.group(1) or m.group(2)).strip(), "bold")
+    cut = _sentence_end(line, 0, len(line))
+    value = (line[:cut] if cut >= 0 else line).strip()
+    return Reading(value, "bare") if value else _broken("no answer slot")
+
+
 def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
-    slots, why = _slots(region, spec, allow_tags=not in_tag)
+    strict = mode == "strict"
+    slots, why = _slots(region, spec, allow_tags=not in_tag, strict=strict)
     if why:
         return _broken(why)
     if not slots:
-        value = region.strip()
-        if not value:
-            return _broken("an empty <answer>" if in_tag else "no answer slot")
-        if not in_tag and "\n" in value:
-            return _broken("no answer slot (no box, <answer> tag or anchor line, and more than one line)")
-        return Reading(value, "tag" if in_tag else "bare")
-    if len(slots) > 1 and mode == "train":
-        kinds = ", ".join(s.kind for s in slots)
-        return _broken(f"{len(slots)} answer slots ({kinds})")
+        return _unmarked(region, in_tag, strict)
+    if strict:
+        if len(slots) > 1:
+            kinds = ", ".join(s.kind for s in slots)
+            return _broken(f"{len(slots)} answer slots ({kinds})")
+        if _CLOSING.fullmatch(region, slots[-1].end) is None:
+            after = region[slots[-1].end :].strip()
+            return _broken(f"text after the answer slot: {after[:40]!r}")
+    elif why := _joined(region, slots):
+        return _broken(why)
     slot = slots[-1]
-    if mode == "train" and _CLOSING.fullmatch(region, slot.end) is None:
-        after = region[slot.end :].strip()
-        return _broken(f"text after the answer slot: {after[:40]!r}")
     content = region[slot.value_start : slot.value_end]
     if slot.kind == "tag":
         inner = _read(content, spec, mode, in_tag=True)

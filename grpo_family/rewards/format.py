@@ -9,7 +9,9 @@ Chat templates that open the think block in the prompt (DeepSeek-R1-Distill, Qwe
 without the opening ``<think>``; select ``think_prefilled_answer_format`` / ``think_prefilled_boxed_format`` by name
 for those (the same checks with the ``<think>`` put back), or build one with
 ``make_format_reward(..., think_prefilled=True)``.
-Whitespace around the blocks is allowed.
+Whitespace around the blocks is allowed. A block is empty when the answer contract's test says it shows nothing
+(:func:`grpo_family.rewards.contract.is_blank`: only whitespace once invisible characters are removed, or hiding
+markup such as ``\\boxed{\\phantom{42}}``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .contract import is_blank
 from .extract import completion_text, last_boxed
 
 __all__ = [
@@ -50,7 +53,7 @@ def has_think_answer_format(text: str, *, think_prefilled: bool = False) -> bool
     if any(n != 1 for n in counts.values()):
         return False
     m = _THINK_ANSWER.fullmatch(text)
-    return bool(m and m.group(1).strip() and m.group(2).strip())
+    return bool(m and not is_blank(m.group(1)) and not is_blank(m.group(2)))
 
 
 def has_boxed_format(text: str, *, think_prefilled: bool = False) -> bool:
@@ -61,7 +64,8 @@ def has_boxed_format(text: str, *, think_prefilled: bool = False) -> bool:
     if counts["<think>"] != 1 or counts["</think>"] != 1:
         return False
     m = _THINK_THEN_REST.fullmatch(text)
-    return bool(m and m.group(1).strip() and last_boxed(m.group(2)) is not None)
+    box = last_boxed(m.group(2)) if m else None
+    return bool(m and not is_blank(m.group(1)) and box is not None and not is_blank(box))
 
 
 class FormatReward:

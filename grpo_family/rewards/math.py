@@ -298,7 +298,7 @@ def score_math(
         return status, timeout_reward
     if status != OK:
         return status, 0.0
-    return _score_value(value, gold, as_set, exact=mode == "train")
+    return _score_value(value, gold, as_set, exact=mode != "eval")
 
 
 def _default_workers() -> int:
@@ -385,7 +385,7 @@ class MathAccuracyReward(AnswerReward):
                 continue
             status, value, as_set = math_answer(completion_text(completion), gold, mode)
             if status == OK:
-                jobs.append((value, gold, as_set, mode == "train"))
+                jobs.append((value, gold, as_set, mode != "eval"))
                 job_rows.append(row)
             elif status == TOO_EXPENSIVE:
                 batch[TOO_EXPENSIVE] += 1

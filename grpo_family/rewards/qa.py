@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 from .contract import ANSWER_SLOTS, AnswerReward, read_answer
-from .values import strip_wrappers, unwrap_text_macros
+from .values import list_separators, strip_wrappers, unwrap_text_macros
 
 __all__ = [
     "QAReward",
@@ -127,6 +127,8 @@ class QAReward(AnswerReward):
         pred = extract_qa_answer(text, mode)
         if not normalize_answer(pred):
             return 0.0, True
+        if list_separators(pred) > max(list_separators(alias) for alias in gold):
+            return 0.0, True  # a list of answers ("Paris or London"): token F1 would pay each of them
         score = exact_match_score if self.metric == "em" else f1_score
         return max(score(pred, alias) for alias in gold), False
 

@@ -11,6 +11,11 @@ final region of one line: the bare reply) and nothing after it. A completion tha
 counted in ``reasoning_gym/contract_violations``. The slot's text goes to the verifier as it is (a grid over several
 lines inside the tag, ``$\\dfrac{1}{2}$``, a sentence with its full stop): what it means is the task's to decide.
 
+The verifier sees exactly the one value the contract read: a slot holding more numbers or more list separators
+(``,`` ``;`` ``/`` "or" "and") than the task's gold answer is a list of values, which reasoning-gym's verifiers
+would compare more than one of (``gsm_symbolic`` reads the first number of ``31 or 40``, ``chain_sum`` strips the
+comma of ``30,37``, ``fraction_simplification`` reads a prefix): it breaks the contract (0.0, counted).
+
 The reward is 1 when the task's score is full marks, else 0, so a slot that lists candidates earns nothing.
 ``ReasoningGymReward(partial_credit=True)`` (``reasoning_gym_partial``) passes the task's own partial credit through
 instead, and then accepts only a marked slot (tag, box or anchor line; a bare reply breaks its contract):
@@ -30,11 +35,12 @@ from typing import Any
 
 from .contract import ANSWER_SLOTS, AnswerReward, read_answer
 from .extract import completion_text
+from .values import count_numbers, list_separators
 
 __all__ = ["ReasoningGymReward", "extract_reasoning_gym_answer", "reasoning_gym_reward"]
 
 # The slots a partial-credit reward accepts: a marked answer, never the bare reply.
-_MARKED = ("tag", "box", "anchor")
+_MARKED = ("tag", "box", "anchor", "bold")
 
 
 @functools.cache
@@ -82,6 +88,11 @@ class ReasoningGymReward(AnswerReward):
     def _score(self, text: str, entry: dict, mode: str) -> tuple[float, bool]:
         answer = extract_reasoning_gym_answer(text, marked_only=self.partial_credit, mode=mode)
         if answer is None:
+            return 0.0, True
+        gold = str(entry.get("answer", ""))
+        if count_numbers(answer) > count_numbers(gold) or list_separators(answer) > list_separators(gold):
+            # More than one value of the gold's kind: the task's verifier would compare more than one of them
+            # (gsm_symbolic reads the first number of "31 or 40", chain_sum strips commas from "30,37").
             return 0.0, True
         score = float(_scorer(entry["metadata"]["source_dataset"])(answer, entry))
         return (score if self.partial_credit else float(score >= 1.0)), False

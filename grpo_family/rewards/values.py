@@ -12,6 +12,7 @@ Standard library only (the scoring worker subprocesses import this module).
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -20,6 +21,8 @@ __all__ = [
     "SCALES",
     "UNITS",
     "GoldShape",
+    "count_numbers",
+    "list_separators",
     "normalise_gold",
     "number_from_words",
     "read_math_value",
@@ -191,7 +194,29 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
         return number, ""
     if scale.lower() in SCALES:
         return number * SCALES[scale.lower()], ""
+    if scale.lower() in UNITS or _is_noun(scale):  # a unit or the noun the number counts: "18 apples"
+        return number, ""
     return None, f"a word after the number: {scale!r}"
+
+
+# ------------------------------------------------------------------------------------------ lists of values
+
+_LIST_SEPARATOR = re.compile(r"[,;/|]|\b(?:or|and)\b", re.IGNORECASE)
+_GROUPING_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # "3,037": a thousands separator, no list
+_ANY_NUMBER = re.compile(r"(?<![\d.])(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+
+
+def list_separators(text: str) -> int:
+    """How many list separators (``,`` ``;`` ``/`` ``|``, "or", "and") ``text`` holds. A slot holding more than
+    its gold is a list of answers, not one (``Paris or London``; ``Trick or Treat`` is one for that gold)."""
+    return len(_LIST_SEPARATOR.findall(_GROUPING_COMMA.sub("", text)))
+
+
+def count_numbers(text: str) -> int:
+    """How many numbers ``text`` writes (``1,234`` is one, ``30,37`` two). A slot holding more numbers than its
+    gold holds more than one value of the gold's kind (``31 or 40``; a verifier reading the first number, or a
+    prefix, would compare both)."""
+    return len(_ANY_NUMBER.findall(text))
 
 
 # --------------------------------------------------------------------------------------------- maths words
@@ -227,13 +252,31 @@ UNITS = frozenset(
 
 # Relations at the top level of a value. "=" names a value (x = 5); inequalities in one variable are sets; the rest
 # (approximations, "not equal", arrows) never state one exact value.
-_RELATION = re.compile(
+_RELATION_COMMANDS = (
     r"<=|>=|:=|\\(?:leqslant|geqslant|leq|geq|le|ge|lt|gt|neq|ne|approx|simeq|sim|cong|equiv|propto|to|"
-    r"rightarrow|Rightarrow|longrightarrow|implies|iff|mapsto)(?![A-Za-z])|[=<>≤≥≠≈]"
+    r"rightarrow|Rightarrow|longrightarrow|implies|iff|mapsto|[A-Za-z]*(?:eq|sim|approx|arrow|Arrow)|prec|succ|"
+    r"asymp|models|vdash|dashv|parallel|perp|ll|gg)(?![A-Za-z])"
 )
+# Characters that are values or operators on values although Unicode files them as maths symbols (Sm); every other
+# Sm character is a relation (=, <, ≤, ≅, ≃, ≒, ≡, ≈, ∼, ∝, ⇒, ...), decided by category, not by a list of relations.
+_SM_OPERATORS = frozenset("+\u2212\u00b1\u2213\u00d7\u00f7\u00b7\u22c5\u2217\u2218\u221a\u221b\u221c\u221e\u2211\u220f\u2210"
+                          "\u222b\u222c\u222d\u222e\u2202\u2207\u00ac\u222a\u2229\u2216\u2044\u2215|~^/\u2032\u2033")  # fmt: skip
+_SM_RELATIONS = "".join(
+    re.escape(chr(c)) for c in range(0x110000) if unicodedata.category(chr(c)) == "Sm" and chr(c) not in _SM_OPERATORS
+)
+# Relations at the top level of a value. "=" names a value (x = 5); inequalities in one variable are sets; the rest
+# (approximations, "not equal", congruences, arrows) never state one exact value.
+_RELATION = re.compile(_RELATION_COMMANDS + f"|[{_SM_RELATIONS}]")
 _EQUALS = {"=", ":="}
-_LESS = {"<", "<=", "\\le", "\\leq", "\\leqslant", "\\lt", "≤"}
-_GREATER = {">", ">=", "\\ge", "\\geq", "\\geqslant", "\\gt", "≥"}
+_LESS = {"<", "<=", "\\le", "\\leq", "\\leqslant", "\\lt", "≤", "⩽"}
+_GREATER = {">", ">=", "\\ge", "\\geq", "\\geqslant", "\\gt", "≥", "⩾"}
+
+
+def _relation_class(symbol: str) -> str:
+    """``"="``, ``"<"``, ``">"`` or the symbol itself (any other relation is its own class)."""
+    return "=" if symbol in _EQUALS else "<" if symbol in _LESS else ">" if symbol in _GREATER else symbol
+
+
 # Separators of several values at the top level: "2, 3", "2; 3", "2 \lor 3".
 _SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
 # What names a value: x, y_1, a_{n}, \theta, f(x), g(x, y), x'.
@@ -246,8 +289,10 @@ _NUMBER_WORD_RUN = re.compile(
     r"(?:(?:[\s-]+|\s+and\s+)(?:" + "|".join(sorted(NUMBER_WORDS - {"and"}, key=len, reverse=True)) + r"))*\b"
 )
 _UNIT_WORD_TAIL = re.compile(r"(?<![A-Za-z\\])([A-Za-z]+(?:/[A-Za-z]+)?)\.?\s*$")
+_PERCENT_TAIL = re.compile(r"\s*\\?%\s*$")
 _UNIT_EXPONENT_TAIL = re.compile(r"\^\s*\{?\s*[23]\s*\}?\s*$")
 _UNIT_JOIN_TAIL = re.compile(r"(?:/|\\cdot|\bper)\s*$")
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
 
 
@@ -319,7 +364,8 @@ class GoldShape:
         left, right = _outer_brackets(text)
         self.parts = len(split_top_level(text[len(left) : len(text) - len(right)] if left else text))
         self.brackets = (left, right) if self.parts > 1 else ("", "")
-        self.relation = bool(_relations(plain))
+        self.relations = tuple(_relation_class(m.group(0)) for m in _relations(plain))
+        self.relation = bool(self.relations)
         no_commands = re.sub(r"\\[A-Za-z]+", " ", TEXT_MACRO.sub(" ", text))
         self.letters = frozenset(re.findall(r"[A-Za-z]", no_commands))
         self.words = frozenset(w.lower() for w in re.findall(r"[A-Za-z]{2,}", plain) if not _is_command(plain, w))
@@ -339,14 +385,34 @@ def _number_words_to_digits(text: str) -> str:
     return _NUMBER_WORD_RUN.sub(digits, text)
 
 
+def _is_noun(word: str) -> bool:
+    """A word that may be the noun a number counts (``18 apples``, ``12 students``): two or more letters, no maths
+    name and no number word."""
+    lower = word.lower()
+    return len(word) > 1 and word.isalpha() and lower not in MATH_NAMES and lower not in NUMBER_WORDS
+
+
 def _drop_units(text: str) -> str:
-    """``text`` without a trailing run of units after a number (``18 cm^2``, ``5 km/h``, ``3 square units``); an
-    exponent goes only with its unit (``x^2`` keeps its square)."""
+    """``text`` without a trailing run of units after a number (``18 cm^2``, ``5 km/h``, ``3 square units``,
+    ``18 apples``, ``12.5\\%``); an exponent goes only with its unit (``x^2`` keeps its square). Listed units
+    (:data:`UNITS`) may be chained; one other word, right after the number, is the noun it counts (``18 apples``;
+    ``18 is not the answer`` keeps its words)."""
+    noun_allowed = True
     while True:
         rest = _UNIT_EXPONENT_TAIL.sub("", text).rstrip()
+        percent = _PERCENT_TAIL.search(rest)
+        if percent is not None and re.search(r"\d", rest[: percent.start()]):
+            text = rest[: percent.start()].rstrip()
+            continue
         m = _UNIT_WORD_TAIL.search(rest)
-        if m is None or any(w.lower() not in UNITS for w in m.group(1).split("/")):
+        if m is None:
             return text
+        words = m.group(1).split("/")
+        if not all(w.lower() in UNITS for w in words):
+            head = rest[: m.start()].rstrip()
+            if not (noun_allowed and len(words) == 1 and _is_noun(words[0]) and re.search(r"\d$", head)):
+                return text
+            noun_allowed = False
         head = rest[: m.start()]
         if len(m.group(1)) == 1 and not head[-1:].isspace():
             return text  # "2m" is a product; "2 m" and "2\text{ m}" are metres
@@ -364,15 +430,39 @@ def _money_and_separators(text: str) -> str:
         text = re.sub(r"\$(?=\s*\d)", "", text, count=1)
     text = strip_wrappers(text)
     text = re.sub(r"(\d)\{,\}(\d{3})", r"\1\2", text)
-    return re.sub(r"(\d)\\,(\d{3})(?!\d)", r"\1\2", text)
+    text = re.sub(r"(\d),\\!(\d{3})(?!\d)", r"\1\2", text)  # MATH's "10,\!000"
+    text = _SI_GROUPED.sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
+    text = _MATRIX.sub(r"\\\1{pmatrix}", text)
+    return _REPEATING.sub(_repeating_fraction, text)
+
+
+# A number written in SI groups of three digits ("1 234", "1\,234 567", thin spaces): one number.
+_SI_GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:(?: |\\,|~|\u2009|\u202f)\d{3})+(?![\d.,])")
+# A matrix in any bracket style (pmatrix, bmatrix, Bmatrix, matrix, smallmatrix) is the same matrix; vmatrix is a
+# determinant and stays.
+_MATRIX = re.compile(r"\\(begin|end)\s*\{(?:[bBp]?matrix|smallmatrix)\}")
+# A repeating decimal: 0.\overline{3}, 1.2\overline{45}, 0.\dot{3}.
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|dot)\s*\{?\s*(\d+)\s*\}?")
+
+
+def _repeating_fraction(m: re.Match) -> str:
+    whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3)
+    value = Fraction(int(whole)) + Fraction(int(fixed or "0"), 10 ** len(fixed))
+    value += Fraction(int(period), (10 ** len(period) - 1) * 10 ** len(fixed))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
 def normalise_gold(gold: str) -> str:
     """A math gold as the answers are read: delimiters, ``\\$`` and text macros unwrapped, degrees and a trailing
     unit after a number dropped (``5\\text{ cm}^2`` -> ``5``)."""
     text = unwrap_text_macros(_money_and_separators(strip_wrappers(gold)))
+    text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", "%", text)
+    text = _number_words_to_digits(apply_scales(text))
     text = _DEGREES.sub(" ", text)
-    return " ".join(_drop_units(text.strip()).split())
+    text = " ".join(_drop_units(text.strip()).split())
+    if re.fullmatch(r"[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):  # one number with thousands separators
+        text = text.replace(",", "")
+    return text
 
 
 def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
@@ -391,9 +481,11 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         return None, "an empty slot", False
     if "?" in text:
         return None, "a question mark in the value", False
+    if text.count("(") + text.count("[") != text.count(")") + text.count("]"):
+        return None, "unbalanced brackets (a list left open: '0 (0, 1')", False
     if re.search(r"\d\s*_", text) and not gold.subscripts:
         return None, "a subscript on a number (a base, an index: not the number)", False
-    for token in _WORD_OR_COMMAND.findall(text):
+    for token in _WORD_OR_COMMAND.findall(_ENVIRONMENT.sub(" ", text)):
         if token.startswith("\\") or len(token) == 1:
             continue
         word = token.lower()
@@ -414,7 +506,11 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         if re.search(r"\d\.?\s+[-+−]?\.?\d", part):
             return None, "two numbers side by side", False
         relations = _relations(part)
-        if relations and not gold.relation:
+        if relations and gold.relation:
+            kinds = tuple(_relation_class(m.group(0)) for m in relations)
+            if kinds != gold.relations:
+                return None, f"relations {' '.join(m.group(0) for m in relations)} where the gold states one", False
+        elif relations:
             kinds = [m.group(0) for m in relations]
             sides = [part[: relations[0].start()]]
             sides += [part[a.end() : b.start()] for a, b in zip(relations, relations[1:])]
