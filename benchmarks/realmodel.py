@@ -39,11 +39,14 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.runs import _mean, _std, cache_path  # noqa: E402 - the run files' naming, shared with learning.py
+
 RESULTS = ROOT / "benchmarks" / "results"
 STATE = RESULTS / "realmodel.json"
 RESULT = "RESULT "  # prefix of a child process's result line
 MODEL = "smollm2-135m-instruct"
-STAGES = ("tasks", "demo", "cost", "vllm")
+STAGES = ("tasks", "demo", "cost", "vllm", "learn")
 
 # The demo's system prompt (examples/recipes/smollm2_reasoning_gym.yaml): a one-line worked example in the format
 # the extraction policy reads ("The answer is 7"); with the generic <answer>-tag prompt the model rambles.
@@ -364,6 +367,195 @@ def stage_vllm(state: dict, python: str | None) -> None:
     save_state(state)
 
 
+# ------------------------------------------------------------------------------------------------- 5. learn
+# Every method on the demo's task and budget, one run per (method, seed), each kept as its own JSON file in
+# LEARN_DIR (committed), so the table accumulates across sessions: a run whose file exists is not trained again.
+LEARN_DIR = RESULTS / "realmodel_runs"
+LEARN_METHODS = ("ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg", "kl_cov", "clip_cov", "grpo")  # the order they run in
+LEARN_SEEDS = (42, 43)
+# The options each paper would use at this scale, stated in the table's row (the rest: each method's defaults).
+LEARN_OPTIONS: dict[str, dict] = {
+    "sgpo": {"judge_type": "heuristic"},  # the offline step judge that reads this task (no solution text to check)
+    "gpg": {"beta_th": 0.6},  # the paper's resampling threshold (also the default), stated
+    "kl_cov": {"num_iterations": 2},  # two updates per batch: with one, the policy equals the old one, KL term 0
+}
+PASS_K = 8  # pass@8 after training: 8 samples per problem at the demo's temperature, on the first PASS_PROBLEMS
+PASS_PROBLEMS = 50  # held-out problems (all 100 would add ~7 CPU-min a run; the greedy accuracy uses all 100)
+LOAD_EVERY_S = 60  # the 1-minute load average is sampled this often during a run
+
+
+def learn_job(method: str, seed: int) -> dict:
+    """The job of one learning run (its settings; ``runs.cache_path`` names its file by them)."""
+    values = recipe()
+    return {
+        "method": method,
+        "setting": "demo",
+        "seed": seed,
+        "steps": values["max_steps"],
+        "recipe": DEMO_RECIPE,
+        "recipe_values": values,  # a changed recipe is a new job (a new file), the old run is not read for it
+        "options": LEARN_OPTIONS.get(method, {}),
+        "pass_at": {"k": PASS_K, "problems": PASS_PROBLEMS, "temperature": values.get("temperature", 1.0)},
+    }
+
+
+def learn_jobs() -> list[dict]:
+    """Every planned run, in the order they are trained: each seed's methods, then the next seed."""
+    return [learn_job(method, seed) for seed in LEARN_SEEDS for method in LEARN_METHODS]
+
+
+def code_commit() -> dict:
+    """The commit the run trains with, and whether the training code differed from it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "grpo_family", "examples"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"commit": head or None, "training_code_modified": bool(dirty)}
+
+
+class LoadSampler:
+    """The 1-minute load average every LOAD_EVERY_S seconds, in a thread, while a run goes."""
+
+    def __init__(self):
+        import threading
+
+        self.samples = [round(os.getloadavg()[0], 2)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(LOAD_EVERY_S):
+            self.samples.append(round(os.getloadavg()[0], 2))
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self.samples.append(round(os.getloadavg()[0], 2))
+        return {"start": self.samples[0], "end": self.samples[-1], "mean": round(sum(self.samples) / len(self.samples), 2),
+                "max": max(self.samples)}  # fmt: skip
+
+
+class Stopped(Exception):
+    """The run was stopped at the deadline (its process group killed); nothing is written for it."""
+
+
+def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> None:
+    """Run ``cmd`` in its own process group, output to ``log``; at ``stop_at`` (Unix time) kill the whole group
+    (TERM, then KILL after 30 s) and raise :class:`Stopped`."""
+    import signal
+
+    with open(log, "a") as out:
+        out.write(f"$ {shlex.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=None if stop_at is None else max(0.0, stop_at - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            raise Stopped(shlex.join(cmd)) from None
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed (exit {proc.returncode}); its output is in {log}")
+
+
+def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
+    """One learning run: the demo command with the job's method, seed and options (held-out greedy accuracy before
+    and after, on the recipe's 100 problems), then pass@k of the trained adapter by ``python -m grpo_family.eval``;
+    CPU time of both (process and children), the machine's load, tokens, the commit."""
+    import shutil
+
+    values = recipe()
+    out = ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}"  # git-ignored, replaced
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    log = out / "log.txt"
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    options = [x for k, v in job["options"].items() for x in (f"--{k}", str(v))]
+    train_cmd = [*shlex.split(DEMO_COMMAND), "--method", job["method"], "--seed", str(job["seed"]), "--output_dir",
+                 str(out), *options]  # fmt: skip
+    pass_at = job["pass_at"]
+    eval_cmd = [sys.executable, "-m", "grpo_family.eval", "--model", str(out), "--dataset", values["dataset_name"],
+                "--dataset_options", json.dumps(values.get("dataset_options") or {}), "--limit", str(pass_at["problems"]),
+                "--system_prompt", values.get("system_prompt") or "", "--reward", values["reward_funcs"][0],
+                "--mode", "train", "--num_samples", str(pass_at["k"]), "--k", "1", str(pass_at["k"]), "--temperature",
+                str(pass_at["temperature"]), "--top_p", "1.0", "--top_k", "0", "--max_new_tokens",
+                str(values["max_completion_length"]), "--seed", str(job["seed"]), "--no_math_verify", "--output_dir",
+                str(out / "eval-pass")]  # fmt: skip
+    print(f"learn: {job['method']} seed {job['seed']}: {shlex.join(train_cmd)}", flush=True)
+    load, started = LoadSampler(), time.time()
+    cpu = []
+    for cmd in (train_cmd, eval_cmd):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        try:
+            run_until(cmd, env, log, stop_at)
+        finally:
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append((time.perf_counter() - start, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
+    loads = load.stop()
+    results = json.loads((out / "results.json").read_text())
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    steps = [h for h in history if "reward" in h]
+    evaluation = json.loads((out / "eval-pass" / "results.json").read_text())
+    (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
+    kept = [h[key] for h in steps for key in h if key.endswith("/kept_tokens")]
+    return {
+        **job,
+        "command": shlex.join(train_cmd),
+        "eval_command": shlex.join(eval_cmd),
+        **code_commit(),
+        "accuracy_before": results["accuracy_before"],
+        "accuracy_after": results["accuracy_after"],
+        f"pass@{pass_at['k']}_after": summary[f"pass@{pass_at['k']}"],
+        "pass@1_after": summary["pass@1"],
+        "reward_curve": [(h["step"], round(h["reward"], 4)) for h in steps],
+        # TRL's num_tokens: prompt and completion tokens of every generated sequence the run trained on
+        "tokens": steps[-1].get("num_tokens") if steps else None,
+        "completion_tokens": round(
+            sum(
+                h["completions/mean_length"] * values["per_device_train_batch_size"]
+                for h in steps
+                if "completions/mean_length" in h
+            )
+        ),  # fmt: skip
+        "kept_tokens": round(sum(kept)) if kept else None,  # D3S: the completion tokens its loss kept
+        "train_wall_s": round(cpu[0][0], 1),
+        "train_cpu_s": round(cpu[0][1], 1),
+        "eval_wall_s": round(cpu[1][0], 1),
+        "eval_cpu_s": round(cpu[1][1], 1),
+        "load_average": loads,
+        "started": round(started, 1),
+        "finished": round(time.time(), 1),
+        "machine": machine(),
+    }
+
+
+def stage_learn(state: dict, stop_at: float | None = None) -> None:
+    """Train every planned run that has no file yet, one at a time, each written as soon as it finishes."""
+    for job in learn_jobs():
+        path = cache_path(LEARN_DIR, job)
+        if path.exists():
+            continue
+        if stop_at is not None and time.time() >= stop_at:
+            print("learn: past --stop-at, no new run started", flush=True)
+            return
+        try:
+            run = train_and_evaluate(job, stop_at)
+        except Stopped:
+            print(f"learn: {job['method']} seed {job['seed']} stopped at --stop-at (not written)", flush=True)
+            return
+        LEARN_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run, indent=1) + "\n")
+        print(f"learn: {job['method']} seed {job['seed']}: {run['accuracy_before']:.3f} -> "
+              f"{run['accuracy_after']:.3f}, pass@{PASS_K} {run[f'pass@{PASS_K}_after']:.3f}, "
+              f"{(run['train_cpu_s'] + run['eval_cpu_s']) / 60:.1f} CPU-min; wrote {path.name}", flush=True)  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------- report
 def _mean_sd(values: list[float]) -> tuple[float, float]:
     import statistics
@@ -506,7 +698,129 @@ def render(state: dict) -> str:
     else:
         reason = (vllm or {}).get("reason", "the vllm stage has not run")
         lines += [f"Not run: {reason}. Run it with `--stages vllm --vllm-python <vLLM venv>/bin/python`.", ""]
+    lines += render_learning(load_learning_runs())
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------- 5. learn: report
+def load_learning_runs(directory: Path = LEARN_DIR) -> dict[str, dict]:
+    """Every run file in ``directory``, by file name."""
+    return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))} if directory.is_dir() else {}
+
+
+def learning_verdict(gains: list[float]) -> str:
+    """'learns' when the mean gain exceeds the seed spread (the gains' sample standard deviation) and is positive;
+    'does not learn' when zero lies within mean +- spread; 'pending' with fewer than 2 seeds."""
+    if len(gains) < 2:
+        return "pending (1 seed)" if gains else "pending"
+    mean, spread = _mean(gains), _std(gains)
+    if mean - spread > 0:
+        return "learns"
+    return "does not learn" if mean + spread >= 0 else "gets worse"
+
+
+def learning_rows(runs: dict[str, dict], jobs: list[dict] | None = None) -> tuple[list[dict], list[dict], list[str]]:
+    """(one row per method with runs, the planned jobs without a run file, files that match no planned job)."""
+    jobs = learn_jobs() if jobs is None else jobs
+    planned = {cache_path(LEARN_DIR, job).name: job for job in jobs}
+    missing = [job for name, job in planned.items() if name not in runs]
+    stale = sorted(set(runs) - set(planned))
+    by_method: dict[str, list[dict]] = {}
+    for name, run in runs.items():
+        if name in planned:
+            by_method.setdefault(run["method"], []).append(run)
+    rows = []
+    for method in [m for m in dict.fromkeys(job["method"] for job in jobs) if m in by_method]:
+        method_runs = sorted(by_method[method], key=lambda r: r["seed"])
+        gains = [r["accuracy_after"] - r["accuracy_before"] for r in method_runs]
+        rows.append({"method": method, "runs": method_runs, "gains": gains, "verdict": learning_verdict(gains)})
+    return rows, missing, stale
+
+
+def _options_text(options: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
+
+
+def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> list[str]:
+    """Section 5 of the report: the learning table from the run files, what is missing, the plot's link."""
+    jobs = learn_jobs() if jobs is None else jobs
+    rows, missing, stale = learning_rows(runs, jobs)
+    k = PASS_K
+    lines = [
+        "## 5. Every method on the demo's task",
+        "",
+        f"Each method trained by the demo's command (`{DEMO_COMMAND} --method <method> --seed <seed>` plus the "
+        f"options in the row; {len(LEARN_SEEDS)} seeds: {', '.join(map(str, LEARN_SEEDS))}), one run at a time with "
+        "one torch thread; each run is its own file in `benchmarks/results/realmodel_runs/` (`--stages learn` trains "
+        "the missing ones; `--report-only` rewrites this report from the files). Before / after: held-out greedy "
+        f"accuracy on the recipe's 100 problems. pass@{k} after: {k} samples per problem at the training temperature "
+        f"on the first {PASS_PROBLEMS} of them (`python -m grpo_family.eval` on the trained adapter). CPU-min: the "
+        "training command's CPU time, its evaluations included, all processes (+ the pass@k evaluation's). Tokens: "
+        "TRL's `num_tokens` (prompt and completion tokens of every sequence trained on). Load: the 1-minute load "
+        "average over the run (mean, max) on 2 shared cores. Verdict: a method learns when its mean gain minus the "
+        "seeds' standard deviation is above zero, and does not learn when zero lies within mean ± that spread.",
+        "",
+        f"| method | options | seed | before | after | gain | pass@{k} after | CPU-min (+ pass@{k}) | tokens | load "
+        "mean / max | commit | verdict (mean gain ± sd) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        summary = f"{row['verdict']} ({_mean(row['gains']):+.3f} ± {_std(row['gains']):.3f})"
+        for i, run in enumerate(row["runs"]):
+            commit = (run.get("commit") or "?")[:7] + ("+" if run.get("training_code_modified") else "")
+            lines.append(
+                f"| {run['method'] if i == 0 else ''} | {_options_text(run['options']) if i == 0 else ''} | "
+                f"{run['seed']} | {run['accuracy_before']:.3f} | {run['accuracy_after']:.3f} | "
+                f"{run['accuracy_after'] - run['accuracy_before']:+.3f} | {run[f'pass@{k}_after']:.3f} | "
+                f"{run['train_cpu_s'] / 60:.1f} (+{run['eval_cpu_s'] / 60:.1f}) | {run['tokens'] or '-'} | "
+                f"{run['load_average']['mean']:.1f} / {run['load_average']['max']:.1f} | {commit} | "
+                f"{summary if i == 0 else ''} |"
+            )
+    if not rows:
+        lines.append("| (no run yet) | | | | | | | | | | | |")
+    lines.append("")
+    if missing:
+        lines += [
+            f"Missing: {len(missing)} of {len(jobs)} planned runs have no file yet: "
+            + ", ".join(f"{job['method']} seed {job['seed']}" for job in missing)
+            + ". `python benchmarks/realmodel.py --stages learn` trains them (one at a time, in this order).",
+            "",
+        ]
+    else:
+        lines += [f"All {len(jobs)} planned runs are in.", ""]
+    if stale:
+        lines += [f"Not in the table (their settings are no longer the plan's): {', '.join(stale)}.", ""]
+    if rows:
+        lines += ["![held-out accuracy against CPU time](realmodel_learning.png)", ""]
+    return lines
+
+
+def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = None) -> bool:
+    """Held-out greedy accuracy against the run's CPU time, per method: each run a line from (0, before) to
+    (CPU-min, after), the method's mean after-accuracy marked. False (nothing written) without runs."""
+    rows, _, _ = learning_rows(runs, jobs)
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for index, row in enumerate(rows):
+        color = f"C{index % 10}"
+        for i, run in enumerate(row["runs"]):
+            ax.plot([0, run["train_cpu_s"] / 60], [run["accuracy_before"], run["accuracy_after"]], color=color,
+                    marker="o", alpha=0.8, label=f"{row['method']} ({len(row['runs'])} seeds)" if i == 0 else None)  # fmt: skip
+    ax.set_xlabel("CPU minutes of the training command (evaluations included)")
+    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_title("SmolLM2-135M-Instruct, one-digit +/-, LoRA, 40 steps")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 # ------------------------------------------------------------------------------------------------- main
@@ -514,7 +828,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", nargs="*", choices=STAGES, default=list(STAGES))
     parser.add_argument("--redo", nargs="*", choices=STAGES, default=[])
-    parser.add_argument("--render", action="store_true")
+    parser.add_argument(
+        "--report-only",
+        "--render",
+        dest="render",
+        action="store_true",
+        help="rewrite realmodel.md and the learning plot from realmodel.json and the run files",
+    )
+    parser.add_argument(
+        "--stop-at",
+        help="learn: a UTC time (e.g. 04:10): a run still going then is killed (not "
+        "written), and no run starts after it",
+    )
     parser.add_argument(
         "--vllm-python",
         default=os.environ.get("GRPO_FAMILY_VLLM_PYTHON"),
@@ -536,11 +861,26 @@ def main(argv: list[str] | None = None) -> None:
         for stage in args.stages:
             if stage == "vllm":
                 stage_vllm(state, args.vllm_python)
+            elif stage == "learn":
+                stage_learn(state, stop_at(args.stop_at))
             else:
                 {"tasks": stage_tasks, "demo": stage_demo, "cost": stage_cost}[stage](state)
         save_state(state)
     (RESULTS / "realmodel.md").write_text(render(state))
+    plot_learning(load_learning_runs(), RESULTS / "realmodel_learning.png")
     print(f"wrote {RESULTS / 'realmodel.md'}")
+
+
+def stop_at(text: str | None) -> float | None:
+    """The Unix time of ``--stop-at`` (HH:MM in UTC, the next such time from now), or None."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    hour, minute = (int(x) for x in text.split(":"))
+    at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return (at if at > now else at + timedelta(days=1)).timestamp()
 
 
 if __name__ == "__main__":
