@@ -4,7 +4,8 @@ learn, what the demo gains, and what a step costs. Writes ``benchmarks/results/r
     python benchmarks/realmodel.py                  # every stage not yet in realmodel.json, then the report
     python benchmarks/realmodel.py --stages tasks   # one stage (tasks, demo, cost, vllm)
     python benchmarks/realmodel.py --redo demo      # measure a stage again
-    python benchmarks/realmodel.py --render         # rewrite realmodel.md from realmodel.json (no run)
+    python benchmarks/realmodel.py --stages learn --stop-at 04:10   # the learning runs still missing, one at a time
+    python benchmarks/realmodel.py --report-only    # rewrite realmodel.md and its plot from the results (no run)
 
 Stages (each result is written to ``realmodel.json`` as soon as it exists, so an interrupted run resumes where it
 stopped; a stage's entries record the machine's load average and CPU time beside wall time):
@@ -20,6 +21,14 @@ stopped; a stage's entries record the machine's load average and CPU time beside
 4. ``vllm``: vLLM's CPU build against ``generate`` in sampled tokens per second on the real model, run by the vLLM
    environment's Python (``--vllm-python``, default ``$GRPO_FAMILY_VLLM_PYTHON``; README, "vLLM on a CPU
    machine") through ``benchmarks/vllm_cpu.py --measure``; without that environment the report says it was not run.
+5. ``learn``: every method trained by the demo's command with 2 seeds (``learn_jobs``: the options each paper would
+   use at this scale, ``LEARN_OPTIONS``, stated in the row), one run at a time, each written as soon as it finishes
+   to its own file in ``benchmarks/results/realmodel_runs/`` (named by ``benchmarks.runs.cache_path``: a run whose
+   file exists is not trained again, so the table accumulates across sessions): held-out greedy accuracy before and
+   after, pass@8 after (``python -m grpo_family.eval`` on the adapter), CPU time of all processes, tokens, the load
+   sampled each minute, the commit. ``--stop-at HH:MM`` (UTC) kills a run still going then (nothing is written for
+   it) and starts none after. The report's section 5 and ``realmodel_learning.png`` are rendered from the files,
+   naming the planned runs still missing.
 """
 
 from __future__ import annotations
@@ -758,7 +767,10 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
         "training command's CPU time, its evaluations included, all processes (+ the pass@k evaluation's). Tokens: "
         "TRL's `num_tokens` (prompt and completion tokens of every sequence trained on). Load: the 1-minute load "
         "average over the run (mean, max) on 2 shared cores. Verdict: a method learns when its mean gain minus the "
-        "seeds' standard deviation is above zero, and does not learn when zero lies within mean ± that spread.",
+        "seeds' standard deviation is above zero, and does not learn when zero lies within mean ± that spread. "
+        "grpo is trained again here rather than taken from section 2: the demo's runs were trained and scored "
+        "before the `reasoning_gym` reward read answers under the answer contract (commit f6ccf9a), so their "
+        "training reward and held-out scorer are not this table's.",
         "",
         f"| method | options | seed | before | after | gain | pass@{k} after | CPU-min (+ pass@{k}) | tokens | load "
         "mean / max | commit | verdict (mean gain ± sd) |",

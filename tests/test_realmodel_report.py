@@ -1,0 +1,108 @@
+"""`benchmarks/realmodel.py`'s learning table, from run files alone (no model, no training): the verdict rule on worked
+gains, the table's rows and numbers from fixture run files, the planned runs it says are missing, files of another
+plan left out, the plot, and `--stop-at` killing a run's whole process group. Default lane (under a second)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def realmodel():
+    return importlib.import_module("benchmarks.realmodel")
+
+
+def make_job(realmodel, method: str, seed: int) -> dict:
+    """A job as learn_job builds it, without reading the recipe (its values are fixed here)."""
+    return {"method": method, "setting": "demo", "seed": seed, "steps": 40, "recipe": realmodel.DEMO_RECIPE,
+            "recipe_values": {"max_steps": 40}, "options": realmodel.LEARN_OPTIONS.get(method, {}),
+            "pass_at": {"k": realmodel.PASS_K, "problems": 50, "temperature": 0.7}}  # fmt: skip
+
+
+def make_run(realmodel, job: dict, before: float, after: float, cpu_s: float) -> dict:
+    return {**job, "commit": "0123456789abcdef", "training_code_modified": False, "accuracy_before": before,
+            "accuracy_after": after, f"pass@{realmodel.PASS_K}_after": 0.8, "pass@1_after": 0.5, "tokens": 40000,
+            "train_cpu_s": cpu_s, "eval_cpu_s": 120.0, "load_average": {"start": 2, "end": 3, "mean": 2.5, "max": 4.0}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gains", "verdict"),
+    [
+        ([0.2, 0.32], "learns"),  # mean 0.26, sd 0.0849: 0.26 - 0.085 > 0
+        ([0.05, -0.03], "does not learn"),  # mean 0.01, sd 0.0566: zero within mean +- sd
+        ([0.1, 0.0], "does not learn"),  # mean 0.05, sd 0.0707: 0.05 - 0.0707 < 0
+        ([-0.2, -0.3], "gets worse"),  # mean -0.25, sd 0.0707: the spread lies below zero
+        ([0.3], "pending (1 seed)"),
+        ([], "pending"),
+    ],
+)
+def test_verdict_rule(realmodel, gains, verdict):
+    assert realmodel.learning_verdict(gains) == verdict
+
+
+def test_table_from_run_files(realmodel, tmp_path):
+    jobs = [make_job(realmodel, m, s) for s in (42, 43) for m in ("ms_grpo", "kl_cov", "grpo")]
+    numbers = {("ms_grpo", 42): (0.37, 0.57, 900.0), ("ms_grpo", 43): (0.37, 0.69, 1020.0),
+               ("kl_cov", 42): (0.37, 0.40, 960.0)}  # fmt: skip
+    for (method, seed), (before, after, cpu) in numbers.items():
+        job = make_job(realmodel, method, seed)
+        path = realmodel.cache_path(tmp_path, job)
+        path.write_text(json.dumps(make_run(realmodel, job, before, after, cpu)))
+    other = {**make_job(realmodel, "grpo", 42), "steps": 80}  # another plan's run: not in the table
+    realmodel.cache_path(tmp_path, other).write_text(json.dumps(make_run(realmodel, other, 0.37, 0.9, 100.0)))
+
+    runs = realmodel.load_learning_runs(tmp_path)
+    assert len(runs) == 4
+    rows, missing, stale = realmodel.learning_rows(runs, jobs)
+    assert [r["method"] for r in rows] == ["ms_grpo", "kl_cov"]  # the plan's order; grpo has no run of this plan
+    assert rows[0]["gains"] == pytest.approx([0.20, 0.32]) and rows[0]["verdict"] == "learns"
+    assert rows[1]["verdict"] == "pending (1 seed)"
+    assert [(j["method"], j["seed"]) for j in missing] == [("grpo", 42), ("kl_cov", 43), ("grpo", 43)]
+    assert stale == [realmodel.cache_path(tmp_path, other).name]
+
+    text = "\n".join(realmodel.render_learning(runs, jobs))
+    # ms_grpo's first row: seed 42, 0.370 -> 0.570, +0.200, pass@8 0.800, 15.0 (+2.0) CPU-min, the verdict with
+    # mean gain 0.260 and sd sqrt(((0.06)^2 * 2) / 1) = 0.0849.
+    assert "| ms_grpo | defaults | 42 | 0.370 | 0.570 | +0.200 | 0.800 | 15.0 (+2.0) | 40000 | 2.5 / 4.0 | 0123456 | " \
+        "learns (+0.260 ± 0.085) |" in text  # fmt: skip
+    assert "|  |  | 43 | 0.370 | 0.690 | +0.320 |" in text
+    assert "| kl_cov | num_iterations=2 | 42 | 0.370 | 0.400 | +0.030 |" in text
+    assert "Missing: 3 of 6 planned runs have no file yet: grpo seed 42, kl_cov seed 43, grpo seed 43." in text
+    assert "Not in the table" in text and "realmodel_learning.png" in text
+
+    plot = tmp_path / "plot.png"
+    assert realmodel.plot_learning(runs, plot, jobs) and plot.stat().st_size > 0
+    assert not realmodel.plot_learning({}, tmp_path / "none.png", jobs) and not (tmp_path / "none.png").exists()
+
+
+def test_no_runs_says_all_are_missing(realmodel, tmp_path):
+    jobs = [make_job(realmodel, "grpo", 42)]
+    text = "\n".join(realmodel.render_learning(realmodel.load_learning_runs(tmp_path / "absent"), jobs))
+    assert "(no run yet)" in text and "Missing: 1 of 1 planned runs" in text
+
+
+def test_stop_at_kills_the_process_group(realmodel, tmp_path):
+    """A run still going at --stop-at is stopped with its children (the shell's `sleep` here), and says so."""
+    pid_file = tmp_path / "pid"
+    cmd = ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"]
+    with pytest.raises(realmodel.Stopped):
+        realmodel.run_until(cmd, dict(os.environ), tmp_path / "log.txt", stop_at=time.time() + 1.0)
+    sleeper = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild gets TERM with its group; give it a moment to go
+        try:
+            os.kill(sleeper, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the command's child {sleeper} outlived --stop-at")
