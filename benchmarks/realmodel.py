@@ -477,6 +477,7 @@ LEARN_OPTIONS: dict[str, dict] = {
 PASS_K = 8  # pass@8 after training: 8 samples per problem at the demo's temperature, on the first PASS_PROBLEMS
 PASS_PROBLEMS = 50  # held-out problems (all 100 would add ~7 CPU-min a run; the greedy accuracy uses all 100)
 LOAD_EVERY_S = 60  # the 1-minute load average is sampled this often during a run
+LEARN_SAVE_EVERY = 5  # steps between checkpoints, so that a run stopped at --stop-at resumes in a later session
 
 
 def learn_job(method: str, seed: int) -> dict:
@@ -559,13 +560,24 @@ def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> No
 def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     """One learning run: the demo command with the job's method, seed and options (held-out greedy accuracy before
     and after, on the recipe's 100 problems), then pass@k of the trained adapter by ``python -m grpo_family.eval``;
-    CPU time of both (process and children), the machine's load, tokens, the commit."""
+    CPU time of both (process and children), the machine's load, tokens, the commit.
+
+    A run stopped at ``stop_at`` resumes in the next call from its last checkpoint (one every LEARN_SAVE_EVERY steps,
+    in the git-ignored output folder, with ``--resume_from_checkpoint true``): its segments are kept in the folder's
+    ``progress.json`` and their CPU times add up (restarts' start-up and redone steps included)."""
     import shutil
 
+    from grpo_family.runtime.resume import latest_complete_checkpoint
+
     values = recipe()
-    out = ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}"  # git-ignored, replaced
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    out = ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}"  # git-ignored
+    progress_path = out / "progress.json"
+    progress = json.loads(progress_path.read_text()) if progress_path.exists() else {}
+    checkpoint = latest_complete_checkpoint(str(out)) if progress.get("job") == job else None
+    if checkpoint is None and not progress.get("trained"):  # nothing to resume: a fresh run
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        progress = {"job": job, "segments": [], "trained": False}
     log = out / "log.txt"
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
@@ -573,6 +585,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     options = [x for k, v in job["options"].items() for x in (f"--{k}", str(v))]
     train_cmd = [*shlex.split(DEMO_COMMAND), "--method", job["method"], "--seed", str(job["seed"]), "--output_dir",
                  str(out), *options]  # fmt: skip
+    checkpointing = ["--save_strategy", "steps", "--save_steps", str(LEARN_SAVE_EVERY), "--save_total_limit", "1"]
     pass_at = job["pass_at"]
     eval_cmd = [sys.executable, "-m", "grpo_family.eval", "--model", str(out), "--dataset", values["dataset_name"],
                 "--dataset_options", json.dumps(values.get("dataset_options") or {}), "--limit", str(pass_at["problems"]),
@@ -581,29 +594,48 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
                 str(pass_at["temperature"]), "--top_p", "1.0", "--top_k", "0", "--max_new_tokens",
                 str(values["max_completion_length"]), "--seed", str(job["seed"]), "--no_math_verify", "--output_dir",
                 str(out / "eval-pass")]  # fmt: skip
-    print(f"learn: {job['method']} seed {job['seed']}: {shlex.join(train_cmd)}", flush=True)
-    load, started, commit = LoadSampler(), time.time(), code_commit()  # the code as the run starts
-    cpu = []
-    for cmd in (train_cmd, eval_cmd):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
+    resume = ["--resume_from_checkpoint", "true"] if checkpoint else []
+    print(f"learn: {job['method']} seed {job['seed']}: {shlex.join(train_cmd)}"
+          + (f" (resuming {Path(checkpoint).name})" if checkpoint else ""), flush=True)  # fmt: skip
+    if "commit" not in progress:
+        progress["commit"] = code_commit()  # the code as the run starts
+    for what, cmd in (("train", [*train_cmd, *checkpointing, *resume]), ("eval", eval_cmd)):
+        if what == "train" and progress["trained"]:
+            continue
+        load, started = LoadSampler(), time.time()
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        stopped = False
         try:
             run_until(cmd, env, log, stop_at)
+        except Stopped:
+            stopped = True
+            raise
         finally:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append((time.perf_counter() - start, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
-    loads = load.stop()
+            progress["segments"].append({
+                "what": what, "resumed_from": Path(checkpoint).name if checkpoint and what == "train" else None,
+                "wall_s": round(time.perf_counter() - start, 1),
+                "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+                "load_average": load.stop(), "started": round(started, 1), "stopped": stopped,
+            })  # fmt: skip
+            progress_path.write_text(json.dumps(progress, indent=1))
+        if what == "train":
+            progress["trained"] = True
+            progress_path.write_text(json.dumps(progress, indent=1))
     results = json.loads((out / "results.json").read_text())
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     steps = [h for h in history if "reward" in h]
     evaluation = json.loads((out / "eval-pass" / "results.json").read_text())
     (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
     kept = [h[key] for h in steps for key in h if key.endswith("/kept_tokens")]
+    segments = progress["segments"]
+    train, evals = [x for x in segments if x["what"] == "train"], [x for x in segments if x["what"] == "eval"]
+    loads = [x["load_average"] for x in segments]
     return {
         **job,
-        "command": shlex.join(train_cmd),
+        "command": shlex.join([*train_cmd, *checkpointing]),
         "eval_command": shlex.join(eval_cmd),
-        **commit,
+        **progress["commit"],
         "accuracy_before": results["accuracy_before"],
         "accuracy_after": results["accuracy_after"],
         f"pass@{pass_at['k']}_after": summary[f"pass@{pass_at['k']}"],
@@ -619,12 +651,23 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
             )
         ),  # fmt: skip
         "kept_tokens": round(sum(kept)) if kept else None,  # D3S: the completion tokens its loss kept
-        "train_wall_s": round(cpu[0][0], 1),
-        "train_cpu_s": round(cpu[0][1], 1),
-        "eval_wall_s": round(cpu[1][0], 1),
-        "eval_cpu_s": round(cpu[1][1], 1),
-        "load_average": loads,
-        "started": round(started, 1),
+        "train_wall_s": round(sum(x["wall_s"] for x in train), 1),
+        "train_cpu_s": round(sum(x["cpu_s"] for x in train), 1),
+        "eval_wall_s": round(sum(x["wall_s"] for x in evals), 1),
+        "eval_cpu_s": round(sum(x["cpu_s"] for x in evals), 1),
+        "restarts": len(train) - 1,  # each resumed the last checkpoint (start-up, held-out 'before', redone steps)
+        "segments": segments,
+        "load_average": {
+            "start": loads[0]["start"],
+            "end": loads[-1]["end"],
+            "max": max(x["max"] for x in loads),
+            "mean": round(
+                sum(x["mean"] * s["wall_s"] for x, s in zip(loads, segments))
+                / max(1e-9, sum(s["wall_s"] for s in segments)),
+                2,
+            ),
+        },  # fmt: skip
+        "started": segments[0]["started"],
         "finished": round(time.time(), 1),
         "machine": machine(),
     }
