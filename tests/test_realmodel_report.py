@@ -106,3 +106,53 @@ def test_stop_at_kills_the_process_group(realmodel, tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"the command's child {sleeper} outlived --stop-at")
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypatch):
+    """The bookkeeping of a run stopped at --stop-at and finished in a later call, with the commands faked (no model):
+    the second call resumes the checkpoint, the run file adds up both segments, and a third call after the training
+    finished runs only the evaluation."""
+    from grpo_family.runtime.resume import COMPLETE_MARKER
+
+    values = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
+              "dataset_options": {"size": 100}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
+              "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
+    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
+    monkeypatch.setattr(realmodel, "recipe", lambda: values)
+    monkeypatch.setattr(realmodel, "machine", lambda: "a test machine")  # (it imports torch for its version)
+    calls: list[list[str]] = []
+
+    def fake_run_until(cmd, env, log, stop_at):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--output_dir") + 1])
+        if "grpo_family.eval" in cmd:
+            out.mkdir(parents=True, exist_ok=True)
+            summary = {"pass@8": 0.75, "pass@1": 0.5}
+            (out / "results.json").write_text(json.dumps({"benchmarks": {"b": {"summary": summary}}}))
+        elif "--resume_from_checkpoint" not in cmd:  # the first segment: a checkpoint, then the deadline
+            (out / "checkpoint-5").mkdir()
+            (out / "checkpoint-5" / COMPLETE_MARKER).write_text("")
+            raise realmodel.Stopped("deadline")
+        else:
+            (out / "results.json").write_text(json.dumps({"accuracy_before": 0.37, "accuracy_after": 0.6}))
+            log_history = [{"step": s, "reward": 0.5, "num_tokens": 100.0 * s, "completions/mean_length": 10.0}
+                           for s in (1, 2)]  # fmt: skip
+            (out / "trainer_state.json").write_text(json.dumps({"log_history": log_history}))
+
+    monkeypatch.setattr(realmodel, "run_until", fake_run_until)
+    job = make_job(realmodel, "grpo", 42)
+    with pytest.raises(realmodel.Stopped):
+        realmodel.train_and_evaluate(job, stop_at=None)
+    run = realmodel.train_and_evaluate(job, stop_at=None)
+    assert [c[c.index("--method") + 1] for c in calls[:2]] == ["grpo", "grpo"]
+    assert "--resume_from_checkpoint" in calls[1] and "grpo_family.eval" in calls[2]
+    assert run["restarts"] == 1 and [s["what"] for s in run["segments"]] == ["train", "train", "eval"]
+    assert [s["stopped"] for s in run["segments"]] == [True, False, False]
+    assert run["segments"][1]["resumed_from"] == "checkpoint-5"
+    assert run["train_cpu_s"] == pytest.approx(sum(s["cpu_s"] for s in run["segments"][:2]), abs=0.2)
+    assert (run["accuracy_before"], run["accuracy_after"], run["pass@8_after"]) == (0.37, 0.6, 0.75)
+    assert run["tokens"] == 200.0 and run["completion_tokens"] == 2 * 10 * 16
+    assert "--save_steps" in run["command"] and "--resume_from_checkpoint" not in run["command"]
+
+    again = realmodel.train_and_evaluate(job, stop_at=None)  # the training is done: only the evaluation runs
+    assert "grpo_family.eval" in calls[3] and len(calls) == 4 and again["restarts"] == 1
