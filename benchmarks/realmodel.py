@@ -477,6 +477,9 @@ LEARN_OPTIONS: dict[str, dict] = {
 PASS_K = 8  # pass@8 after training: 8 samples per problem at the demo's temperature, on the first PASS_PROBLEMS
 PASS_PROBLEMS = 50  # held-out problems (all 100 would add ~7 CPU-min a run; the greedy accuracy uses all 100)
 LOAD_EVERY_S = 60  # the 1-minute load average is sampled this often during a run
+# Held-out greedy accuracy also every this many steps (~1 CPU-min each): the curve against CPU time and tokens that
+# D3S's claim (tokens and CPU time to reach grpo's final accuracy) is read from, on the same paired runs.
+LEARN_EVAL_EVERY = 10
 LEARN_SAVE_EVERY = 5  # steps between checkpoints, so that a run stopped at --stop-at resumes in a later session
 
 
@@ -492,6 +495,7 @@ def learn_job(method: str, seed: int) -> dict:
         "recipe_values": values,  # a changed recipe is a new job (a new file), the old run is not read for it
         "options": LEARN_OPTIONS.get(method, {}),
         "pass_at": {"k": PASS_K, "problems": PASS_PROBLEMS, "temperature": values.get("temperature", 1.0)},
+        "held_out_every": LEARN_EVAL_EVERY,
     }
 
 
@@ -584,7 +588,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
     options = [x for k, v in job["options"].items() for x in (f"--{k}", str(v))]
     train_cmd = [*shlex.split(DEMO_COMMAND), "--method", job["method"], "--seed", str(job["seed"]), "--output_dir",
-                 str(out), *options]  # fmt: skip
+                 str(out), "--held_out_every", str(job["held_out_every"]), *options]  # fmt: skip
     checkpointing = ["--save_strategy", "steps", "--save_steps", str(LEARN_SAVE_EVERY), "--save_total_limit", "1"]
     pass_at = job["pass_at"]
     eval_cmd = [sys.executable, "-m", "grpo_family.eval", "--model", str(out), "--dataset", values["dataset_name"],
@@ -641,6 +645,8 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         f"pass@{pass_at['k']}_after": summary[f"pass@{pass_at['k']}"],
         "pass@1_after": summary["pass@1"],
         "reward_curve": [(h["step"], round(h["reward"], 4)) for h in steps],
+        # (step, held-out greedy accuracy, TRL's num_tokens by then): step 0 is the accuracy before training
+        "held_out_curve": held_out_curve(history, results["accuracy_before"]),
         # TRL's num_tokens: prompt and completion tokens of every generated sequence the run trained on
         "tokens": steps[-1].get("num_tokens") if steps else None,
         "completion_tokens": round(
@@ -671,6 +677,16 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         "finished": round(time.time(), 1),
         "machine": machine(),
     }
+
+
+def held_out_curve(history: list[dict], before: float) -> list[tuple[int, float, float]]:
+    """(step, held-out accuracy, tokens trained by then) from a run's log history, step 0 first."""
+    tokens = {h["step"]: h["num_tokens"] for h in history if "num_tokens" in h}
+    points = {0: (before, 0.0)}
+    for h in history:
+        if h.get("held_out_accuracy") is not None and h["step"] > 0:
+            points[h["step"]] = (h["held_out_accuracy"], tokens.get(h["step"], max(tokens.values(), default=0.0)))
+    return [(step, acc, tok) for step, (acc, tok) in sorted(points.items())]
 
 
 def stage_learn(state: dict, stop_at: float | None = None) -> None:
