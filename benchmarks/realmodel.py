@@ -907,7 +907,8 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
         f"options in the row; {len(LEARN_SEEDS)} seeds: {', '.join(map(str, LEARN_SEEDS))}), one run at a time with "
         "one torch thread; each run is its own file in `benchmarks/results/realmodel_runs/` (`--stages learn` trains "
         "the missing ones; `--report-only` rewrites this report from the files). Before / after: held-out greedy "
-        f"accuracy on the recipe's 100 problems. pass@{k} after: {k} samples per problem at the training temperature "
+        f"accuracy on the recipe's 100 problems (also every {LEARN_EVAL_EVERY} steps: the plot's curves, a step placed "
+        f"at the run's CPU time apportioned by steps). pass@{k} after: {k} samples per problem at the training temperature "
         f"on the first {PASS_PROBLEMS} of them (`python -m grpo_family.eval` on the trained adapter). CPU-min: the "
         "training command's CPU time, its evaluations included, all processes (+ the pass@k evaluation's). Tokens: "
         "TRL's `num_tokens` (prompt and completion tokens of every sequence trained on). Load: the 1-minute load "
@@ -953,8 +954,9 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
 
 
 def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = None) -> bool:
-    """Held-out greedy accuracy against the run's CPU time, per method: each run a line from (0, before) to
-    (CPU-min, after), the method's mean after-accuracy marked. False (nothing written) without runs."""
+    """Held-out greedy accuracy against the run's CPU time, per method: each run's held-out curve (every
+    LEARN_EVAL_EVERY steps), a step placed at the run's CPU time apportioned by steps. False (nothing written)
+    without runs."""
     rows, _, _ = learning_rows(runs, jobs)
     if not rows:
         return False
@@ -967,9 +969,15 @@ def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = N
     for index, row in enumerate(rows):
         color = f"C{index % 10}"
         for i, run in enumerate(row["runs"]):
-            ax.plot([0, run["train_cpu_s"] / 60], [run["accuracy_before"], run["accuracy_after"]], color=color,
-                    marker="o", alpha=0.8, label=f"{row['method']} ({len(row['runs'])} seeds)" if i == 0 else None)  # fmt: skip
-    ax.set_xlabel("CPU minutes of the training command (evaluations included)")
+            # the held-out curve's steps at the run's CPU time apportioned by steps (a method's steps cost alike)
+            curve = run.get("held_out_curve") or [
+                (0, run["accuracy_before"], 0),
+                (run["steps"], run["accuracy_after"], 0),
+            ]
+            ax.plot([run["train_cpu_s"] / 60 * step / run["steps"] for step, _, _ in curve], [a for _, a, _ in curve],
+                    color=color, marker="o", alpha=0.8,
+                    label=f"{row['method']} ({len(row['runs'])} seeds)" if i == 0 else None)  # fmt: skip
+    ax.set_xlabel("CPU minutes of the training command (evaluations included; within a run, by step)")
     ax.set_ylabel("held-out greedy accuracy")
     ax.set_title("SmolLM2-135M-Instruct, one-digit +/-, LoRA, 40 steps")
     ax.legend(fontsize=8, loc="upper left")

@@ -26,7 +26,7 @@ def make_job(realmodel, method: str, seed: int) -> dict:
     """A job as learn_job builds it, without reading the recipe (its values are fixed here)."""
     return {"method": method, "setting": "demo", "seed": seed, "steps": 40, "recipe": realmodel.DEMO_RECIPE,
             "recipe_values": {"max_steps": 40}, "options": realmodel.LEARN_OPTIONS.get(method, {}),
-            "pass_at": {"k": realmodel.PASS_K, "problems": 50, "temperature": 0.7}}  # fmt: skip
+            "pass_at": {"k": realmodel.PASS_K, "problems": 50, "temperature": 0.7}, "held_out_every": 10}  # fmt: skip
 
 
 def make_run(realmodel, job: dict, before: float, after: float, cpu_s: float) -> dict:
@@ -136,7 +136,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
         else:
             (out / "results.json").write_text(json.dumps({"accuracy_before": 0.37, "accuracy_after": 0.6}))
             log_history = [{"step": s, "reward": 0.5, "num_tokens": 100.0 * s, "completions/mean_length": 10.0}
-                           for s in (1, 2)]  # fmt: skip
+                           for s in (1, 2)] + [{"step": 2, "held_out_accuracy": 0.6}]  # fmt: skip
             (out / "trainer_state.json").write_text(json.dumps({"log_history": log_history}))
 
     monkeypatch.setattr(realmodel, "run_until", fake_run_until)
@@ -152,6 +152,8 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
     assert run["train_cpu_s"] == pytest.approx(sum(s["cpu_s"] for s in run["segments"][:2]), abs=0.2)
     assert (run["accuracy_before"], run["accuracy_after"], run["pass@8_after"]) == (0.37, 0.6, 0.75)
     assert run["tokens"] == 200.0 and run["completion_tokens"] == 2 * 10 * 16
+    assert run["held_out_curve"] == [(0, 0.37, 0.0), (2, 0.6, 200.0)]
+    assert "--held_out_every 10" in run["command"]
     assert "--save_steps" in run["command"] and "--resume_from_checkpoint" not in run["command"]
 
     again = realmodel.train_and_evaluate(job, stop_at=None)  # the training is done: only the evaluation runs
