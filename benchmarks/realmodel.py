@@ -4,7 +4,8 @@ learn, what the demo gains, and what a step costs. Writes ``benchmarks/results/r
     python benchmarks/realmodel.py                  # every stage not yet in realmodel.json, then the report
     python benchmarks/realmodel.py --stages tasks   # one stage (tasks, demo, cost, vllm)
     python benchmarks/realmodel.py --redo demo      # measure a stage again
-    python benchmarks/realmodel.py --render         # rewrite realmodel.md from realmodel.json (no run)
+    python benchmarks/realmodel.py --stages learn --stop-at 04:10   # the learning runs still missing, one at a time
+    python benchmarks/realmodel.py --report-only    # rewrite realmodel.md and its plot from the results (no run)
 
 Stages (each result is written to ``realmodel.json`` as soon as it exists, so an interrupted run resumes where it
 stopped; a stage's entries record the machine's load average and CPU time beside wall time):
@@ -20,6 +21,14 @@ stopped; a stage's entries record the machine's load average and CPU time beside
 4. ``vllm``: vLLM's CPU build against ``generate`` in sampled tokens per second on the real model, run by the vLLM
    environment's Python (``--vllm-python``, default ``$GRPO_FAMILY_VLLM_PYTHON``; README, "vLLM on a CPU
    machine") through ``benchmarks/vllm_cpu.py --measure``; without that environment the report says it was not run.
+5. ``learn``: every method trained by the demo's command with 2 seeds (``learn_jobs``: the options each paper would
+   use at this scale, ``LEARN_OPTIONS``, stated in the row), one run at a time, each written as soon as it finishes
+   to its own file in ``benchmarks/results/realmodel_runs/`` (named by ``benchmarks.runs.cache_path``: a run whose
+   file exists is not trained again, so the table accumulates across sessions): held-out greedy accuracy before and
+   after, pass@8 after (``python -m grpo_family.eval`` on the adapter), CPU time of all processes, tokens, the load
+   sampled each minute, the commit. ``--stop-at HH:MM`` (UTC) kills a run still going then (nothing is written for
+   it) and starts none after. The report's section 5 and ``realmodel_learning.png`` are rendered from the files,
+   naming the planned runs still missing.
 """
 
 from __future__ import annotations
@@ -39,11 +48,14 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.runs import _mean, _std, cache_path  # noqa: E402 - the run files' naming, shared with learning.py
+
 RESULTS = ROOT / "benchmarks" / "results"
 STATE = RESULTS / "realmodel.json"
 RESULT = "RESULT "  # prefix of a child process's result line
 MODEL = "smollm2-135m-instruct"
-STAGES = ("tasks", "demo", "cost", "vllm")
+STAGES = ("tasks", "demo", "cost", "vllm", "learn")
 
 # The demo's system prompt (examples/recipes/smollm2_reasoning_gym.yaml): a one-line worked example in the format
 # the extraction policy reads ("The answer is 7"); with the generic <answer>-tag prompt the model rambles.
@@ -228,7 +240,7 @@ def stage_demo(state: dict) -> None:
 
 # ------------------------------------------------------------------------------------------------- 3. cost
 COST_STEPS = 2  # the first is a warm-up, left out
-COST_REPS = 2
+COST_REPS = 3  # a 10% difference between entries needs more than two under load
 COST_ENTRIES: dict[str, dict] = {  # label -> trainer ("trl": stock trl.GRPOTrainer), torch threads, overrides
     "trl": {"method": "trl", "threads": 1},
     **{m: {"method": m, "threads": 1} for m in ("grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg")},
@@ -237,14 +249,12 @@ COST_ENTRIES: dict[str, dict] = {  # label -> trainer ("trl": stock trl.GRPOTrai
 }
 
 
-def measure_cost(label: str) -> dict:
-    """In a child: COST_STEPS training steps of one entry with the demo's settings; per-step wall and CPU time, the
-    time of each part of the step (generation, log-prob forwards, backward), peak RSS."""
-    import statistics
-
+def build_cost_trainer(label: str, max_steps: int = COST_STEPS):
+    """The trainer of one cost entry with the demo's settings: stock ``trl.GRPOTrainer`` ("trl") and every method
+    get the same config values, LoRA, model path and data; only the trainer class (and an entry's own overrides)
+    differ. Sets torch's threads to the entry's."""
     import torch
     from peft import LoraConfig
-    from speed import StepCPUTime
 
     from grpo_family import get_method
     from grpo_family.collator import prepare_dataset
@@ -264,8 +274,9 @@ def measure_cost(label: str) -> dict:
     fields = ("per_device_train_batch_size", "num_generations", "max_completion_length", "temperature", "beta",
               "learning_rate", "lr_scheduler_type")  # fmt: skip
     args = config_cls(
-        output_dir=tempfile.mkdtemp(), max_steps=COST_STEPS, use_cpu=True, bf16=False, logging_steps=1,
+        output_dir=tempfile.mkdtemp(), max_steps=max_steps, use_cpu=True, bf16=False, logging_steps=1,
         report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+        # explicit for every entry: TRL's GRPOConfig defaults it to True, examples/train.py to False on a CPU
         gradient_checkpointing=entry.get("gradient_checkpointing", False),
         **{k: values[k] for k in fields if k in values},
         **({"judge_type": "heuristic"} if entry["method"] == "sgpo" else {}),
@@ -275,9 +286,66 @@ def measure_cost(label: str) -> dict:
         peft = LoraConfig(r=values["lora_r"], lora_alpha=values["lora_alpha"],
                           target_modules=values["lora_target_modules"], task_type="CAUSAL_LM")  # fmt: skip
     model = resolve_model(values["model_name_or_path"])  # stock TRL takes no alias
-    trainer = trainer_cls(model=model, reward_funcs=get_reward_funcs(values["reward_funcs"]),
-                          args=args, train_dataset=prepare_dataset(data["train"], system_prompt=values.get("system_prompt")),
-                          peft_config=peft)  # fmt: skip
+    return trainer_cls(model=model, reward_funcs=get_reward_funcs(values["reward_funcs"]),
+                       args=args, train_dataset=prepare_dataset(data["train"], system_prompt=values.get("system_prompt")),
+                       peft_config=peft)  # fmt: skip
+
+
+# What must be equal between stock TRL and the project's grpo for the cost ratio to measure code, not settings.
+COMPARED_SETTINGS = ("gradient_checkpointing", "model_gradient_checkpointing", "dtype", "torch_threads", "attention", "trainable_parameters",
+                     "generation", "loss_type", "importance_sampling_level", "num_iterations", "mask_truncated_completions",
+                     "scale_rewards", "use_vllm")  # fmt: skip
+
+
+def trainer_settings(trainer) -> dict:
+    """The settings of a trainer that change a step's cost, read from the trainer and its model (not from what was
+    asked for). Read after training, ``model_gradient_checkpointing`` is whether the model did checkpoint."""
+    import torch
+
+    model = trainer.model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    generation = {k: getattr(trainer.generation_config, k, None)
+                  for k in ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                            "max_new_tokens", "use_cache", "cache_implementation")}  # fmt: skip
+    a = trainer.args
+    return {
+        # the Trainer turns checkpointing on when training starts, from this flag; the model says so from then on
+        "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
+        "model_gradient_checkpointing": bool(getattr(base, "is_gradient_checkpointing", False)),
+        "dtype": str(base.dtype),
+        "torch_threads": torch.get_num_threads(),
+        "attention": base.config._attn_implementation,
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "generation": {k: v for k, v in generation.items() if v is not None},
+        **{
+            k: getattr(a, k, None)
+            for k in (
+                "loss_type",
+                "importance_sampling_level",
+                "num_iterations",
+                "mask_truncated_completions",
+                "scale_rewards",
+                "use_vllm",
+            )
+        },  # fmt: skip
+    }
+
+
+def settings_differences(a: dict, b: dict) -> list[str]:
+    """The compared settings on which two entries' recorded settings differ, as 'key: a vs b'."""
+    return [f"{k}: {a.get(k)} vs {b.get(k)}" for k in COMPARED_SETTINGS if a.get(k) != b.get(k)]
+
+
+def measure_cost(label: str) -> dict:
+    """In a child: COST_STEPS training steps of one entry with the demo's settings; per-step wall and CPU time, the
+    time of each part of the step (generation, log-prob forwards, backward), peak RSS, and the trainer's settings after
+    its steps (``trainer_settings``)."""
+    import statistics
+
+    from speed import StepCPUTime
+
+    entry = COST_ENTRIES[label]
+    trainer = build_cost_trainer(label)
     cpu = StepCPUTime()
     trainer.add_callback(cpu)
     parts: dict[str, list] = {}
@@ -315,6 +383,7 @@ def measure_cost(label: str) -> dict:
         "step_cpu_s": round(statistics.median(cpu.times[1:]), 2),
         "parts": timed_parts,
         "completion_mean_length": round(statistics.mean(h["completions/mean_length"] for h in log), 1),
+        "settings": trainer_settings(trainer),  # after training: the model's checkpointing as it ran
     }
 
 
@@ -332,6 +401,35 @@ def stage_cost(state: dict) -> None:
             env = {"OMP_NUM_THREADS": str(entry["threads"]), "PYTHONPATH": str(ROOT / "benchmarks")}
             cost["runs"].append({"rep": rep, **child(["cost", label], env=env), "load_average": round(load, 2)})
             save_state(state)
+
+
+def settings_lines(by_label: dict[str, list]) -> list[str]:
+    """What the cost ratio compares: each entry's settings after its steps (recorded by ``measure_cost``) against stock
+    TRL's, the differences named."""
+    recorded = {label: next(r["settings"] for r in rows if r.get("settings"))
+                for label, rows in by_label.items() if any(r.get("settings") for r in rows)}  # fmt: skip
+    if "trl" not in recorded:
+        return [
+            "Settings as trained were not recorded by these runs (they predate the check). The configuration was the "
+            "same for stock TRL and every method (gradient checkpointing off, one thread, float32, the demo's "
+            "sampling), so the old entry's 10% over grpo was not a setting such as TRL's default gradient checkpointing "
+            "(its backward, 7.8 CPU-s, is far from the 12.0 of grpo with checkpointing) but lies within what two "
+            "repetitions under load can differ by (it ran contended: 29.0 s wall for 22.3 CPU-s); `--redo cost` "
+            "measures again with more repetitions and records the settings."
+        ]
+    stock = recorded["trl"]
+    differing = {label: settings_differences(stock, s) for label, s in recorded.items() if label != "trl"}
+    same = [label for label, d in differing.items() if not d]
+    lines = [
+        "Settings as trained (read from each trainer and its model after its steps, not from what was asked for: "
+        f"{', '.join(COMPARED_SETTINGS)}): stock TRL has gradient checkpointing "
+        f"{'on' if stock['gradient_checkpointing'] else 'off'}, {stock['dtype']}, {stock['torch_threads']} thread(s), "
+        f"sampling {stock['generation']}. Same as stock TRL: {', '.join(same) or 'none'}."
+    ]
+    for label, d in differing.items():
+        if d:
+            lines.append(f"- {label} differs from stock TRL in {'; '.join(d)}.")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------- 4. vLLM
@@ -362,6 +460,254 @@ def stage_vllm(state: dict, python: str | None) -> None:
         row[what] = json.loads(line.removeprefix(RESULT))
     state["vllm"] = row
     save_state(state)
+
+
+# ------------------------------------------------------------------------------------------------- 5. learn
+# Every method on the demo's task and budget, one run per (method, seed), each kept as its own JSON file in
+# LEARN_DIR (committed), so the table accumulates across sessions: a run whose file exists is not trained again.
+LEARN_DIR = RESULTS / "realmodel_runs"
+LEARN_METHODS = ("ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg", "kl_cov", "clip_cov", "grpo")  # the order they run in
+LEARN_SEEDS = (42, 43)
+# The options each paper would use at this scale, stated in the table's row (the rest: each method's defaults).
+LEARN_OPTIONS: dict[str, dict] = {
+    "sgpo": {"judge_type": "heuristic"},  # the offline step judge that reads this task (no solution text to check)
+    "gpg": {"beta_th": 0.6},  # the paper's resampling threshold (also the default), stated
+    "kl_cov": {"num_iterations": 2},  # two updates per batch: with one, the policy equals the old one, KL term 0
+}
+PASS_K = 8  # pass@8 after training: 8 samples per problem at the demo's temperature, on the first PASS_PROBLEMS
+PASS_PROBLEMS = 50  # held-out problems (all 100 would add ~7 CPU-min a run; the greedy accuracy uses all 100)
+LOAD_EVERY_S = 60  # the 1-minute load average is sampled this often during a run
+# Held-out greedy accuracy also every this many steps (~1 CPU-min each): the curve against CPU time and tokens that
+# D3S's claim (tokens and CPU time to reach grpo's final accuracy) is read from, on the same paired runs.
+LEARN_EVAL_EVERY = 10
+LEARN_SAVE_EVERY = 5  # steps between checkpoints, so that a run stopped at --stop-at resumes in a later session
+
+
+def learn_job(method: str, seed: int) -> dict:
+    """The job of one learning run (its settings; ``runs.cache_path`` names its file by them)."""
+    values = recipe()
+    return {
+        "method": method,
+        "setting": "demo",
+        "seed": seed,
+        "steps": values["max_steps"],
+        "recipe": DEMO_RECIPE,
+        "recipe_values": values,  # a changed recipe is a new job (a new file), the old run is not read for it
+        "options": LEARN_OPTIONS.get(method, {}),
+        "pass_at": {"k": PASS_K, "problems": PASS_PROBLEMS, "temperature": values.get("temperature", 1.0)},
+        "held_out_every": LEARN_EVAL_EVERY,
+    }
+
+
+def learn_jobs() -> list[dict]:
+    """Every planned run, in the order they are trained: each seed's methods, then the next seed."""
+    return [learn_job(method, seed) for seed in LEARN_SEEDS for method in LEARN_METHODS]
+
+
+def code_commit() -> dict:
+    """The commit the run trains with, and whether the training code differed from it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "grpo_family", "examples"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"commit": head or None, "training_code_modified": bool(dirty)}
+
+
+class LoadSampler:
+    """The 1-minute load average every LOAD_EVERY_S seconds, in a thread, while a run goes."""
+
+    def __init__(self):
+        import threading
+
+        self.samples = [round(os.getloadavg()[0], 2)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(LOAD_EVERY_S):
+            self.samples.append(round(os.getloadavg()[0], 2))
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self.samples.append(round(os.getloadavg()[0], 2))
+        return {"start": self.samples[0], "end": self.samples[-1], "mean": round(sum(self.samples) / len(self.samples), 2),
+                "max": max(self.samples)}  # fmt: skip
+
+
+class Stopped(Exception):
+    """The run was stopped at the deadline (its process group killed); nothing is written for it."""
+
+
+def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> None:
+    """Run ``cmd`` in its own process group, output to ``log``; at ``stop_at`` (Unix time) kill the whole group
+    (TERM, then KILL after 30 s) and raise :class:`Stopped`."""
+    import signal
+
+    with open(log, "a") as out:
+        out.write(f"$ {shlex.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=None if stop_at is None else max(0.0, stop_at - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            raise Stopped(shlex.join(cmd)) from None
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed (exit {proc.returncode}); its output is in {log}")
+
+
+def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
+    """One learning run: the demo command with the job's method, seed and options (held-out greedy accuracy before
+    and after, on the recipe's 100 problems), then pass@k of the trained adapter by ``python -m grpo_family.eval``;
+    CPU time of both (process and children), the machine's load, tokens, the commit.
+
+    A run stopped at ``stop_at`` resumes in the next call from its last checkpoint (one every LEARN_SAVE_EVERY steps,
+    in the git-ignored output folder, with ``--resume_from_checkpoint true``): its segments are kept in the folder's
+    ``progress.json`` and their CPU times add up (restarts' start-up and redone steps included)."""
+    import shutil
+
+    from grpo_family.runtime.resume import latest_complete_checkpoint
+
+    values = recipe()
+    out = ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}"  # git-ignored
+    progress_path = out / "progress.json"
+    progress = json.loads(progress_path.read_text()) if progress_path.exists() else {}
+    checkpoint = latest_complete_checkpoint(str(out)) if progress.get("job") == job else None
+    if checkpoint is None and not progress.get("trained"):  # nothing to resume: a fresh run
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        progress = {"job": job, "segments": [], "trained": False}
+    log = out / "log.txt"
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    options = [x for k, v in job["options"].items() for x in (f"--{k}", str(v))]
+    train_cmd = [*shlex.split(DEMO_COMMAND), "--method", job["method"], "--seed", str(job["seed"]), "--output_dir",
+                 str(out), "--held_out_every", str(job["held_out_every"]), *options]  # fmt: skip
+    checkpointing = ["--save_strategy", "steps", "--save_steps", str(LEARN_SAVE_EVERY), "--save_total_limit", "1"]
+    pass_at = job["pass_at"]
+    eval_cmd = [sys.executable, "-m", "grpo_family.eval", "--model", str(out), "--dataset", values["dataset_name"],
+                "--dataset_options", json.dumps(values.get("dataset_options") or {}), "--limit", str(pass_at["problems"]),
+                "--system_prompt", values.get("system_prompt") or "", "--reward", values["reward_funcs"][0],
+                "--mode", "train", "--num_samples", str(pass_at["k"]), "--k", "1", str(pass_at["k"]), "--temperature",
+                str(pass_at["temperature"]), "--top_p", "1.0", "--top_k", "0", "--max_new_tokens",
+                str(values["max_completion_length"]), "--seed", str(job["seed"]), "--no_math_verify", "--output_dir",
+                str(out / "eval-pass")]  # fmt: skip
+    resume = ["--resume_from_checkpoint", "true"] if checkpoint else []
+    print(f"learn: {job['method']} seed {job['seed']}: {shlex.join(train_cmd)}"
+          + (f" (resuming {Path(checkpoint).name})" if checkpoint else ""), flush=True)  # fmt: skip
+    if "commit" not in progress:
+        progress["commit"] = code_commit()  # the code as the run starts
+    for what, cmd in (("train", [*train_cmd, *checkpointing, *resume]), ("eval", eval_cmd)):
+        if what == "train" and progress["trained"]:
+            continue
+        load, started = LoadSampler(), time.time()
+        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        stopped = False
+        try:
+            run_until(cmd, env, log, stop_at)
+        except Stopped:
+            stopped = True
+            raise
+        finally:
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            progress["segments"].append({
+                "what": what, "resumed_from": Path(checkpoint).name if checkpoint and what == "train" else None,
+                "wall_s": round(time.perf_counter() - start, 1),
+                "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+                "load_average": load.stop(), "started": round(started, 1), "stopped": stopped,
+            })  # fmt: skip
+            progress_path.write_text(json.dumps(progress, indent=1))
+        if what == "train":
+            progress["trained"] = True
+            progress_path.write_text(json.dumps(progress, indent=1))
+    results = json.loads((out / "results.json").read_text())
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    steps = [h for h in history if "reward" in h]
+    evaluation = json.loads((out / "eval-pass" / "results.json").read_text())
+    (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
+    kept = [h[key] for h in steps for key in h if key.endswith("/kept_tokens")]
+    segments = progress["segments"]
+    train, evals = [x for x in segments if x["what"] == "train"], [x for x in segments if x["what"] == "eval"]
+    loads = [x["load_average"] for x in segments]
+    return {
+        **job,
+        "command": shlex.join([*train_cmd, *checkpointing]),
+        "eval_command": shlex.join(eval_cmd),
+        **progress["commit"],
+        "accuracy_before": results["accuracy_before"],
+        "accuracy_after": results["accuracy_after"],
+        f"pass@{pass_at['k']}_after": summary[f"pass@{pass_at['k']}"],
+        "pass@1_after": summary["pass@1"],
+        "reward_curve": [(h["step"], round(h["reward"], 4)) for h in steps],
+        # (step, held-out greedy accuracy, TRL's num_tokens by then): step 0 is the accuracy before training
+        "held_out_curve": held_out_curve(history, results["accuracy_before"]),
+        # TRL's num_tokens: prompt and completion tokens of every generated sequence the run trained on
+        "tokens": steps[-1].get("num_tokens") if steps else None,
+        "completion_tokens": round(
+            sum(
+                h["completions/mean_length"] * values["per_device_train_batch_size"]
+                for h in steps
+                if "completions/mean_length" in h
+            )
+        ),  # fmt: skip
+        "kept_tokens": round(sum(kept)) if kept else None,  # D3S: the completion tokens its loss kept
+        "train_wall_s": round(sum(x["wall_s"] for x in train), 1),
+        "train_cpu_s": round(sum(x["cpu_s"] for x in train), 1),
+        "eval_wall_s": round(sum(x["wall_s"] for x in evals), 1),
+        "eval_cpu_s": round(sum(x["cpu_s"] for x in evals), 1),
+        "restarts": len(train) - 1,  # each resumed the last checkpoint (start-up, held-out 'before', redone steps)
+        "segments": segments,
+        "load_average": {
+            "start": loads[0]["start"],
+            "end": loads[-1]["end"],
+            "max": max(x["max"] for x in loads),
+            "mean": round(
+                sum(x["mean"] * s["wall_s"] for x, s in zip(loads, segments))
+                / max(1e-9, sum(s["wall_s"] for s in segments)),
+                2,
+            ),
+        },  # fmt: skip
+        "started": segments[0]["started"],
+        "finished": round(time.time(), 1),
+        "machine": machine(),
+    }
+
+
+def held_out_curve(history: list[dict], before: float) -> list[tuple[int, float, float]]:
+    """(step, held-out accuracy, tokens trained by then) from a run's log history, step 0 first."""
+    tokens = {h["step"]: h["num_tokens"] for h in history if "num_tokens" in h}
+    points = {0: (before, 0.0)}
+    for h in history:
+        if h.get("held_out_accuracy") is not None and h["step"] > 0:
+            points[h["step"]] = (h["held_out_accuracy"], tokens.get(h["step"], max(tokens.values(), default=0.0)))
+    return [(step, acc, tok) for step, (acc, tok) in sorted(points.items())]
+
+
+def stage_learn(state: dict, stop_at: float | None = None) -> None:
+    """Train every planned run that has no file yet, one at a time, each written as soon as it finishes."""
+    for job in learn_jobs():
+        path = cache_path(LEARN_DIR, job)
+        if path.exists():
+            continue
+        if stop_at is not None and time.time() >= stop_at:
+            print("learn: past --stop-at, no new run started", flush=True)
+            return
+        try:
+            run = train_and_evaluate(job, stop_at)
+        except Stopped:
+            print(f"learn: {job['method']} seed {job['seed']} stopped at --stop-at (not written)", flush=True)
+            return
+        LEARN_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(run, indent=1) + "\n")
+        print(f"learn: {job['method']} seed {job['seed']}: {run['accuracy_before']:.3f} -> "
+              f"{run['accuracy_after']:.3f}, pass@{PASS_K} {run[f'pass@{PASS_K}_after']:.3f}, "
+              f"{(run['train_cpu_s'] + run['eval_cpu_s']) / 60:.1f} CPU-min; wrote {path.name}", flush=True)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------- report
@@ -489,7 +835,7 @@ def render(state: dict) -> str:
                 f"| {label} | {wall:.1f} | {cpu:.1f} | {ratio} | {' | '.join(cells)} | {max(r['max_rss_gib'] for r in rows):.2f} | "
                 f"{statistics.mean(r['load_average'] for r in rows):.1f} |"
             )
-        lines.append("")
+        lines += ["", *settings_lines(by_label), ""]
     vllm = state.get("vllm")
     lines += ["## 4. vLLM's CPU build against `generate`", ""]
     if vllm and vllm.get("run"):
@@ -506,7 +852,140 @@ def render(state: dict) -> str:
     else:
         reason = (vllm or {}).get("reason", "the vllm stage has not run")
         lines += [f"Not run: {reason}. Run it with `--stages vllm --vllm-python <vLLM venv>/bin/python`.", ""]
+    lines += render_learning(load_learning_runs())
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------- 5. learn: report
+def load_learning_runs(directory: Path = LEARN_DIR) -> dict[str, dict]:
+    """Every run file in ``directory``, by file name."""
+    return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))} if directory.is_dir() else {}
+
+
+def learning_verdict(gains: list[float]) -> str:
+    """'learns' when the mean gain exceeds the seed spread (the gains' sample standard deviation) and is positive;
+    'does not learn' when zero lies within mean +- spread; 'pending' with fewer than 2 seeds."""
+    if len(gains) < 2:
+        return "pending (1 seed)" if gains else "pending"
+    mean, spread = _mean(gains), _std(gains)
+    if mean - spread > 0:
+        return "learns"
+    return "does not learn" if mean + spread >= 0 else "gets worse"
+
+
+def learning_rows(runs: dict[str, dict], jobs: list[dict] | None = None) -> tuple[list[dict], list[dict], list[str]]:
+    """(one row per method with runs, the planned jobs without a run file, files that match no planned job)."""
+    jobs = learn_jobs() if jobs is None else jobs
+    planned = {cache_path(LEARN_DIR, job).name: job for job in jobs}
+    missing = [job for name, job in planned.items() if name not in runs]
+    stale = sorted(set(runs) - set(planned))
+    by_method: dict[str, list[dict]] = {}
+    for name, run in runs.items():
+        if name in planned:
+            by_method.setdefault(run["method"], []).append(run)
+    rows = []
+    for method in [m for m in dict.fromkeys(job["method"] for job in jobs) if m in by_method]:
+        method_runs = sorted(by_method[method], key=lambda r: r["seed"])
+        gains = [r["accuracy_after"] - r["accuracy_before"] for r in method_runs]
+        rows.append({"method": method, "runs": method_runs, "gains": gains, "verdict": learning_verdict(gains)})
+    return rows, missing, stale
+
+
+def _options_text(options: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
+
+
+def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> list[str]:
+    """Section 5 of the report: the learning table from the run files, what is missing, the plot's link."""
+    jobs = learn_jobs() if jobs is None else jobs
+    rows, missing, stale = learning_rows(runs, jobs)
+    k = PASS_K
+    lines = [
+        "## 5. Every method on the demo's task",
+        "",
+        f"Each method trained by the demo's command (`{DEMO_COMMAND} --method <method> --seed <seed>` plus the "
+        f"options in the row; {len(LEARN_SEEDS)} seeds: {', '.join(map(str, LEARN_SEEDS))}), one run at a time with "
+        "one torch thread; each run is its own file in `benchmarks/results/realmodel_runs/` (`--stages learn` trains "
+        "the missing ones; `--report-only` rewrites this report from the files). Before / after: held-out greedy "
+        f"accuracy on the recipe's 100 problems (also every {LEARN_EVAL_EVERY} steps: the plot's curves, a step placed "
+        f"at the run's CPU time apportioned by steps). pass@{k} after: {k} samples per problem at the training temperature "
+        f"on the first {PASS_PROBLEMS} of them (`python -m grpo_family.eval` on the trained adapter). CPU-min: the "
+        "training command's CPU time, its evaluations included, all processes (+ the pass@k evaluation's). Tokens: "
+        "TRL's `num_tokens` (prompt and completion tokens of every sequence trained on). Load: the 1-minute load "
+        "average over the run (mean, max) on 2 shared cores. Verdict: a method learns when its mean gain minus the "
+        "seeds' standard deviation is above zero, and does not learn when zero lies within mean ± that spread. "
+        "grpo is trained again here rather than taken from section 2: the demo's runs were trained and scored "
+        "before the `reasoning_gym` reward read answers under the answer contract (commit f6ccf9a), so their "
+        "training reward and held-out scorer are not this table's.",
+        "",
+        f"| method | options | seed | before | after | gain | pass@{k} after | CPU-min (+ pass@{k}) | tokens | load "
+        "mean / max | commit | verdict (mean gain ± sd) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        summary = f"{row['verdict']} ({_mean(row['gains']):+.3f} ± {_std(row['gains']):.3f})"
+        for i, run in enumerate(row["runs"]):
+            commit = (run.get("commit") or "?")[:7] + ("+" if run.get("training_code_modified") else "")
+            lines.append(
+                f"| {run['method'] if i == 0 else ''} | {_options_text(run['options']) if i == 0 else ''} | "
+                f"{run['seed']} | {run['accuracy_before']:.3f} | {run['accuracy_after']:.3f} | "
+                f"{run['accuracy_after'] - run['accuracy_before']:+.3f} | {run[f'pass@{k}_after']:.3f} | "
+                f"{run['train_cpu_s'] / 60:.1f} (+{run['eval_cpu_s'] / 60:.1f}) | {run['tokens'] or '-'} | "
+                f"{run['load_average']['mean']:.1f} / {run['load_average']['max']:.1f} | {commit} | "
+                f"{summary if i == 0 else ''} |"
+            )
+    if not rows:
+        lines.append("| (no run yet) | | | | | | | | | | | |")
+    lines.append("")
+    if missing:
+        lines += [
+            f"Missing: {len(missing)} of {len(jobs)} planned runs have no file yet: "
+            + ", ".join(f"{job['method']} seed {job['seed']}" for job in missing)
+            + ". `python benchmarks/realmodel.py --stages learn` trains them (one at a time, in this order).",
+            "",
+        ]
+    else:
+        lines += [f"All {len(jobs)} planned runs are in.", ""]
+    if stale:
+        lines += [f"Not in the table (their settings are no longer the plan's): {', '.join(stale)}.", ""]
+    if rows:
+        lines += ["![held-out accuracy against CPU time](realmodel_learning.png)", ""]
+    return lines
+
+
+def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = None) -> bool:
+    """Held-out greedy accuracy against the run's CPU time, per method: each run's held-out curve (every
+    LEARN_EVAL_EVERY steps), a step placed at the run's CPU time apportioned by steps. False (nothing written)
+    without runs."""
+    rows, _, _ = learning_rows(runs, jobs)
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for index, row in enumerate(rows):
+        color = f"C{index % 10}"
+        for i, run in enumerate(row["runs"]):
+            # the held-out curve's steps at the run's CPU time apportioned by steps (a method's steps cost alike)
+            curve = run.get("held_out_curve") or [
+                (0, run["accuracy_before"], 0),
+                (run["steps"], run["accuracy_after"], 0),
+            ]
+            ax.plot([run["train_cpu_s"] / 60 * step / run["steps"] for step, _, _ in curve], [a for _, a, _ in curve],
+                    color=color, marker="o", alpha=0.8,
+                    label=f"{row['method']} ({len(row['runs'])} seeds)" if i == 0 else None)  # fmt: skip
+    ax.set_xlabel("CPU minutes of the training command (evaluations included; within a run, by step)")
+    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_title("SmolLM2-135M-Instruct, one-digit +/-, LoRA, 40 steps")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 # ------------------------------------------------------------------------------------------------- main
@@ -514,7 +993,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", nargs="*", choices=STAGES, default=list(STAGES))
     parser.add_argument("--redo", nargs="*", choices=STAGES, default=[])
-    parser.add_argument("--render", action="store_true")
+    parser.add_argument(
+        "--report-only",
+        "--render",
+        dest="render",
+        action="store_true",
+        help="rewrite realmodel.md and the learning plot from realmodel.json and the run files",
+    )
+    parser.add_argument(
+        "--stop-at",
+        help="learn: a UTC time (e.g. 04:10): a run still going then is killed (not "
+        "written), and no run starts after it",
+    )
     parser.add_argument(
         "--vllm-python",
         default=os.environ.get("GRPO_FAMILY_VLLM_PYTHON"),
@@ -536,11 +1026,26 @@ def main(argv: list[str] | None = None) -> None:
         for stage in args.stages:
             if stage == "vllm":
                 stage_vllm(state, args.vllm_python)
+            elif stage == "learn":
+                stage_learn(state, stop_at(args.stop_at))
             else:
                 {"tasks": stage_tasks, "demo": stage_demo, "cost": stage_cost}[stage](state)
         save_state(state)
     (RESULTS / "realmodel.md").write_text(render(state))
+    plot_learning(load_learning_runs(), RESULTS / "realmodel_learning.png")
     print(f"wrote {RESULTS / 'realmodel.md'}")
+
+
+def stop_at(text: str | None) -> float | None:
+    """The Unix time of ``--stop-at`` (HH:MM in UTC, the next such time from now), or None."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    hour, minute = (int(x) for x in text.split(":"))
+    at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    return (at if at > now else at + timedelta(days=1)).timestamp()
 
 
 if __name__ == "__main__":

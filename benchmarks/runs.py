@@ -207,6 +207,12 @@ def run_one(job: dict) -> dict:
     return result
 
 
+def cache_path(cache: Path, job: dict) -> Path:
+    """Where a finished job's run is kept in ``cache``: one JSON per job, named by method, setting, seed and
+    :func:`job_key` (so a changed job is a new file, and the old one is not read for it)."""
+    return cache / f"{job['method']}-{job['setting']}-{job['seed']}-{job_key(job)}.json"
+
+
 def run_all(
     jobs: list[dict],
     workers: int,
@@ -224,7 +230,7 @@ def run_all(
     results: dict[int, dict] = {}
     pending = []
     for index, job in enumerate(jobs):
-        path = None if cache is None else cache / f"{job['method']}-{job['setting']}-{job['seed']}-{job_key(job)}.json"
+        path = None if cache is None else cache_path(cache, job)
         if path is not None and path.exists():
             results[index] = json.loads(path.read_text())
         else:

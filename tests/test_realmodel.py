@@ -13,7 +13,8 @@ real architecture, natural-language completions):
 * the reward package on the model's own completions: every answer reward returns a score or None for each, a full
   mark of the ``reasoning_gym`` reward is backed by the gold being the completion's last number, and a gold (or
   wrong) answer appended to a real completion is scored 1 (or 0) by every answer reward;
-* LoRA + ZeRO-3 on 2 CPU processes, 1 step through ``examples/train.py`` (deepspeed lane).
+* LoRA + ZeRO-3 on 2 CPU processes, 1 step through ``examples/train.py`` (deepspeed lane);
+* the cost stage of ``benchmarks/realmodel.py`` builds stock ``trl.GRPOTrainer`` with the project's settings.
 """
 
 from __future__ import annotations
@@ -210,3 +211,26 @@ def test_lora_under_zero3_on_two_processes(real_model_dir, tmp_path):
     assert (out / "adapter_model.safetensors").exists() and (out / "adapter_config.json").exists()
     results = json.loads((out / "results.json").read_text())
     assert results["accuracy_before"] is not None and results["accuracy_after"] is not None
+
+
+# ------------------------------------------------------------------------------------------------ the cost stage
+def test_cost_stage_stock_trl_entry_has_the_projects_settings():
+    """benchmarks/realmodel.py's cost stage compares code, not settings: stock `trl.GRPOTrainer` and the project's
+    grpo, built by the stage's own builder with the demo's settings, have the same settings read back from the
+    trainer and model (gradient checkpointing, dtype, threads, attention, trainable parameters, sampling, loss)."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the cost stage's own imports (speed.py)
+    realmodel = importlib.import_module("benchmarks.realmodel")
+    built = {label: realmodel.trainer_settings(realmodel.build_cost_trainer(label)) for label in ("trl", "grpo")}
+    assert realmodel.settings_differences(built["trl"], built["grpo"]) == []
+    stock = built["trl"]
+    assert stock["gradient_checkpointing"] is False and stock["model_gradient_checkpointing"] is False
+    assert stock["dtype"] == "torch.float32"
+    assert stock["torch_threads"] == realmodel.COST_ENTRIES["trl"]["threads"]
+    assert stock["generation"]["temperature"] == realmodel.recipe()["temperature"]
+    assert stock["trainable_parameters"] > 0
+    # the checkpointing entry is built with it on (the Trainer turns it on in the model when training starts)
+    checkpointed = realmodel.trainer_settings(realmodel.build_cost_trainer("grpo, gradient checkpointing"))
+    assert realmodel.settings_differences(stock, checkpointed) == ["gradient_checkpointing: False vs True"]

@@ -1,0 +1,160 @@
+"""`benchmarks/realmodel.py`'s learning table, from run files alone (no model, no training): the verdict rule on worked
+gains, the table's rows and numbers from fixture run files, the planned runs it says are missing, files of another
+plan left out, the plot, and `--stop-at` killing a run's whole process group. Default lane (under a second)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def realmodel():
+    return importlib.import_module("benchmarks.realmodel")
+
+
+def make_job(realmodel, method: str, seed: int) -> dict:
+    """A job as learn_job builds it, without reading the recipe (its values are fixed here)."""
+    return {"method": method, "setting": "demo", "seed": seed, "steps": 40, "recipe": realmodel.DEMO_RECIPE,
+            "recipe_values": {"max_steps": 40}, "options": realmodel.LEARN_OPTIONS.get(method, {}),
+            "pass_at": {"k": realmodel.PASS_K, "problems": 50, "temperature": 0.7}, "held_out_every": 10}  # fmt: skip
+
+
+def make_run(realmodel, job: dict, before: float, after: float, cpu_s: float) -> dict:
+    return {**job, "commit": "0123456789abcdef", "training_code_modified": False, "accuracy_before": before,
+            "accuracy_after": after, f"pass@{realmodel.PASS_K}_after": 0.8, "pass@1_after": 0.5, "tokens": 40000,
+            "train_cpu_s": cpu_s, "eval_cpu_s": 120.0, "load_average": {"start": 2, "end": 3, "mean": 2.5, "max": 4.0}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gains", "verdict"),
+    [
+        ([0.2, 0.32], "learns"),  # mean 0.26, sd 0.0849: 0.26 - 0.085 > 0
+        ([0.05, -0.03], "does not learn"),  # mean 0.01, sd 0.0566: zero within mean +- sd
+        ([0.1, 0.0], "does not learn"),  # mean 0.05, sd 0.0707: 0.05 - 0.0707 < 0
+        ([-0.2, -0.3], "gets worse"),  # mean -0.25, sd 0.0707: the spread lies below zero
+        ([0.3], "pending (1 seed)"),
+        ([], "pending"),
+    ],
+)
+def test_verdict_rule(realmodel, gains, verdict):
+    assert realmodel.learning_verdict(gains) == verdict
+
+
+def test_table_from_run_files(realmodel, tmp_path):
+    jobs = [make_job(realmodel, m, s) for s in (42, 43) for m in ("ms_grpo", "kl_cov", "grpo")]
+    numbers = {("ms_grpo", 42): (0.37, 0.57, 900.0), ("ms_grpo", 43): (0.37, 0.69, 1020.0),
+               ("kl_cov", 42): (0.37, 0.40, 960.0)}  # fmt: skip
+    for (method, seed), (before, after, cpu) in numbers.items():
+        job = make_job(realmodel, method, seed)
+        path = realmodel.cache_path(tmp_path, job)
+        path.write_text(json.dumps(make_run(realmodel, job, before, after, cpu)))
+    other = {**make_job(realmodel, "grpo", 42), "steps": 80}  # another plan's run: not in the table
+    realmodel.cache_path(tmp_path, other).write_text(json.dumps(make_run(realmodel, other, 0.37, 0.9, 100.0)))
+
+    runs = realmodel.load_learning_runs(tmp_path)
+    assert len(runs) == 4
+    rows, missing, stale = realmodel.learning_rows(runs, jobs)
+    assert [r["method"] for r in rows] == ["ms_grpo", "kl_cov"]  # the plan's order; grpo has no run of this plan
+    assert rows[0]["gains"] == pytest.approx([0.20, 0.32]) and rows[0]["verdict"] == "learns"
+    assert rows[1]["verdict"] == "pending (1 seed)"
+    assert [(j["method"], j["seed"]) for j in missing] == [("grpo", 42), ("kl_cov", 43), ("grpo", 43)]
+    assert stale == [realmodel.cache_path(tmp_path, other).name]
+
+    text = "\n".join(realmodel.render_learning(runs, jobs))
+    # ms_grpo's first row: seed 42, 0.370 -> 0.570, +0.200, pass@8 0.800, 15.0 (+2.0) CPU-min, the verdict with
+    # mean gain 0.260 and sd sqrt(((0.06)^2 * 2) / 1) = 0.0849.
+    assert "| ms_grpo | defaults | 42 | 0.370 | 0.570 | +0.200 | 0.800 | 15.0 (+2.0) | 40000 | 2.5 / 4.0 | 0123456 | " \
+        "learns (+0.260 ± 0.085) |" in text  # fmt: skip
+    assert "|  |  | 43 | 0.370 | 0.690 | +0.320 |" in text
+    assert "| kl_cov | num_iterations=2 | 42 | 0.370 | 0.400 | +0.030 |" in text
+    assert "Missing: 3 of 6 planned runs have no file yet: grpo seed 42, kl_cov seed 43, grpo seed 43." in text
+    assert "Not in the table" in text and "realmodel_learning.png" in text
+
+    plot = tmp_path / "plot.png"
+    assert realmodel.plot_learning(runs, plot, jobs) and plot.stat().st_size > 0
+    assert not realmodel.plot_learning({}, tmp_path / "none.png", jobs) and not (tmp_path / "none.png").exists()
+
+
+def test_no_runs_says_all_are_missing(realmodel, tmp_path):
+    jobs = [make_job(realmodel, "grpo", 42)]
+    text = "\n".join(realmodel.render_learning(realmodel.load_learning_runs(tmp_path / "absent"), jobs))
+    assert "(no run yet)" in text and "Missing: 1 of 1 planned runs" in text
+
+
+def test_stop_at_kills_the_process_group(realmodel, tmp_path):
+    """A run still going at --stop-at is stopped with its children (the shell's `sleep` here), and says so."""
+    pid_file = tmp_path / "pid"
+    cmd = ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"]
+    with pytest.raises(realmodel.Stopped):
+        realmodel.run_until(cmd, dict(os.environ), tmp_path / "log.txt", stop_at=time.time() + 1.0)
+    sleeper = int(pid_file.read_text())
+    for _ in range(50):  # the grandchild gets TERM with its group; give it a moment to go
+        try:
+            os.kill(sleeper, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the command's child {sleeper} outlived --stop-at")
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypatch):
+    """The bookkeeping of a run stopped at --stop-at and finished in a later call, with the commands faked (no model):
+    the second call resumes the checkpoint, the run file adds up both segments, and a third call after the training
+    finished runs only the evaluation."""
+    from grpo_family.runtime.resume import COMPLETE_MARKER
+
+    values = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
+              "dataset_options": {"size": 100}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
+              "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
+    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
+    monkeypatch.setattr(realmodel, "recipe", lambda: values)
+    monkeypatch.setattr(realmodel, "machine", lambda: "a test machine")  # (it imports torch for its version)
+    calls: list[list[str]] = []
+
+    def fake_run_until(cmd, env, log, stop_at):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--output_dir") + 1])
+        if "grpo_family.eval" in cmd:
+            out.mkdir(parents=True, exist_ok=True)
+            summary = {"pass@8": 0.75, "pass@1": 0.5}
+            (out / "results.json").write_text(json.dumps({"benchmarks": {"b": {"summary": summary}}}))
+        elif "--resume_from_checkpoint" not in cmd:  # the first segment: a checkpoint, then the deadline
+            (out / "checkpoint-5").mkdir()
+            (out / "checkpoint-5" / COMPLETE_MARKER).write_text("")
+            raise realmodel.Stopped("deadline")
+        else:
+            (out / "results.json").write_text(json.dumps({"accuracy_before": 0.37, "accuracy_after": 0.6}))
+            log_history = [{"step": s, "reward": 0.5, "num_tokens": 100.0 * s, "completions/mean_length": 10.0}
+                           for s in (1, 2)] + [{"step": 2, "held_out_accuracy": 0.6}]  # fmt: skip
+            (out / "trainer_state.json").write_text(json.dumps({"log_history": log_history}))
+
+    monkeypatch.setattr(realmodel, "run_until", fake_run_until)
+    job = make_job(realmodel, "grpo", 42)
+    with pytest.raises(realmodel.Stopped):
+        realmodel.train_and_evaluate(job, stop_at=None)
+    run = realmodel.train_and_evaluate(job, stop_at=None)
+    assert [c[c.index("--method") + 1] for c in calls[:2]] == ["grpo", "grpo"]
+    assert "--resume_from_checkpoint" in calls[1] and "grpo_family.eval" in calls[2]
+    assert run["restarts"] == 1 and [s["what"] for s in run["segments"]] == ["train", "train", "eval"]
+    assert [s["stopped"] for s in run["segments"]] == [True, False, False]
+    assert run["segments"][1]["resumed_from"] == "checkpoint-5"
+    assert run["train_cpu_s"] == pytest.approx(sum(s["cpu_s"] for s in run["segments"][:2]), abs=0.2)
+    assert (run["accuracy_before"], run["accuracy_after"], run["pass@8_after"]) == (0.37, 0.6, 0.75)
+    assert run["tokens"] == 200.0 and run["completion_tokens"] == 2 * 10 * 16
+    assert run["held_out_curve"] == [(0, 0.37, 0.0), (2, 0.6, 200.0)]
+    assert "--held_out_every 10" in run["command"]
+    assert "--save_steps" in run["command"] and "--resume_from_checkpoint" not in run["command"]
+
+    again = realmodel.train_and_evaluate(job, stop_at=None)  # the training is done: only the evaluation runs
+    assert "grpo_family.eval" in calls[3] and len(calls) == 4 and again["restarts"] == 1
