@@ -208,7 +208,6 @@ def _entry(task: str, answer: str, **metadata) -> str:
         ("gsm_symbolic", "31", "31 or 40", {}),  # its verifier reads the first number
         ("chain_sum", "3037", "30,37", {}),  # its verifier strips commas
         ("fraction_simplification", "3/4", "\\frac{3}{4} \\frac{6}{8}", {}),  # its verifier matches a prefix
-        ("fraction_simplification", "3/4", "3/4 or 6/8", {}),
     ],
 )
 def test_the_verifier_never_sees_more_than_one_value(task, gold, slot, metadata):
@@ -240,14 +239,12 @@ def test_evaluation_reads_the_reasoning_gym_answer_as_the_reward_does():
 
     rows = _rows("chain_sum", n=1)
     gold, entry = rows[0]["answer"], rows[0][ENTRY_COLUMN]
-    text = f"Answer: {int(gold) + 1}\nAnswer: {gold}"  # a self-correction: only evaluation mode reads it
+    text = f"Answer: {int(gold) + 1}\nAnswer: {gold}"  # a self-correction: the committed (last) answer is read
     columns = {"prompt": [rows[0]["prompt"]], "answer": [gold], ENTRY_COLUMN: [entry]}
-    lenient = score_samples(reasoning_gym_reward, columns, [[text]], mode="eval")
-    strict = score_samples(reasoning_gym_reward, columns, [[text]], mode="train")
-    assert lenient.mode_applied and (lenient.values, strict.values) == ([1.0], [0.0])
-    assert (
-        extract_answer("reasoning_gym", text, "eval") == gold
-        and extract_answer("reasoning_gym", text, "train") is None
-    )
+    scores = {m: score_samples(reasoning_gym_reward, columns, [[text]], mode=m) for m in ("eval", "train", "strict")}
+    assert scores["eval"].mode_applied
+    assert {m: s.values for m, s in scores.items()} == {"eval": [1.0], "train": [1.0], "strict": [0.0]}
+    assert extract_answer("reasoning_gym", text, "eval") == gold == extract_answer("reasoning_gym", text, "train")
+    assert extract_answer("reasoning_gym", text, "strict") is None
     assert extract_answer("reasoning_gym", gold, "train") == gold
     assert extract_answer("reasoning_gym_partial", gold, "train") is None
