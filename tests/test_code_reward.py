@@ -1373,15 +1373,15 @@ def test_only_the_standard_library_is_readable_inside(tmp_root, full_isolation):
 # read-only files, bound into every run); PROBE cannot solve it and prints the answer only when it sees the mark.
 SIBLING_CHANNELS = {
     "flock": (
-        "import fcntl, sys, time\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\n",
-        "import fcntl, sys\nf = open(sys.executable, 'rb')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "import fcntl, os, sys, time\nf = open(os.__file__, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\n",
+        "import fcntl, os, sys\nf = open(os.__file__, 'rb')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
         "    return_mark = False\nexcept BlockingIOError:\n    return_mark = True\nexcept OSError:\n"
         "    return_mark = False\n",
     ),
     "ofd_getlk": (
-        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
+        "import fcntl, os, struct, sys\nf = open(os.__file__, 'rb')\n"
         "fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 1, 0))\n",
-        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\ntry:\n"
+        "import fcntl, os, struct, sys\nf = open(os.__file__, 'rb')\ntry:\n"
         "    got = fcntl.fcntl(f, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0))\n"
         "    return_mark = struct.unpack('hhqqi4x', got)[0] != fcntl.F_UNLCK\nexcept OSError:\n"
         "    return_mark = False\n",
@@ -1492,9 +1492,9 @@ def test_the_trainer_keeps_booleans_not_output(tmp_root):
 _SYSCALL = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nNR = {nr}[os.uname().machine]\n"
 # What the allow-list filter refuses that the deny-list before issue 42 allowed (each printed ESCAPED then).
 FILTER_ROUTES = {
-    "flock": "import fcntl, sys\nf = open(sys.executable, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\nprint('ESCAPED')\n",
+    "flock": "import fcntl, os, sys\nf = open(os.__file__, 'rb')\nfcntl.flock(f, fcntl.LOCK_SH)\nprint('ESCAPED')\n",
     "ofd_getlk": (
-        "import fcntl, struct, sys\nf = open(sys.executable, 'rb')\n"
+        "import fcntl, os, struct, sys\nf = open(os.__file__, 'rb')\n"
         "fcntl.fcntl(f, fcntl.F_OFD_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0))\nprint('ESCAPED')\n"
     ),
     # a lock per byte of a file: kernel memory no rlimit counts (130-270 MB seen with 1-byte mappings)
@@ -1504,15 +1504,15 @@ FILTER_ROUTES = {
         "        held += 1\n    except OSError:\n        pass\nif held:\n    print('ESCAPED', held)\n"
     ),
     "fadvise_dontneed": (
-        "import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+        "import os, sys\nfd = os.open(os.__file__, os.O_RDONLY)\n"
         "os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)\nprint('ESCAPED')\n"
     ),
     "preadv2_nowait": (
-        "import os, sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+        "import os, sys\nfd = os.open(os.__file__, os.O_RDONLY)\n"
         "os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)\nprint('ESCAPED')\n"
     ),
     "readahead": _SYSCALL.format(nr="{'x86_64': 187, 'aarch64': 213}")
-    + "import sys\nfd = os.open(sys.executable, os.O_RDONLY)\nif libc.syscall(NR, fd, 0, 4096) == 0:\n"
+    + "import sys\nfd = os.open(os.__file__, os.O_RDONLY)\nif libc.syscall(NR, fd, 0, 4096) == 0:\n"
     "    print('ESCAPED')\n",
     "mincore": (
         "import ctypes, mmap\nlibc = ctypes.CDLL(None, use_errno=True)\nm = mmap.mmap(-1, 4096)\n"
@@ -1528,7 +1528,7 @@ FILTER_ROUTES = {
     ),
     "setpgid": "import os\nos.setpgid(0, 0)\nprint('ESCAPED')\n",
     "madvise_willneed": (
-        "import mmap, sys\nf = open(sys.executable, 'rb')\nm = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)\n"
+        "import mmap, os, sys\nf = open(os.__file__, 'rb')\nm = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)\n"
         "m.madvise(mmap.MADV_WILLNEED)\nprint('ESCAPED')\n"
     ),
 }
