@@ -65,6 +65,8 @@ def test_table_from_run_files(realmodel, tmp_path):
     assert len(runs) == 4
     rows, missing, stale = realmodel.learning_rows(runs, jobs)
     assert [r["method"] for r in rows] == ["ms_grpo", "kl_cov"]  # the plan's order; grpo has no run of this plan
+    # tol: gains are float64 differences of two-decimal accuracies (0.57 - 0.37): one rounding each, ~1e-16; approx's
+    # default rel 1e-6 is far above that.
     assert rows[0]["gains"] == pytest.approx([0.20, 0.32]) and rows[0]["verdict"] == "learns"
     assert rows[1]["verdict"] == "pending (1 seed)"
     assert [(j["method"], j["seed"]) for j in missing] == [("grpo", 42), ("kl_cov", 43), ("grpo", 43)]
@@ -149,6 +151,8 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
     assert run["restarts"] == 1 and [s["what"] for s in run["segments"]] == ["train", "train", "eval"]
     assert [s["stopped"] for s in run["segments"]] == [True, False, False]
     assert run["segments"][1]["resumed_from"] == "checkpoint-5"
+    # tol: each segment's cpu_s and the total are rounded to 0.1 s separately (round(x, 1): 0.05 each), so two
+    # segments' sum differs from the rounded total by <= 3 x 0.05 = 0.15 < 0.2.
     assert run["train_cpu_s"] == pytest.approx(sum(s["cpu_s"] for s in run["segments"][:2]), abs=0.2)
     assert (run["accuracy_before"], run["accuracy_after"], run["pass@8_after"]) == (0.37, 0.6, 0.75)
     assert run["tokens"] == 200.0 and run["completion_tokens"] == 2 * 10 * 16
