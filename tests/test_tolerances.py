@@ -41,7 +41,6 @@ NOT_YET_AUDITED = {
     "test_gpg_trainer.py",
     "test_ms_grpo_algorithm.py",
     "test_sgpo_algorithm.py",
-    "test_sgpo_trainer.py",
 }
 
 
