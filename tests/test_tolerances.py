@@ -39,7 +39,6 @@ NOT_YET_AUDITED = {
     "test_d3s_algorithm.py",
     "test_gpg_algorithm.py",
     "test_ms_grpo_algorithm.py",
-    "test_sgpo_algorithm.py",
 }
 
 
