@@ -37,7 +37,6 @@ NOT_YET_AUDITED = {
     "test_algorithm_properties.py",
     "test_cw_grpo_algorithm.py",
     "test_d3s_algorithm.py",
-    "test_gpg_algorithm.py",
     "test_ms_grpo_algorithm.py",
 }
 
