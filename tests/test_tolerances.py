@@ -35,7 +35,6 @@ EXACT = re.compile(r"rtol\s*=\s*0\b.*atol\s*=\s*0\b|atol\s*=\s*0\b.*rtol\s*=\s*0
 # list only shrinks.
 NOT_YET_AUDITED = {
     "test_algorithm_properties.py",
-    "test_d3s_algorithm.py",
 }
 
 
