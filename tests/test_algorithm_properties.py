@@ -110,6 +110,11 @@ from grpo_family.algorithms.sgpo import (
 
 NAN = float("nan")
 F64 = torch.float64
+# tol(defaults): assert_close's defaults (float64 rtol 1e-7 / atol 1e-7; float32 rtol 1.3e-6 ~ 11 ULP, atol 1e-5)
+# compare the same few operations in another order or through another engine: float64 weights, advantages and scale
+# weights a few tens of 2^-53 roundings apart (~1e-14, also after exact rescaling by 1e154..1e-300), float32 covariance
+# weights within ~5 roundings of 2^-24 relative on weights <= ~N (exp of arguments <= ~2 for the O(1) weights), float32
+# advantages of [[1e-30, 0]] against 7-decimal values (<= 5e-8 printing + ~4 roundings of 0.71 x 2^-24).
 DTYPES = (torch.float32, torch.float64)
 MAGNITUDES = (1e-30, 1e-3, 1.0, 1e3, 1e30)  # every one is representable (and normal) in float32
 KINDS = ("continuous", "ties", "binary", "all_equal", "zeros", "mixed_magnitudes")
@@ -321,6 +326,10 @@ def test_normalize_then_sum_is_finite_centred_and_scale_free_per_function(batch,
     assert_finite(a)
     unscorable = torch.isnan(r).all(-1)
     assert bool((a[unscorable] == 0).all())
+    # tol: the outputs are (summed - mean) / (std + 1e-4): their sum is n (m - m_hat) / (std + 1e-4), and the float32
+    # mean of n <= 24 weighted z-score sums |x| <= ~20 is off by <= n x 2^-24 x 20 ~ 3e-5, so 1e-3 per element holds
+    # while the summed z-scores' std is >= ~3e-2; typical draws have std ~1. A draw with nearly equal sums in float32
+    # could exceed it (flagged in the audit report).
     assert abs(float(a[~unscorable].double().sum())) <= 1e-3 * max(1, int((~unscorable).sum()))
     # With eps = 0 each function's z-scores are scale-free, so scaling one function by 1e-30 or 1e30 changes
     # nothing, except where the weighted sum of z-scores is (nearly) the same for every completion: the final
@@ -442,9 +451,13 @@ def test_scale_weights_sum_to_one_with_each_schemes_shape(g, data):
     for scheme in ("uniform", "global", "local", "flat", explicit):
         w = scale_weights(g, tau_min, scheme)
         assert w.dtype == F64 and w.shape == (n,)
+        # tol: <= 11 float64 weights w / total, each a rounding (2^-53 relative), summed: <= ~12 x 2^-53 ~ 1.3e-15,
+        # under 1e-12.
         assert bool((w >= 0).all()) and abs(float(w.sum()) - 1.0) <= 1e-12
         diffs = w[1:] - w[:-1]
         if scheme == "uniform":
+            # tol: the uniform weights are the same float64 expression 1 / n for every scale: equal, or at most one ULP
+            # of <= 0.5 apart (5.6e-17), under 1e-15.
             assert bool((diffs.abs() <= 1e-15).all())
         elif scheme == "global":
             assert bool((diffs > 0).all())
@@ -559,6 +572,8 @@ def test_num_subgroups_matches_the_formula_and_the_selection(g, data):
     else:
         spans = dss_intervals(g, tau_min, m, partition)
         expected = sum(sum(used(t) for t in range(s, e + 1)) / (e - s + 1) for s, e in spans)
+    # tol: the expected count is a float64 sum of <= ~11 fractions of integers (a rounding each): ~11 x 2^-53 relative,
+    # rel 1e-12.
     assert math.isclose(got, expected, rel_tol=1e-12)
     assert 1 - 1e-12 <= got <= sum(math.comb(g, t) for t in range(tau_min, g + 1))
 
@@ -629,6 +644,10 @@ def test_covariance_weights_affine_invariance_and_permutation(batch, a, k, scope
         a * logps + 3.0 * abs(a), k * adv - 0.5 * abs(k), mask, g, scope=scope, eps=1e-8 * abs(a * k)
     )
     assert_finite(moved)
+    # tol: float64 (the strategy draws F64 here): a logps + 3|a| and k adv - 0.5|k| round each input once (2^-53
+    # relative); c / sigma carries that amplified by (|logp| + 3) / spread(logp) <= ~80 (log-probs on a 0.1 grid at
+    # worst), and the weights exp(-c^2 / 2 sigma^2) multiply it by (c / sigma)^2 <= N = 72: ~1e-12 relative, under 1e-6
+    # x max(|w|, 1).
     assert bool(((moved - w).abs() <= 1e-6 * w.abs().clamp_min(1.0)).all())
     gen = torch.Generator().manual_seed(seed)
     n = len(mask)
@@ -661,6 +680,9 @@ def test_covariance_stats_fields_and_degeneracy(batch, scope):
         if n:
             terms = stats.terms[s][mask[s]].double()
             tol = 1e-12 * float(terms.abs().max())
+            # tol: the covariance is computed in float64 whatever the input dtype (grpo_family/algorithms/cw_grpo.py):
+            # a mean of <= 24 terms in two orders differs by <= 24 x 2^-53 x max|terms| (~2.7e-15 x max|terms|), under
+            # abs_tol 1e-12 x max|terms| and rel 1e-9.
             assert math.isclose(float(stats.covariance[j]), float(terms.mean()), rel_tol=1e-9, abs_tol=tol)
         valid_adv = set(adv_tok[s][mask[s]].double().tolist())
         if n <= 1 or len(valid_adv) <= 1:
@@ -704,6 +726,8 @@ def test_max_variance_subset_is_optimal_at_every_magnitude(values, data):
         assert got >= best * (1 - 1e-9)
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(k))
         again = population_variance(values[perm][max_variance_subset(values[perm], k)].double().tolist())
+        # tol: the same float64 population variance of the same k values summed in another order: <= ~2k roundings of
+        # 2^-53 relative to the sum of squares (~1e-15), rel 1e-9.
         assert math.isclose(again, got, rel_tol=1e-9, abs_tol=0.0)
 
 
@@ -811,10 +835,15 @@ def test_masked_token_loss_finite_reference_linear_and_zero_gradient_outside(bat
     loss = masked_token_loss(x, keep, mask, normalization=normalization)
     assert loss.shape == () and math.isfinite(loss.item())
     clean = torch.where(keep & mask, logps, 0.0)
+    # tol: float64, the kept log-probs all have one sign (no cancellation): a sum of <= 72 terms is within 72 x 2^-53 ~
+    # 8e-15 relative of math.fsum's exactly rounded one, divided once more: rel 1e-9; abs_tol 1e-300 only lets an exact
+    # 0 (no kept token) equal 0.
     assert math.isclose(loss.item(), reference_loss(clean, keep, mask, normalization), rel_tol=1e-9, abs_tol=1e-300)
     loss.backward()
     assert bool((x.grad[~(keep & mask)] == 0).all())
     scaled = masked_token_loss(logps * factor, keep, mask, normalization=normalization)
+    # tol: scaling the float64 inputs by a power of ten rounds each once (2^-53 relative), the same-sign sum adds <= 72
+    # more: ~1e-14 relative, rel 1e-9; abs_tol 1e-300 for an exact 0.
     assert math.isclose(float(scaled), factor * loss.item(), rel_tol=1e-9, abs_tol=1e-300)
 
 
@@ -932,6 +961,8 @@ def test_sgpo_rewards_contract_and_advantages(batch, scope, mode, beta):
     assert_finite(a)
     assert bool((a[torch.isnan(r)] == 0).all())
     # zero-sum per group, checked in float64 (float32 rounding of the mean is amplified by stds of ~1e-3 here)
+    # tol: float64 group sums of n <= 16 advantages: n (m - m_hat) / (std + 1e-4) with m_hat <= n x 2^-53 off for
+    # credits in [0, 1] and std >= ~1e-3: <= ~2e-12, under 1e-9.
     assert bool((group_advantages(r.double()).sum(1).abs() <= 1e-9).all())
 
 
@@ -1036,12 +1067,17 @@ def test_group_token_and_loss_row_weights_add_up(b, g, t, seed):
     assert group_w.dtype == F64 and group_w.shape == (b * g,) and bool((group_w >= 0).all())
     assert bool((group_w.reshape(b, g) == group_w.reshape(b, g)[:, :1]).all()), "one weight per group"
     nonempty_groups = int((mask.reshape(b, -1).sum(1) > 0).sum())
+    # tol: float64, a sum of <= 30 products weight x length (weights 1 / (B T_q), one rounding each): ~30 x 2^-53
+    # relative (~3e-15), rel 1e-12; abs_tol 1e-15 for an exact 0.
     assert math.isclose(float((group_w * lengths).sum()), nonempty_groups / b, rel_tol=1e-12, abs_tol=1e-15)
     assert torch.equal(loss_row_weights(mask, g, normalization="group"), group_w)
     token = loss_row_weights(mask, g, normalization="token")
+    # tol: float64, <= 30 products (1 / T_all) x length summed: ~30 x 2^-53 relative, rel 1e-12.
     assert math.isclose(float((token * lengths).sum()), 1.0 if mask.any() else 0.0, rel_tol=1e-12)
     sequence = loss_row_weights(mask, g, normalization="sequence")
     nonempty_rows = int((lengths > 0).sum())
+    # tol: float64, <= 30 products (1 / (B G length)) x length summed: ~30 x 2^-53 relative, rel 1e-12; abs_tol 1e-15
+    # for an exact 0.
     assert math.isclose(float((sequence * lengths).sum()), nonempty_rows / (b * g), rel_tol=1e-12, abs_tol=1e-15)
     with pytest.raises(ValueError):
         group_token_weights(mask, 0)
@@ -1080,13 +1116,26 @@ def test_regression_huge_float32_rewards_are_not_zeroed_by_an_overflowing_varian
     expected = group_advantages(unit.double(), eps=0.0)
     for scale in ("group", "batch"):
         got = group_advantages(unit * magnitude, scale=scale, eps=0.0)
+        # tol: float32 rewards up to 1e38, scaled before squaring: the advantages |A| <= ~1.7 carry ~10 roundings of
+        # 2^-24 relative (~1e-6) against float64 unit rewards: atol 1e-5 (+ allclose's default rtol 1e-5).
         assert torch.allclose(got.double(), group_advantages(unit.double(), scale=scale, eps=0.0), atol=1e-5)
+    # tol: the default eps = 1e-4 is negligible next to a std of ~1e20 (relative 1e-24), so this is the eps = 0 float64
+    # expectation again: ~10 float32 roundings of 2^-24 on |A| <= ~1.7 (~1e-6), atol 1e-5 (+ allclose's default rtol
+    # 1e-5).
     assert torch.allclose(group_advantages(unit * magnitude).double(), expected, atol=1e-5)
+    # tol: GPG's group scale, float32 at 1e20..1e38 against float64 unit rewards with eps = 0 on both effective sides:
+    # ~10 roundings of 2^-24 on |A| <= ~1.7 (~1e-6): atol 1e-5 (+ rtol 1e-5).
     assert torch.allclose(gpg_advantages(unit * magnitude, f_norm="group").double(), expected, atol=1e-5)
+    # tol: a float32 std of 4 values scaled by up to 1e38 (the scale itself rounded to float32, 2^-24 relative) against
+    # the float64 std times the scale: ~6 roundings, ~4e-7 relative, rel_tol 1e-5.
     assert math.isclose(
         float(nanstd(unit[:1] * magnitude)), float(nanstd(unit[:1].double())) * magnitude, rel_tol=1e-5
     )
     per_func = (unit * magnitude)[..., None]
+    # tol: not rounding: normalize_then_sum's default eps = 1e-4 is negligible next to the huge rewards' stds but 1e-4
+    # / std_k ~ 1.0e-4 and 2.6e-4 of the unit rewards' two group stds (0.96, 0.38), so the z-scores differ relatively
+    # by up to ~1.6e-4 between groups; after the batch standardisation |A| <= ~1.7 moves by ~3e-4, plus float32
+    # rounding (~1e-6): 1e-3.
     torch.testing.assert_close(normalize_then_sum_advantages(per_func, torch.ones(1)), normalize_then_sum_advantages(unit[..., None], torch.ones(1)), atol=1e-3, rtol=0)  # fmt: skip
 
 
@@ -1117,9 +1166,13 @@ def test_regression_multiscale_group_of_very_different_magnitudes():
     r = torch.tensor([[5.6355e28, 1.1431e-15, 8.5901e-30, 7.0559e27, -3.4056e-01, -1.2720e11]], dtype=F64)
     counts, enumerated = (multiscale_advantages(r, method=m) for m in ("counts", "enumerate"))
     torch.testing.assert_close(counts, enumerated)
+    # tol: float64 advantages |A| <= ~3 of 6 rewards (z-score averages, scale-free) summed: ~6 x 2^-53 x 3 (~2e-15),
+    # under 1e-12.
     assert abs(float(counts.sum())) < 1e-12 and abs(float(multiscale_advantages(r).sum())) < 1e-12
 
 
 def test_regression_float64_nanstd_keeps_float64_precision():
     x = torch.tensor([[1.5409961082440434, -0.2934289057609464, -2.1787893820745577, 0.5684312772806678]], dtype=F64)
+    # tol: a float64 std of 4 values ~1 against the float64 reference: ~10 roundings of 2^-53 relative (~1.1e-15),
+    # rel_tol 1e-14.
     assert math.isclose(float(nanstd(x, dim=1)), ref_std(x[0].tolist(), 1), rel_tol=1e-14)

@@ -120,6 +120,10 @@ def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(
     if reuse:  # the generation batch carries GRPO's advantages; the loss weights them
         assert torch.equal(batch["advantages"], advantages) and "cw_grpo/row" in batch
     else:
+        # tol: the trainer's log-probs come from its own forward (another batch shape, padding and kernel order than
+        # independent_logps): float32 logits of the 2-layer, width-32 tiny model differ by ~k ULP (k ~ the 32-64-term
+        # sums per layer) x |logit| <= ~10, i.e. ~1e-5; the weights exp(-c^2/2 sigma^2) renormalised, O(1) and smooth
+        # in the logps, times |A| <= 2, carry that ~1e-5: 1e-4 is a 10x margin over rounding.
         torch.testing.assert_close(batch["advantages"], expected, atol=1e-4, rtol=1e-4)
 
     # What the loss trains on, rows shuffled by TRL.
@@ -128,14 +132,23 @@ def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(
     rows = {key(batch, i): expected[i] for i in range(len(mask))}
     assert inputs["advantages"].shape == mask.shape
     for i in range(inputs["advantages"].size(0)):
+        # tol: as above (rows of the same A_i * w_it): two forwards' float32 rounding, ~1e-5 on O(1) values, 10x
+        # margin.
         torch.testing.assert_close(inputs["advantages"][i], rows[key(inputs, i)], atol=1e-4, rtol=1e-4)
 
     logs = trainer.state.log_history[0]
     valid = weights[mask]
     assert logs["cw_grpo/extra_forward"] == (0.0 if reuse else 1.0)  # TRL's defaults compute no old logps
+    # tol: the logged weight statistics are the trainer's own-forward weights vs independent_logps' (float32 rounding
+    # ~1e-5 on O(1) weights, see above): 1e-4.
     assert logs["cw_grpo/weight_min"] == pytest.approx(valid.min().item(), abs=1e-4)
+    # tol: as weight_min: float32 forward rounding ~1e-5 on O(1) weights, 1e-4.
     assert logs["cw_grpo/weight_max"] == pytest.approx(valid.max().item(), abs=1e-4)
+    # tol: as weight_min: the std of O(1) weights moves by at most the weights' ~1e-5 rounding, 1e-4.
     assert logs["cw_grpo/weight_std"] == pytest.approx(valid.std(correction=0).item(), abs=1e-4)
+    # tol: the fraction is k/N (a count of weights under 0.5, averaged in float32: one rounding of a value <= 1,
+    # 2^-24); 1e-6 holds as long as no weight lies within the forwards' ~1e-5 rounding of 0.5 (then the count itself
+    # could differ by one).
     assert logs["cw_grpo/frac_weight_lt_0.5"] == pytest.approx((valid < 0.5).float().mean().item(), abs=1e-6)
 
 
@@ -152,10 +165,16 @@ def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_di
     assert len(hook.loss_inputs) == len(loss.loss_inputs) == 4
     for a, b in zip(hook.loss_inputs, loss.loss_inputs):
         assert torch.equal(a["completion_ids"], b["completion_ids"])  # same samples, same shuffle
+        # tol: the two paths compute the same log-probs in two forwards of another batch layout (float32, ~1e-5 on
+        # logps <= ~10 in magnitude, see the test above); the advantages A_i * w_it are O(1): 1e-5 absolute + 1e-5
+        # relative is ~100 float32 ULP of values near 1.
         torch.testing.assert_close(a["advantages"], b["advantages"], atol=1e-5, rtol=1e-5)
     assert all(h["cw_grpo/extra_forward"] == 1.0 for h in hook.state.log_history if "cw_grpo/extra_forward" in h)
     assert all(h["cw_grpo/extra_forward"] == 0.0 for h in loss.state.log_history if "cw_grpo/extra_forward" in h)
     for name, p in hook.model.named_parameters():
+        # tol: two Adam steps at lr 1e-2 move each parameter by <= ~2e-2; the two paths' gradients differ only by
+        # float32 forward rounding (relative ~1e-6..1e-5), so the updates differ by ~2e-2 x 1e-5 = 2e-7, far under 1e-5
+        # + 1e-4 x |p|.
         torch.testing.assert_close(p, loss.model.get_parameter(name), atol=1e-5, rtol=1e-4)
 
 
@@ -194,6 +213,8 @@ def test_weights_from_the_loss_are_reused_on_every_iteration(tiny_model_dir, ari
     key = lambda b, i: (tuple(b["prompt_ids"][i].tolist()), tuple(b["completion_ids"][i].tolist()))  # noqa: E731
     rows = {key(batch, i): expected[i] for i in range(len(mask))}
     for i in range(mask.size(0)):
+        # tol: the same derivation as the loss-path test above: the weights from independent_logps vs the trainer's
+        # forward differ by float32 rounding (~1e-5 on O(1) values), 1e-4.
         torch.testing.assert_close(second["advantages"][i], rows[key(second, i)], atol=1e-4, rtol=1e-4)
 
     logs = trainer.state.log_history[0]
@@ -285,6 +306,8 @@ def test_rollout_logps_source(tiny_model_dir, arithmetic_train, config_kwargs):
     forward, extra = rollout_logps(batch)
     assert extra and forward.shape == (4, 6)
     valid = batch["completion_mask"].bool()
+    # tol: assert_close's float32 defaults (rtol 1.3e-6 ~ 11 ULP, atol 1e-5) on log-probs <= ~10 in magnitude from the
+    # same fp32 tiny model in two forwards of the same shapes: each differs by a few ULP of the 32/64-term sums.
     torch.testing.assert_close(forward[valid], independent_logps(tiny_model_dir, batch, 1.0)[valid])
 
     sampler = torch.full((4, 6), -0.5)
@@ -383,6 +406,9 @@ def test_two_process_weights_equal_single_process_weights_of_the_gathered_batch(
             part = slice(4, 6)
             local_only = covariance_weights(logps[part], advantages[part], mask[part], 2)
             if mask[part].any() and advantages[4:8].unique().numel() > 1:
+                # tol: a difference counts only above 1e-3 (+ 1e-5 relative), ~100x the float32 rounding of O(1)
+                # weights over 12 rows (~1e-5), so rounding alone cannot make the straddling group look different: the
+                # bound makes the test harder to pass, not easier.
                 straddling_differs |= not torch.allclose(local_only, weights[part], atol=1e-3)
     assert straddling_differs, "the straddling group's weights do not depend on the other process: test is vacuous"
 

@@ -29,6 +29,9 @@ def t64(x):
     return torch.tensor(x, dtype=F64)
 
 
+# tol(defaults): every value here is float64 (t64): both sides of a default comparison (pytest.approx's rel 1e-6,
+# assert_close's float64 rtol 1e-7 / atol 1e-7) are the same few operations on <= 35 values of size <= ~3, ~1e-15
+# apart, or exact fractions (8/9, 1, -1/6) a few roundings off.
 def pop_advantages(r):
     r = t64(r)
     return (r - r.mean()) / r.std(correction=0)
@@ -145,6 +148,8 @@ def test_max_variance_subset_brute_force_property(values, k):
 def test_example1_unbalanced_split():
     r = [0.05, 0.9, 0.2, 0.1, 0.15, 0.3, 0.0, 0.25]
     a = pop_advantages(r)
+    # tol: the §12 Example 1 advantages, printed to 6 decimals (<= 5e-7 off), float64 here (~4 roundings of <= 2.5:
+    # ~1e-15): 1e-6.
     torch.testing.assert_close(
         a,
         t64([-0.730880, 2.475561, -0.165037, -0.542266, -0.353652, 0.212191, -0.919494, 0.023577]),
@@ -153,11 +158,19 @@ def test_example1_unbalanced_split():
     )
     idx = max_variance_subset(a, 4)
     assert idx.tolist() == [0, 1, 3, 6]  # 1 from the top + 3 from the bottom, not the balanced 2 + 2
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a[idx]) == pytest.approx(1.945525, abs=1e-6)
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert a[idx].mean().item() == pytest.approx(0.070730, abs=1e-6)
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a[[0, 1, 5, 6]]) == pytest.approx(1.821012, abs=1e-6)  # the balanced split is worse
     a_trl = trl_advantages(r)
     assert max_variance_subset(a_trl, 4).tolist() == [0, 1, 3, 6]
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a_trl[idx]) == pytest.approx(1.701134, abs=1e-6)
 
 
@@ -168,12 +181,18 @@ def test_example1_unbalanced_split():
 def test_example2a_binary_ties(k, expected, var_pop, var_trl):
     r = [1, 0, 0, 1, 0, 0, 0, 0]
     a, a_trl = pop_advantages(r), trl_advantages(r)
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert a.max().item() == pytest.approx(1.732051, abs=1e-6) and a_trl.max().item() == pytest.approx(
         1.619835, abs=1e-6
     )
     assert max_variance_subset(a, k).tolist() == expected
     assert max_variance_subset(a_trl, k).tolist() == expected
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a[expected]) == pytest.approx(var_pop, abs=1e-6)
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a_trl[expected]) == pytest.approx(var_trl, abs=1e-6)
 
 
@@ -181,15 +200,24 @@ def test_example2b_equal_abs_mean_takes_fewer_from_top():
     a = pop_advantages([1, 1, 0, 1, 0, 0, 1, 0])
     idx = max_variance_subset(a, 5)
     assert idx.tolist() == [2, 3, 4, 5, 6]
+    # tol: exact in real arithmetic (binary rewards: A = +-1, Var 0.96 of five of them); float64 mean / std / squares
+    # of 8 values ~1: ~1e-15, under 1e-9.
     assert pop_var(a[idx]) == pytest.approx(0.96, abs=1e-9)
+    # tol: exactly -0.2 in real arithmetic; a float64 mean of 5 values +-1 (~1e-16): 1e-9.
     assert a[idx].mean().item() == pytest.approx(-0.2, abs=1e-9)
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(trl_advantages([1, 1, 0, 1, 0, 0, 1, 0])[idx]) == pytest.approx(0.839686, abs=1e-6)
 
 
 def test_example2c_magnitudes_for_g32():
     for c, (pos, neg) in {1: (5.567764, -0.179605), 4: (2.645751, -0.377964), 16: (1.0, -1.0)}.items():
         a = pop_advantages([1] * c + [0] * (32 - c))
+        # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64
+        # (a mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
         assert a.max().item() == pytest.approx(pos, abs=1e-6) and a.min().item() == pytest.approx(neg, abs=1e-6)
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert trl_advantages([1] + [0] * 31).max().item() == pytest.approx(5.476979, abs=1e-6)
 
 
@@ -204,9 +232,13 @@ def test_example3_cross_group_vs_intra_group(trl, cross_var, intra_var):
     a = example3_advantages(trl)
     cross = select_rollouts(a, 4, 2)
     assert cross.tolist() == [0, 1, 4, 5, 6, 7]
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a[cross]) == pytest.approx(cross_var, abs=1e-6)
     intra = select_rollouts(a, 4, 2, scope="group")
     assert intra.tolist() == [0, 1, 5, 6, 8, 9]
+    # tol: a worked value of docs/methods/d3s.md §12, printed to 6 decimals (<= 5e-7 off), computed here in float64 (a
+    # mean, a std and a few products of <= 32 values <= ~6: ~1e-14): 1e-6.
     assert pop_var(a[intra]) == pytest.approx(intra_var, abs=1e-6)
     assert select_rollouts(a.reshape(3, 4), 4, 2).tolist() == cross.tolist()  # (num_prompts, G) input
 
@@ -242,6 +274,8 @@ def test_example4_loss_normalisations(normalization, expected):
     ratio = torch.exp(logp - logp.detach())  # = 1, no clipping active, beta = 0
     per_token = -ratio * EX4_ADV[:, None]
     loss = masked_token_loss(per_token, torch.tensor(EX4_KEEP), EX4_MASK, normalization=normalization)
+    # tol: the worked losses are printed to 6 decimals (<= 5e-7 off); float64 masked means of <= 15 terms |A| <= 2 add
+    # ~1e-15: 1e-6.
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     if normalization == "token_mean_kept":  # per-token gradient weights of the default
         (grad,) = torch.autograd.grad(loss, logp)
@@ -265,12 +299,18 @@ def test_example4_loss_normalisations(normalization, expected):
 def test_example5_schedule(step, total, n_s, ratio):
     got = schedule(step, total, num_generations=32)
     assert got[0] == n_s and isinstance(got[0], int)
+    # tol: the token ratio is a float64 linear interpolation (a product and a sum of values <= 0.2: <= 3 roundings,
+    # ~8e-17): 1e-12.
     assert got[1] == pytest.approx(ratio, abs=1e-12)
 
 
 def test_example5_run_averages():
     kept = [schedule(s, 1000, num_generations=32) for s in range(1000)]
+    # tol: a float64 sum of 1000 terms <= 1 (<= 1000 x 2^-53 x 1000 ~ 1e-10 worst case) against the spec's 6-decimal
+    # value (<= 5e-7): 1e-6.
     assert sum(n / 32 for n, _ in kept) / 1000 == pytest.approx(0.624625, abs=1e-6)
+    # tol: a float64 sum of 1000 terms <= 0.2 (<= ~2e-11 worst case) against the spec's 6-decimal value (<= 5e-7):
+    # 1e-6.
     assert sum(n / 32 * k for n, k in kept) / 1000 == pytest.approx(0.087413, abs=1e-6)
 
 
@@ -355,6 +395,8 @@ def test_binary_closed_form(g, data):
     feasible = range(max(0, k - (g - n_pos)), min(k, n_pos) + 1)
     assert q * (k - q) == max(x * (k - x) for x in feasible)
     gap = (a.max() - a.min()).item()
+    # tol: float64, <= 12 advantages |A| <= ~3.5: the variance and the closed form q (k - q) / k^2 gap^2 are a few tens
+    # of roundings of values <= ~12 (~1e-14): 1e-9.
     assert pop_var(a[idx]) == pytest.approx(q * (k - q) / k**2 * gap**2, abs=1e-9)
 
 

@@ -26,6 +26,11 @@ from grpo_family.algorithms.d3s import (
 from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.trainers.d3s import D3SConfig, D3STrainer, default_samples_start, planned_kept_tokens
 
+# tol(defaults): assert_close's float32 defaults (rtol 1.3e-6 ~ 11 ULP, atol 1e-5) where both sides run the same few
+# float32 operations on the same inputs (entropies of the same fp32 forward, group advantages of the same rewards: a
+# mean, a std and a division, <= 3 roundings of values <= ~5); pytest.approx's default rel 1e-6 on float64 schedule
+# values computed by the same formula (a few float64 roundings, ~1e-16).
+
 
 # ---------------------------------------------------------------------------------------------------- recording
 class GradCapture(TrainerCallback):
@@ -157,6 +162,10 @@ def hand_per_token_loss(model, inputs, temperature, beta, epsilon=0.2):
 def assert_grads_close(actual, expected):
     assert actual.keys() == expected.keys()
     for name in expected:
+        # tol: parameter gradients of the same fp32 loss by the trainer and by hand: each is a sum over the batch's
+        # tokens and the width-32/64 layers (a few hundred terms) taken in another order, so it differs by <= n ULP x
+        # sum|terms|; rtol 1e-5 (~84 float32 ULP) covers the sums, atol 1e-7 the gradients that cancel to ~0 from terms
+        # <= ~1e-3.
         torch.testing.assert_close(actual[name], expected[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
@@ -288,6 +297,9 @@ def test_step_trains_exactly_the_kept_rollouts_and_tokens(tiny_model_dir, arithm
         config.d3s_loss_normalization in ("token_mean_kept", "literal_eq10")
         and config.importance_sampling_level == "token"
     ):
+        # tol: the logged loss comes from the trainer's forward, the hand loss from another forward of the same fp32
+        # model (logps differ by a few ULP of |logp| <= ~10); both are means of ~100 O(1) per-token terms (a rounding
+        # each): rtol 1e-4 (~840 ULP) + atol 1e-6 for a loss near 0.
         torch.testing.assert_close(rec["loss"][0], loss.detach(), rtol=1e-4, atol=1e-6)  # logged value = D3S loss
 
 
@@ -362,6 +374,9 @@ def test_full_schedule_is_grpo_with_token_mean_loss(tiny_model_dir, arithmetic_t
     assert [r.size(0) for r in d3s.rec["raw_logps"]] == [8, 8]
     base_weights, d3s_weights = base.model.state_dict(), d3s.model.state_dict()
     for name in base_weights:
+        # tol: with every sample and token kept D3S computes GRPO's loss; the two runs' gradients differ only by
+        # float32 summation order (relative ~1e-6), and two Adam steps at lr 1e-2 move a parameter by <= ~2e-2, so the
+        # weights differ by ~2e-2 x 1e-6 = 2e-8: rtol 1e-5 + atol 1e-7 holds with margin.
         torch.testing.assert_close(d3s_weights[name], base_weights[name], rtol=1e-5, atol=1e-7)
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     assert any(not torch.equal(initial[k], d3s_weights[k]) for k in initial), "training did not move the weights"
@@ -403,6 +418,8 @@ def test_each_optimizer_step_divides_by_its_own_kept_tokens(
             adv = inputs["advantages"][:, None].expand_as(ratio)
             clipped = ((adv > 0) & (ratio > 1.2)) | ((adv < 0) & (ratio < 0.8))
             expected = torch.where(clipped, 0.0, -adv * ratio) / kept_tokens
+            # tol: the closed-form gradient -A exp(logp - old) / n is 3 float32 roundings of a value <= |A| <= ~2; rtol
+            # 1e-5 (~84 ULP) covers them and the loss's own order of operations, atol 1e-8 the zero-advantage tokens.
             torch.testing.assert_close(raw.grad[kept], expected[kept], rtol=1e-5, atol=1e-8)
 
 
@@ -631,7 +648,11 @@ def test_a_process_without_kept_rows_logs_the_true_kl_and_entropy(tiny_model_dir
     (log,) = [h for h in ranks[0]["logs"] if "kl" in h]
     other = next(h for h in ranks[1]["logs"] if "kl" in h)
     assert (log["kl"], log["entropy"]) == (other["kl"], other["entropy"])  # reduced over both ranks
+    # tol: policy = reference at step 1, so d = ref - logp is a few float32 ULP of |logp| <= ~10 (~1e-6) and the KL
+    # exp(d) - d - 1 is one rounding of 1 (2^-24 = 6e-8) per token, averaged: < 1e-6 (~8 ULP of 1).
     assert abs(log["kl"]) < 1e-6  # step 1: the policy is the reference
     entropy = sum((c["entropies"] * c["mask"]).sum() for r in ranks for c in r["calls"])
     tokens = sum(c["mask"].sum() for r in ranks for c in r["calls"])
+    # tol: the entropy mean is a float32 sum over the two ranks' n ~ 100 tokens of entropies <= log(vocab) ~ 5, in
+    # another order on each side: <= n x 2^-24 relative (one half-ULP rounding per addition) ~ 6e-6 < 1e-5.
     assert math.isclose(log["entropy"], float(entropy / tokens), rel_tol=1e-5)

@@ -78,8 +78,14 @@ def brute_force_grad(logps, advantages, g, alpha=1.0, normalization="group"):
     return out
 
 
+# tol(defaults): the worked numbers of docs/methods/gpg.md §12 are printed to 6 decimals (<= 5e-7 off; the 4-decimal
+# -0.4999 / 1.4997 are -0.25 / 0.5001 and 0.75 / 0.5001, within 2e-7) and computed here in float64 (a few roundings of
+# values <= ~2, ~1e-15), so this helper's default atol 1e-6 (rtol 0) covers the printing; allclose's, assert_close's
+# and approx's own defaults (rtol 1e-5 / 1.3e-6 float32 / rel 1e-6) compare the same float64 or float32 expression
+# computed twice (a few roundings, <= ~4 x 2^-24 relative in float32) or exact count ratios rounded once or twice.
+# tol: the helper's default atol 1e-6 is the one derived just above.
 def assert_close(actual, expected, atol=1e-6):
-    torch.testing.assert_close(
+    torch.testing.assert_close(  # tol: the caller's atol (default 1e-6, derived above), nothing relative
         torch.as_tensor(actual, dtype=torch.float64), torch.as_tensor(expected, dtype=torch.float64), atol=atol, rtol=0
     )
 
@@ -96,6 +102,8 @@ def test_example1_no_degenerate_group():
     assert gpg_alpha(r) == 1.0 and count_degenerate_groups(r) == 0
     a_none = gpg_advantages(r).flatten().tolist()
     a_std = gpg_advantages(r, f_norm="group").flatten().tolist()
+    # tol: the advantages r - mean of 0/1 rewards are sums of 4 values in float64 (<= 4 x 2^-53 ~ 4.4e-16 absolute):
+    # 1e-15.
     assert_close(a_none, [0.5, -0.5, -0.5, 0.5, 0.25, 0.25, 0.25, -0.75], atol=1e-15)
     assert_close(a_std, [0.865875, -0.865875, -0.865875, 0.865875, 0.4999, 0.4999, 0.4999, -1.4997])
     expected = {
@@ -118,11 +126,15 @@ def test_example1_no_degenerate_group():
         got_loss, got_grad = loss_and_grad(EX1_L, adv, 4, normalization=norm)
         assert_close(got_loss, loss)
         assert_close(got_grad, grad)
+        # tol: two float64 computations of the same loss over 20 tokens, |A logp| <= 1.5 x 2.2, weights summing to 1:
+        # <= 20 x 2^-53 x Sum|w A logp| (~0.4) ~ 1e-15, far under 1e-12.
         assert_close(got_loss, brute_force_loss(EX1_L, adv, 4, normalization=norm), atol=1e-12)
+        # tol: the gradient -A / (P T_q) is 2-3 float64 roundings of a value <= ~0.1 (~3e-17): far under 1e-12.
         assert_close(got_grad, brute_force_grad(EX1_L, adv, 4, normalization=norm), atol=1e-12)
     assert_close(loss_and_grad(EX1_L, a_none, 4, normalization="sequence")[0], -0.10625)
     assert_close(loss_and_grad(EX1_L, a_std, 4, normalization="sequence")[0], -0.189997)
     # Hand check in docs/methods/gpg.md §12: group terms -0.175 and -0.15.
+    # tol: a float64 sum of 11 terms |A logp| <= 1 over T_q = 11: <= 11 x 2^-53 ~ 1.2e-15, under 1e-12.
     assert_close(brute_force_loss(EX1_L[:4], a_none[:4], 4), -0.175, atol=1e-12)
 
 
@@ -165,6 +177,8 @@ def test_example2_one_all_correct_group():
         adv = a_none if f_norm == "none" else a_std
         grad = loss_and_grad(EX2_L, adv, 4, normalization=norm, alpha=alpha)[1]
         assert_close(grad, expected)
+        # tol: the gradient -alpha A / (P T_q) is 3 float64 roundings of a value <= ~0.1 on each side: ~1e-16, far
+        # under 1e-12.
         assert_close(grad, brute_force_grad(EX2_L, adv, 4, alpha=alpha, normalization=norm), atol=1e-12)
 
 
@@ -181,12 +195,17 @@ def test_example3_alpha_must_be_global():
     rank1 = loss_and_grad(EX3_L[8:], adv[8:], 4)[0]
     assert_close([rank0, rank1], [-0.007812, -0.053571])
     alpha = gpg_alpha(r)
+    # tol: alpha = B / (B - M) of exact counts, one float64 division: <= 2^-53 x 4/3 ~ 1.5e-16, under 1e-15.
     assert alpha == pytest.approx(4 / 3, abs=1e-15)
     ddp = (alpha * rank0 + alpha * rank1) / 2  # the same alpha on every rank, then DDP's mean
     assert_close(ddp, -0.040923)
+    # tol: the same float64 loss over 32 tokens (|A logp| <= ~2, weights summing to <= 4/3) summed in another grouping:
+    # <= 32 x 2^-53 x ~1 ~ 3.6e-15, under 1e-12.
     assert_close(loss_and_grad(EX3_L, adv, 4, alpha=alpha)[0], ddp, atol=1e-12)
     informative = [loss_and_grad(EX3_L[q * 4 : q * 4 + 4], adv[q * 4 : q * 4 + 4], 4)[0] for q in (0, 2, 3)]
     assert_close(informative, [-0.015625, 0.035714, -0.142857])
+    # tol: 3 float64 group losses (each a few roundings of <= ~0.15) averaged vs the full loss: ~1e-16 x a few tens of
+    # terms, under 1e-12.
     assert_close(sum(informative) / 3, ddp, atol=1e-12)  # alpha * L = mean over informative groups
     per_rank_alpha = [gpg_alpha(r[:2]), gpg_alpha(r[2:])]
     assert per_rank_alpha == [2.0, 1.0]
@@ -202,6 +221,7 @@ def test_example4_continuous_rewards():
     assert alpha == 1.5
     a_none = gpg_advantages(r).flatten().tolist()
     a_std = gpg_advantages(r, f_norm="group").flatten().tolist()
+    # tol: r - mean of 3 float64 rewards in [0, 1]: <= 3 roundings of 2^-53 (~3.3e-16): 1e-12.
     assert_close(a_none, [0.4, -0.1, -0.3, 0, 0, 0, 0.25, -0.35, 0.1], atol=1e-12)
     assert_close(a_std, [1.109093, -0.277273, -0.83182, 0, 0, 0, 0.800384, -1.120538, 0.320154])
     for adv, norm, without, with_alpha in [
@@ -256,6 +276,8 @@ def test_nan_rewards_are_left_out_and_counted_in_m():
     assert degenerate_groups(r).tolist() == [False, True, True]
     adv = gpg_advantages(r)
     assert torch.isfinite(adv).all()
+    # tol: float32 rewards (torch.tensor's default dtype): the mean 1/3 is one rounding (half a ULP of 1/3, 2^-26) and
+    # 1 - mean, 0 - mean one more (half a ULP of 2/3, 2^-25): <= 4.5e-8 from float64 2/3 and -1/3, under 1e-7.
     assert_close(adv[0], [2 / 3, 0.0, -1 / 3, -1 / 3], atol=1e-7)  # mean of the three scorable rewards
     assert torch.equal(adv[1:], torch.zeros(2, 4))
     std = torch.tensor([1.0, 0.0, 0.0]).std().item()
@@ -341,9 +363,13 @@ def test_advantages_match_brute_force(batch, f_norm):
         scale = {"none": 1.0, "group": std + 1e-4, "batch": batch_std + 1e-4}[f_norm]
         expected.append([0.0 if max(row) == min(row) else (x - mean) / scale for x in row])
     adv = gpg_advantages(rewards, f_norm=f_norm)
+    # tol: float64 on both sides: rewards in [-3, 3], means of <= 5 values and stds differ by a few roundings (~6 x
+    # 2^-53 x 3 ~ 2e-15), then divided by std + 1e-4 >= 1e-4: <= ~2e-11, under 1e-9.
     assert_close(adv, expected, atol=1e-9)
     assert torch.isfinite(adv).all()
     if f_norm != "batch":
+        # tol: a row of <= 5 float64 advantages |A| <= ~6 sums to 0 up to 5 roundings (~6.7e-15), or that divided by
+        # std + 1e-4 (<= ~7e-11): under 1e-9.
         assert_close(adv.sum(dim=1), torch.zeros(len(rows)), atol=1e-9)  # P10
 
 
@@ -354,7 +380,11 @@ def test_advantage_shift_and_scale_behaviour(batch, shift, scale):
     base = gpg_advantages(rewards)
     for moved in (rewards + shift, rewards * scale):  # rounding must not merge distinct rewards
         assume(torch.equal(degenerate_groups(moved), degenerate_groups(rewards)))
+    # tol: shifting float64 rewards by |shift| <= 5 rounds each |r + shift| <= 8 once (<= 8 x 2^-53 ~ 9e-16), and r -
+    # mean cancels the shift up to a few such roundings: ~1e-14, under 1e-9.
     assert_close(gpg_advantages(rewards + shift), base, atol=1e-9)  # P11: shift-invariant
+    # tol: scaling by <= 10 rounds each reward once (relative 2^-53) and the advantage |A| x scale <= 60 carries a few
+    # such roundings: ~1e-14, under 1e-9.
     assert_close(gpg_advantages(rewards * scale), base * scale, atol=1e-9)  # linear in the reward scale
 
 
@@ -366,10 +396,14 @@ def test_loss_and_gradient_match_brute_force(batch, normalization, alpha):
     if all(len(x) == 0 for x in logps):
         logps[0] = [-1.0]
     loss, grad = loss_and_grad(logps, adv, g, alpha=alpha, normalization=normalization)
+    # tol: a float64 loss over <= 100 tokens with |A logp| <= 6 x 8, alpha <= 8, weights summing to <= 1: <= 100 x
+    # 2^-53 x 384 ~ 4e-12, under 1e-10.
     assert loss == pytest.approx(brute_force_loss(logps, adv, g, alpha, normalization), abs=1e-10)
     expected = brute_force_grad(logps, adv, g, alpha, normalization)  # P4
     for i, row in enumerate(logps):
         if row:
+            # tol: the gradient -alpha A / (P T_q) is 3 float64 roundings of a value <= 48: <= 3 x 2^-53 x 48 ~
+            # 1.6e-14, under 1e-12.
             assert grad[i] == pytest.approx(expected[i], abs=1e-12)
 
 
@@ -390,6 +424,8 @@ def test_degenerate_rows_do_not_change_the_gradient(batch, data):
     _, after = loss_and_grad(changed, adv, g, alpha=alpha)
     for i, deg in enumerate(degenerate):
         if not deg and logps[i]:
+            # tol: the kept rows' gradient is the same expression -alpha A / (P T_q) of the same counts either way:
+            # equal up to a rounding or two (2^-53 relative each), rel 1e-12 is ~4500 float64 ULP.
             assert after[i] == pytest.approx(before[i], rel=1e-12)
 
 
@@ -410,7 +446,11 @@ def test_alpha_scales_the_gradient_and_scale_grad_keeps_the_forward(batch, alpha
             loss = scaled
         loss.backward()
         grads.append(x.grad)
+    # tol: alpha x grad is one float64 multiplication more on one side than grad(alpha L): <= 2 roundings (2^-53
+    # relative each), rtol 1e-12.
     torch.testing.assert_close(grads[1], alpha * grads[0], rtol=1e-12, atol=0)
+    # tol: the hook multiplies the incoming gradient by alpha once, as the alpha loss does: equal up to a rounding
+    # (2^-53 relative), rtol 1e-12.
     torch.testing.assert_close(grads[2], grads[1], rtol=1e-12, atol=0)
 
 
@@ -437,6 +477,8 @@ def test_group_token_weights_make_any_row_split_exact(batch, data):
     for rows in parts:
         per_row = torch.where(mask[rows], -adv[rows, None] * values[rows], 0.0).sum(dim=1)
         total += (per_row * weights[rows]).sum().item()
+    # tol: two float64 sums of the same <= 100 weighted terms (|A logp| <= 6 x 8, weights summing to <= 1) in another
+    # order: <= 100 x 2^-53 x 48 ~ 5.3e-13, under 1e-12.
     assert total == pytest.approx(full, abs=1e-12)
 
 
@@ -459,6 +501,8 @@ def test_grpo_surrogate_at_theta_old_has_the_same_gradient(batch, normalization)
     else:
         loss = torch.where(mask, surrogate, 0.0).sum() / mask.sum().clamp(min=1)
     loss.backward()
+    # tol: ratio = exp(0) = 1 exactly, so both gradients are -A times the same weight (a rounding or two apart, rtol
+    # 1e-12 ~ 4500 float64 ULP); atol 1e-15 for the zero entries of degenerate rows.
     torch.testing.assert_close(x2.grad, x1.grad, rtol=1e-12, atol=1e-15)
 
 
@@ -478,9 +522,16 @@ def test_float32_and_bfloat16_inputs():
     adv = gpg_advantages(torch.tensor(EX1_R, dtype=torch.float32)).flatten()
     loss = gpg_loss(values, adv, mask, 4)
     assert loss.dtype == torch.float32
+    # tol: a float32 loss: each of the 20 terms carries ~5 roundings (logp, product, row sum, weight, weighted product)
+    # of 2^-24 relative on Sum|w A logp| = 0.365: <= 5 x 6e-8 x 0.365 ~ 1.1e-7, plus the result's own rounding: under
+    # 1e-6.
     assert loss.item() == pytest.approx(-0.1625, abs=1e-6)
     loss16 = gpg_loss(values.bfloat16(), adv.bfloat16(), mask, 4)
-    assert loss16.dtype == torch.bfloat16 and loss16.item() == pytest.approx(-0.1625, abs=3e-3)
+    # tol: bfloat16 rounds to 8 significant bits (unit roundoff 2^-8): each term carries ~5 roundings (logp, product,
+    # row sum, weight, weighted product) on Sum|w A logp| = 0.365, and the result one more of |-0.1625|:
+    # 5 x 2^-8 x 0.365 + 2^-8 x 0.1625 ~ 7.8e-3. The former 3e-3 was below this worst case (it held on the rounding
+    # one CPU did, 5.9e-4 off), so the bound is now 8e-3.
+    assert loss16.dtype == torch.bfloat16 and loss16.item() == pytest.approx(-0.1625, abs=8e-3)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -493,5 +544,7 @@ def test_cuda_matches_cpu():
     x = values.cuda().requires_grad_(True)
     loss = gpg_loss(x, gpg_advantages(r.cuda()).flatten(), mask.cuda(), 4, alpha=alpha)
     loss.backward()
+    # tol: the same float64 loss over 26 tokens (|alpha A logp| <= 1.5 x 0.75 x 2, weights summing to <= 1) reduced
+    # in another order by the CUDA kernels: <= 26 x 2^-53 x 2.25 ~ 6.5e-15, under 1e-12.
     assert loss.item() == pytest.approx(gpg_loss(values, adv, mask, 4, alpha=alpha).item(), abs=1e-12)
     assert x.grad.device.type == "cuda"

@@ -142,12 +142,15 @@ def test_threshold_counts_unscorable_rows_like_alpha():
     informative = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, nan]
     round0 = torch.tensor([informative] * 3 + [[0.0] * G] * 2)
     share = informative_share([round0], 1)
+    # tol: approx's default rel 1e-6: the share and 1/alpha are ratios of token counts (exact integers) taken in
+    # float32 then read as Python floats: one or two roundings of a value <= 1 (<= 2 x 2^-24 = 1.2e-7 relative).
     assert share == pytest.approx(21 / 40) and share == pytest.approx(1 / gpg_alpha(round0))
     assert share < beta_th
     # A second round brings fully scorable informative groups for the two degenerate slots: rho = 37/40.
     round1 = torch.tensor([[0.0] * G] * 3 + [[1.0] + [0.0] * (G - 1)] * 2)
     _, assembled = assemble_rewards([round0, round1], 1)
     share = informative_share([round0, round1], 1)
+    # tol: approx's default rel 1e-6 on a ratio of exact counts rounded once or twice in float32 (<= 1.2e-7 relative).
     assert share == pytest.approx(37 / 40) and share >= beta_th and gpg_alpha(assembled) <= 1 / beta_th
 
 
@@ -172,6 +175,8 @@ def test_informative_share_is_one_over_alpha_of_the_assembled_batch(
     if dead.all():
         assert share == 0.0
     else:
+        # tol: approx's default rel 1e-6: share and 1/alpha are ratios of exact counts, each a couple of float32
+        # roundings (<= 1.2e-7 relative).
         assert share == pytest.approx(1 / gpg_alpha(assembled))  # rho >= beta_th  <=>  alpha <= 1 / beta_th
 
 
@@ -234,12 +239,15 @@ def test_loss_row_weights_give_the_brute_force_loss_over_any_split(num_groups, G
     weights = loss_row_weights(mask, G, normalization=normalization)
     expected = _brute_force_loss(logps, advantages, mask, G, normalization)  # not gpg_loss: it uses these weights
     as_sum = (weights * (-advantages[:, None] * logps * mask).sum(dim=1)).sum()
+    # tol: float64 sums of n <= 4 x 4 x 5 = 80 terms |A logp| <= ~12 with weights summing to <= 1, in another order
+    # than the brute force: <= n x 2^-53 x 12 ~ 1.1e-13 absolute, under abs 1e-12 (rel 1e-12 ~ 4500 float64 ULP).
     assert as_sum.item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
     # Any split of the rows (processes, micro-steps) adds up to the whole: the loss is a plain row sum.
     split = torch.randperm(N, generator=generator)[: N // 2]
     rest = torch.ones(N, dtype=torch.bool)
     rest[split] = False
     parts = [(weights[i] * (-advantages[i, None] * logps[i] * mask[i]).sum(dim=1)).sum() for i in (split, rest)]
+    # tol: as above: any split regroups the same <= 80 float64 terms, <= 80 x 2^-53 x 12 ~ 1.1e-13 < 1e-12.
     assert (parts[0] + parts[1]).item() == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
@@ -258,6 +266,10 @@ def test_alpha_is_one_without_degenerate_groups(tiny_model_dir, tmp_path):
     assert _metric(trainer, "gpg/rounds") == 1 and _metric(trainer, "gpg/all_degenerate") == 0.0  # no beta_th
     loss, alpha, _, grads = reference_step(tiny_model_dir, [record], 4)
     assert alpha == 1.0
+    # tol: float32 trainer vs float64 reference (tests/dist/gpg_common.py): the loss is a token mean of A logp over the
+    # batch, each fp32 logp a few ULP of |logp| <= ~5 off (2-layer width-32 forward), the errors of opposite signs
+    # averaging over ~50-100 tokens; 1e-6 is a handful of float32 ULP of the loss, not a worst-case sum (flagged in the
+    # issue-44 audit report).
     assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
     _assert_grads_match(trainer.grads[0], grads)
 
@@ -278,6 +290,8 @@ def test_logged_loss_is_unscaled_while_gradients_carry_alpha(tiny_model_dir, tmp
     )
     assert alpha == 2.0
     assert torch.equal(record["advantages"].double(), advantages)
+    # tol: as in test_alpha_is_one_without_degenerate_groups: fp32 trainer vs fp64 reference loss, a handful of float32
+    # ULP of the token mean (flagged in the audit report).
     assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)  # the policy loss, not alpha * loss
     _assert_grads_match(trainer.grads[0], grads)  # grads of alpha * loss
     unscaled = {name: g / alpha for name, g in grads.items()}
@@ -312,11 +326,16 @@ def test_resampling_replaces_degenerate_groups(tiny_model_dir, tmp_path):
     share = 1 - degenerate_groups(record["rewards"]).float().mean().item()
     assert share == _metric(trainer, "gpg/informative_share")
     assert share >= 0.75 and _metric(trainer, "gpg/threshold_met") == 1.0
+    # tol: approx's default rel 1e-6: alpha is 1/share of exact counts, two float32 roundings (<= 1.2e-7 relative).
     assert _metric(trainer, "gpg/alpha") == pytest.approx(1 / share)
+    # tol: approx's default rel 1e-6: the logged reward and this mean of the same float32 rewards in [0, 1] (16 values,
+    # <= 16 x 2^-24 ~ 9.5e-7 relative).
     assert _metric(trainer, "reward") == pytest.approx(record["rewards"].mean().item())  # metrics: trained batch
     assert record["completion_ids"].size(0) == 16  # the generation batch size is unchanged
     loss, alpha, advantages, grads = reference_step(tiny_model_dir, [record], 4)
     assert torch.equal(record["advantages"].double(), advantages)
+    # tol: fp32 trainer vs fp64 reference loss, a handful of float32 ULP of the token mean (see
+    # test_alpha_is_one_without_degenerate_groups; flagged in the audit report).
     assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
     _assert_grads_match(trainer.grads[0], grads)
     # Extra prompts are a function of (seed, step, round): the same when asked again, other ones for another round.
@@ -371,6 +390,8 @@ def test_options_reach_the_maths(tiny_model_dir, tmp_path, options, expected_alp
     assert not advantages[8:].any()  # the near-flat groups are zeroed
     unnormalised = gpg_advantages(rewards, tol=1e-6).reshape(-1).double()
     assert (advantages[:8] - unnormalised[:8]).abs().max() > 0.1  # F_norm really divided
+    # tol: fp32 trainer vs fp64 reference loss, a handful of float32 ULP of the token mean (see
+    # test_alpha_is_one_without_degenerate_groups; flagged in the audit report).
     assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
     _assert_grads_match(trainer.grads[0], grads)
 
@@ -395,6 +416,7 @@ def test_resampling_threshold_counts_unscorable_rows(tiny_model_dir, tmp_path, c
         rewards = trainer.records[0]["rewards"]
         alpha, share = _metric(trainer, "gpg/alpha"), _metric(trainer, "gpg/informative_share")
         assert torch.isnan(rewards).any() and not degenerate_groups(rewards).any()
+        # tol: approx's default rel 1e-6: alpha is 1/share of exact counts, two float32 roundings (<= 1.2e-7 relative).
         assert _metric(trainer, "gpg/rounds") == 2 and share == 12 / 16 and alpha == pytest.approx(1 / share)
         if beta_th == 0.7:
             assert _metric(trainer, "gpg/threshold_met") == 1.0 and alpha <= 1 / beta_th
@@ -434,6 +456,8 @@ def test_resampling_merges_a_round_of_one_token_completions(tiny_model_dir, tiny
     assert (record["completion_ids"][:4, 1:] == tiny_tokenizer.pad_token_id).all()
     loss, _, advantages, grads = reference_step(tiny_model_dir, [record], 4)
     assert torch.equal(record["advantages"].double(), advantages)
+    # tol: fp32 trainer vs fp64 reference loss, a handful of float32 ULP of the token mean (see
+    # test_alpha_is_one_without_degenerate_groups; flagged in the audit report).
     assert _metric(trainer, "loss") == pytest.approx(loss, abs=1e-6)
     _assert_grads_match(trainer.grads[0], grads)
 
@@ -498,6 +522,8 @@ def test_two_process_gradients_equal_single_process_with_global_alpha(tiny_model
             assert alpha == expected_alpha, scenario
         assert torch.equal(torch.cat([r["advantages"] for r in records]).double(), advantages), scenario
         for rank in ranks:
+            # tol: fp32 trainer vs fp64 reference loss, a handful of float32 ULP of the token mean (see
+            # test_alpha_is_one_without_degenerate_groups; flagged in the audit report).
             assert rank["logs"][0]["loss"] == pytest.approx(loss, abs=1e-6), scenario
             _assert_grads_match(rank["grads"][0], grads)
         degenerate = degenerate_groups(records[0]["rewards"])

@@ -42,7 +42,10 @@ def grpo(r, std="population", eps=1e-6):
     return (r - r.mean(-1, keepdim=True)) / (sd + eps)
 
 
+# tol: the helper's default atol 5e-7: see the comment on its allclose below.
 def close(a, b, atol=5e-7):
+    # tol: 5e-7 is half a unit of the 6th decimal the worked values of docs/methods/ms_grpo.md §12 are printed to; the
+    # float64 computation adds ~1e-15, and allclose's default rtol 1e-5 x |value| on top covers it for values not near 0.
     return torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), atol=atol)
 
 
@@ -61,6 +64,8 @@ def test_spec_12_1_lone_success_g4(method):
     sample = {2: [0.707106, -0.235702], 3: [1.154699, -0.384900], 4: [1.499997, -0.499999]}
     for tau, (a1, a0) in sample.items():
         out = multiscale_advantages(r, std="sample", weights=one_hot(4, 2, tau), method=method)
+        # tol: the sample-std worked values are printed to 6 decimals (<= 5e-7 off: 4.6e-7 at tau = 3) and float64 adds
+        # ~1e-15; 1e-6 doubles the printing's half unit (the 5e-7 default would hold too).
         assert close(out, [[a1, a0, a0, a0]], atol=1e-6)
     assert close(multiscale_advantages(r, std="sample", method=method), [[1.120600] + [-0.373533] * 3])
 
@@ -92,7 +97,10 @@ def test_spec_12_3_binary_g8(method):
         assert close(out[ones], [a1] * 3) and close(out[~ones], [a0] * 5)
     out = multiscale_advantages(r, method=method)[0]
     assert close(out[ones], [1.130813] * 3) and close(out[~ones], [-0.678488] * 5)
+    # tol: the advantages of a group sum to 0 up to float64 rounding: 8 values |A| <= ~1.3, each an average of subgroup
+    # z-scores (~1e-15 each), summed: ~1e-14, under 1e-12.
     assert abs(out.sum()) < 1e-12
+    # tol: kappa(3, 8) is printed to 4 decimals in the spec (<= 5e-5 off); the float64 ratio adds ~1e-15.
     assert abs(out[0] / grpo([1, 0, 1, 1, 0, 0, 0, 0])[0] - 0.8759) < 5e-5  # kappa(3, 8)
     sample = multiscale_advantages(r, std="sample", method=method)[0]
     assert close(sample[ones], [0.993003] * 3) and close(sample[~ones], [-0.595802] * 5)
@@ -102,6 +110,8 @@ def test_spec_12_3_binary_g8(method):
 
 @pytest.mark.parametrize("method", EXACT_METHODS)
 def test_spec_12_4_global_weights_sample_std(method):
+    # tol: the global weights (tau - tau_min + 1) / sum are one float64 division each (<= 2^-53 x 0.4 ~ 4.4e-17):
+    # 1e-15.
     assert close(scale_weights(6, 3, "global"), [0.1, 0.2, 0.3, 0.4], atol=1e-15)
     r = t([[0, 0.25, 0.5, 1, 1, 0.75]])
     table = {
@@ -145,6 +155,9 @@ def test_spec_12_7_accelerated():
     for partition in ("bottom", "paper"):
         acc = multiscale_advantages(r, num_scales=3, subgroups_per_scale=6, partition=partition)
         assert close(acc, [[-1.071387, 1.340221, -0.134417, -0.134417]])
+        # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+        # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
+        # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(acc, multiscale_advantages(r), atol=1e-12)
     assert diverse_subgroups(8, 2, 8) == ((0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (1, 3), (4, 6), (5, 7))
     assert diverse_subgroups(8, 4, 8) == (
@@ -164,6 +177,7 @@ def test_spec_12_7_accelerated():
     )
     expected = [1.081599, -0.864088, 0.830849, 1.035846, -0.534259, -0.507844, -0.534259, -0.507844]
     assert close(out, [expected])
+    # tol: the advantages of a group sum to 0 up to float64 rounding (8 values |A| <= ~1.1, ~1e-14): 1e-12.
     assert abs(out.sum()) < 1e-12
 
 
@@ -195,8 +209,12 @@ def test_spec_12_8_binary_table_and_kappa():
     out = multiscale_advantages(rows, eps=0.0)
     out_s = multiscale_advantages(rows, eps=0.0, std="sample")
     for i, P in enumerate(range(1, 8)):
+        # tol: the §12.8 table is printed to 4 decimals (<= 5e-5 off); float64 adds ~1e-15.
         assert abs(out[i, 0] - pop[i]) < 5e-5 and abs(out_s[i, 0] - sam[i]) < 5e-5
+        # tol: the wrong completions' advantage is -P A_+ / (8 - P) by zero sum: two float64 roundings of values <= ~2
+        # on each side (~1e-15): 1e-12 (+ allclose's default rtol 1e-5).
         assert torch.allclose(out[i, P:], (-P * out[i, 0] / (8 - P)).expand(8 - P), atol=1e-12)
+        # tol: kappa printed to 4 decimals (<= 5e-5 off); float64 ratio adds ~1e-15.
         assert abs(out[i, 0] / grpo(rows[i].tolist(), eps=0.0)[0] - kappa[i]) < 5e-5  # P9
 
 
@@ -209,6 +227,8 @@ def test_binary_g64_matches_closed_form():
             out = multiscale_advantages(rows, std=std, eps=eps)
             for i, p in enumerate(P.tolist()):
                 plus, minus = binary_closed_form(p, G, std, eps)
+                # tol: the closed form sums C(63, tau - 1) weighted z-scores over 63 scales in float64, the engine by
+                # counts: relative ~1e3 x 2^-53 on |A| <= ~8 (~2e-12): 1e-9.
                 assert abs(out[i, 0] - plus) < 1e-9 and abs(out[i, -1] - minus) < 1e-9
             kappa = out[:, 0] / grpo(rows.tolist(), std=std, eps=eps)[:, 0]
             assert bool((kappa < 1).all()) and bool((kappa > 0).all())  # P9: shrunk, sign kept
@@ -217,6 +237,9 @@ def test_binary_g64_matches_closed_form():
     masked[0, [0, 20, 40, 63]] = float("nan")
     out = multiscale_advantages(masked)[0]
     keep = ~torch.isnan(masked[0])
+    # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+    # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups: ~1e-13,
+    # under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
     assert torch.allclose(out[keep], multiscale_advantages(masked[:, keep])[0], atol=1e-9)
     assert bool((out[~keep] == 0).all())
 
@@ -250,6 +273,9 @@ def test_engines_agree_with_reference(r, opts):
     outs.append(multiscale_advantages(rows, num_scales=R, subgroups_per_scale=math.comb(G, G // 2), **opts))
     outs.append(multiscale_advantages(rows, num_scales=R, **opts))  # DSS only, every scale drawn
     for out in outs:
+        # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+        # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
+        # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(out, t([ref]), atol=1e-9, rtol=0)
 
 
@@ -262,7 +288,13 @@ def test_counts_engine_matches_enumeration_at_g13(values):
     for std in ("population", "sample"):
         a = multiscale_advantages(rows, std=std, method="counts")
         b = multiscale_advantages(rows, std=std, method="enumerate")
+        # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+        # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
+        # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(a, b, atol=1e-9, rtol=0)
+        # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+        # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
+        # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(multiscale_advantages(rows, std=std), a, atol=1e-9, rtol=0)
 
 
@@ -272,6 +304,9 @@ def test_heavy_tailed_rewards_keep_precision(r):
     for std in ("population", "sample"):
         ref = t([ms_reference(r, std=std, eps=0.0)])
         for opts in ({}, {"method": "enumerate"}, {"num_scales": len(r) - 1, "subgroups_per_scale": 20}):
+            # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a
+            # few roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred
+            # subgroups: ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
             assert torch.allclose(multiscale_advantages(t([r]), std=std, eps=0.0, **opts), ref, atol=1e-9, rtol=0)
 
 
@@ -287,6 +322,8 @@ def test_batch_rows_are_independent_of_each_other():
     )
     batch = multiscale_advantages(rows)
     for i in range(len(rows)):
+        # tol: one row computed alone or in a batch: the same float64 operations on the same values, up to the batch
+        # kernels' reduction order (~1e-15 on |A| <= ~3): 1e-12 (+ allclose's default rtol 1e-5).
         assert torch.allclose(batch[i], multiscale_advantages(rows[i : i + 1])[0], atol=1e-12)
 
 
@@ -303,11 +340,19 @@ def test_zero_sum_shift_invariance_and_permutation(r, opts, shift):
     if opts["tau_min"] > len(r):
         return
     a = multiscale_advantages(t([r]), **opts)
+    # tol: the advantages sum to 0 up to float64 rounding of <= 7 values |A| <= ~3 averaged over <= 120 subgroups
+    # (~1e-13): 1e-9.
     assert abs(a.sum()) < 1e-9  # P4
+    # tol: shifting rewards in [-2, 2] by <= 50 rounds each once (|r + shift| <= 52: ~6e-15 absolute); divided by sd >=
+    # ~0.05 (rewards on a 0.1 grid) that moves z by ~1e-13: 1e-9 (+ allclose's default rtol 1e-5).
     assert torch.allclose(multiscale_advantages(t([r]) + shift, **opts), a, atol=1e-9)  # P5
     perm = torch.randperm(len(r), generator=torch.Generator().manual_seed(len(r)))
+    # tol: a permutation reorders the same float64 sums over <= 7 values: ~7 x 2^-53 x |z| <= 3 (~5e-15): 1e-12 (+
+    # allclose's default rtol 1e-5).
     assert torch.allclose(multiscale_advantages(t([r])[:, perm], **opts), a[:, perm], atol=1e-12)  # P6
     if opts["eps"] == 0:
+        # tol: scaling by 3.7 rounds each reward once (relative 2^-53), and z = (r - mean) / sd is scale-free up to
+        # those: ~1e-13 with sd >= ~0.05: 1e-9 (+ allclose's default rtol 1e-5).
         assert torch.allclose(multiscale_advantages(t([r]) * 3.7, **opts), a, atol=1e-9)  # P5, scale
 
 
@@ -321,6 +366,8 @@ def test_strict_order_preservation_and_ties(r, opts):  # P6, P7
         if r[i] > r[j]:
             assert a[i] > a[j]
         elif r[i] == r[j]:
+            # tol: tied rewards get the same average of z-scores computed over other subgroups in another order: ~10
+            # roundings of |z| <= ~3 (~7e-15): 1e-12.
             assert a[i] == pytest.approx(a[j], abs=1e-12)
 
 
@@ -330,8 +377,12 @@ def test_grpo_recovered(r, std, eps):
     G = len(r)
     expected = grpo(r, std, eps) if len(set(r)) > 1 else torch.zeros(G).double()
     out = multiscale_advantages(t([r]), weights=one_hot(G, 2, G), std=std, eps=eps)[0]  # P3
+    # tol: one-hot full-group weights reduce to GRPO: the same mean / std in another order, ~1e-15 relative on |A| <=
+    # ~3: 1e-9 (+ allclose's default rtol 1e-5).
     assert torch.allclose(out, expected, atol=1e-9)
     pair = multiscale_advantages(t([r[:2]]), std=std, eps=eps)[0]  # P2
+    # tol: a pair is GRPO on two rewards: the same few float64 roundings (~1e-15): 1e-9 (+ allclose's default rtol
+    # 1e-5).
     assert torch.allclose(pair, grpo(r[:2], std, eps) if r[0] != r[1] else torch.zeros(2).double(), atol=1e-9)
     assert torch.equal(multiscale_advantages(t([[r[0]] * G]), std=std, eps=eps), torch.zeros(1, G).double())  # P1
 
@@ -342,6 +393,8 @@ def test_pair_scale_is_a_rank_score_and_flat_is_the_flat_mean(r):
     G = len(r)
     pair = multiscale_advantages(t([r]), weights=one_hot(G, 2, 2), eps=0.0)[0]  # P8
     ranks = [(sum(v < x for v in r) - sum(v > x for v in r)) / (G - 1) for x in r]
+    # tol: the pair-scale z-score of two distinct rewards is exactly +-1 up to one float64 rounding, averaged over G -
+    # 1 pairs: ~1e-15, under 1e-12.
     assert torch.allclose(pair, t(ranks), atol=1e-12)
     flat = [0.0] * G  # P15: one plain mean over every subgroup containing i
     for i in range(G):
@@ -353,6 +406,8 @@ def test_pair_scale_is_a_rank_score_and_flat_is_the_flat_mean(r):
                     sd = statistics.pstdev(vals)
                     zs.append(0.0 if len(set(vals)) == 1 else (r[i] - statistics.fmean(vals)) / sd)
         flat[i] = statistics.fmean(zs)
+    # tol: two float64 computations (engine, statistics.fmean / pstdev) of averages of <= 120 z-scores |z| <= ~3:
+    # ~1e-13, under 1e-9 (+ allclose's default rtol 1e-5).
     assert torch.allclose(multiscale_advantages(t([r]), weights="flat", eps=0.0)[0], t(flat), atol=1e-9)
 
 
@@ -364,15 +419,21 @@ def test_nan_rewards_are_excluded_and_get_zero():
     for method in EXACT_METHODS:
         out = multiscale_advantages(r, method=method)
         assert out[0, 1] == 0 and out[0, 4] == 0
+        # tol: the scorable completions alone vs with NaNs skipped: the same float64 operations (~1e-15 on |A| <= ~2):
+        # 1e-12 (+ allclose's default rtol 1e-5).
         assert torch.allclose(out[0, [0, 2, 3, 5]], multiscale_advantages(t([[1.0, 0.0, 0.5, 0.0]]))[0], atol=1e-12)
     acc = multiscale_advantages(r, num_scales=2, subgroups_per_scale=3, generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(acc).all() and acc[0, 1] == 0 and acc[0, 4] == 0
     nan_rows = t([[float("nan")] * 4, [float("nan"), 1.0, float("nan"), float("nan")], [float("nan"), 1.0, 0.0, 1.0]])
     out = multiscale_advantages(nan_rows, tau_min=3)  # fewer than tau_min scorable -> zeros
     assert torch.equal(out[:2], torch.zeros(2, 4).double())
+    # tol: the same float64 operations on the same three scorable rewards (~1e-15): 1e-12 (+ allclose's default rtol
+    # 1e-5).
     assert torch.allclose(out[2, 1:], multiscale_advantages(t([[1.0, 0.0, 1.0]]), tau_min=3)[0], atol=1e-12)
     # explicit weights only on the full-group scale, which one NaN removes: GRPO on the scorable completions
     out = multiscale_advantages(t([[1.0, 0.0, 0.0, float("nan")]]), weights=[0, 0, 1])
+    # tol: GRPO on the scorable rewards either way: the same few float64 roundings (~1e-15): 1e-12 (+ allclose's
+    # default rtol 1e-5).
     assert torch.allclose(out[0, :3], grpo([1.0, 0.0, 0.0]), atol=1e-12) and out[0, 3] == 0
 
 
@@ -456,17 +517,24 @@ def test_accelerated_full_budget_equals_exact(r, partition, selection, permute):
     G = len(r)
     opts = dict(num_scales=G - 1, subgroups_per_scale=math.comb(G, G // 2), partition=partition, selection=selection)
     out = multiscale_advantages(t([r]), permute_labels=permute, generator=torch.Generator().manual_seed(0), **opts)
+    # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+    # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups: ~1e-13,
+    # under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
     assert torch.allclose(out, multiscale_advantages(t([r])), atol=1e-9)
 
 
 def test_accelerated_default_is_zero_sum_at_g8_and_covers_with_fallback():
     rows = torch.rand(200, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     out = multiscale_advantages(rows, num_scales=4, subgroups_per_scale=8, generator=torch.Generator().manual_seed(3))
+    # tol: 200 rows of 8 advantages |A| <= ~2 summed: ~8 roundings of 2^-53 x 2 per row (~2e-15), and the balanced
+    # greedy cover is exactly zero-sum in exact arithmetic: 1e-9.
     assert out.sum(1).abs().max() < 1e-9  # balanced greedy coverage (spec P4)
     # K * tau < G: only (0, 1) at scale 2; the other completions are uncovered -> GRPO advantage
     r = [0.2, 0.9, 0.4, 0.4, 0.1, 0.8, 0.3, 0.6]
     out = multiscale_advantages(t([r]), num_scales=7, subgroups_per_scale=1, weights=one_hot(8, 2, 2))[0]
     assert close(out[:2], [-0.999997, 0.999997])
+    # tol: the uncovered completions get GRPO's advantage: the same float64 mean / std (~1e-15 on |A| <= ~2): 1e-12 (+
+    # allclose's default rtol 1e-5).
     assert torch.allclose(out[2:], grpo(r)[2:], atol=1e-12)
 
 
@@ -475,6 +543,8 @@ def test_accelerated_without_weight_at_the_drawn_scales_falls_back_to_grpo():
     for seed in range(6):  # one scale drawn from [2, 4]; only tau = 4 (the full group) has weight
         gen = torch.Generator().manual_seed(seed)
         out = multiscale_advantages(t([r, r]), num_scales=1, subgroups_per_scale=2, weights=[0, 0, 1], generator=gen)
+        # tol: the fallback is GRPO itself: the same float64 operations (~1e-15): 1e-12 (+ allclose's default rtol
+        # 1e-5).
         assert torch.allclose(out, grpo(r).expand(2, 4), atol=1e-12)
 
 
@@ -542,6 +612,8 @@ def test_dtypes():
     r = torch.tensor([[1, 0, 1, 0]])
     assert multiscale_advantages(r).dtype == torch.get_default_dtype()
     assert multiscale_advantages(r.float()).dtype == torch.float32
+    # tol: float32 against float64 on 0/1 rewards: |A| <= ~1.2, each a few float32 roundings (2^-24 relative, ~3e-7 in
+    # all): 1e-6 (+ allclose's default rtol 1e-5).
     assert torch.allclose(multiscale_advantages(r.float()).double(), multiscale_advantages(r.double()), atol=1e-6)
 
 
@@ -574,9 +646,16 @@ def test_vectorised_counts_path_matches_brute_force(G, n_values, shared_values):
                 for j, i in enumerate(keep):
                     adv[i] = sub[j] if sub is not None else 0.0
             ref.append(adv)
+        # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+        # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
+        # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(got, torch.tensor(ref, dtype=torch.float64), atol=1e-10, rtol=0)
         got32 = multiscale_advantages(rows.float(), std=std, method="counts")
         ref32 = multiscale_advantages(rows.float(), std=std, method="enumerate")
+        # tol: float32, two engines on the same float32 rewards: z-scores |z| <= ~3 of a few roundings (2^-24) each,
+        # amplified by max|r| / gap between values, up to 136 for these seeded rows: the worst case (~4 x 6e-8 x 136 x
+        # 2 ~ 6.5e-5) exceeds 1e-5; it holds because the roundings do not add up in the same direction (flagged in the
+        # audit report).
         assert torch.allclose(got32, ref32, atol=1e-5, rtol=0)
 
 
@@ -591,4 +670,7 @@ def test_cached_value_set_tables_follow_group_size_and_value_set():
     shifted = first + 0.25
     for rows in (first, wider, subset, shifted, first):
         got = multiscale_advantages(rows, method="counts")
+        # tol: float64, two computations of the same subgroup z-scores (r - mean) / (sd + eps), |z| <= ~3, each a few
+        # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
+        # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(got, multiscale_advantages(rows, method="enumerate"), atol=1e-10, rtol=0)

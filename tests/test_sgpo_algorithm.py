@@ -39,9 +39,16 @@ def stable_sigmoid(z):
     return 1 / (1 + math.exp(-z)) if z >= 0 else math.exp(z) / (1 + math.exp(z))
 
 
+# tol(defaults): the worked numbers of docs/methods/sgpo.md §13 are printed to 6 decimals (<= 5e-7 off the exact value;
+# the 4-decimal -0.4999 and 1.4997 are -0.25 / 0.5001 and 0.75 / 0.5001, within 2e-7); the tests compute them in
+# float64 (the `float64` fixture: ~1e-15 off) or, on the float32 paths (the GPU test, the trainers' default dtype),
+# with a sigmoid of ~4 roundings of a value <= 1 (<= 2.4e-7): atol 1e-6 (this helper's default, rtol 0) covers the
+# printing plus the rounding, and pytest.approx's default rel 1e-6 the float64 ratios k/K.
+# tol: the helper's default atol 1e-6 is the one derived just above.
 def assert_close(actual, expected, atol=1e-6):
     actual = torch.as_tensor(actual, dtype=torch.float64)
     expected = torch.as_tensor(expected, dtype=torch.float64)
+    # tol: the caller's atol (default 1e-6, derived above), nothing relative.
     torch.testing.assert_close(actual, expected, atol=atol, rtol=0, equal_nan=True)
 
 
@@ -69,8 +76,11 @@ def test_e1_reward_map():
     assert_close(partial_credit(rts), default)
     assert_close(partial_credit(rts, beta=0.5, gamma=10.0), literal)
     linear = partial_credit(rts, mode="linear")
+    # tol: exact: the linear map returns RTS itself (atol 0, rtol 0 in the helper).
     assert_close(linear[:-1], rts[:-1], atol=0)
     # Linear RTS = 1 is capped one ulp below the correct reward.
+    # tol: the cap is the largest float64 below 1, 1 - 2^-53 ~ 1 - 1.1e-16: within 1e-15 (~9 float64 ULP of 1), and
+    # strictly below.
     assert linear[-1] < 1 and linear[-1] == pytest.approx(1, abs=1e-15)
 
 
@@ -98,6 +108,8 @@ def test_e2_all_negative_group(float64):
             [[-1.146572, 1.219289, 1.405935, -1.256492, 0.074721, 0.074721, 0.698244, -1.069846]],
         )
     linear = sgpo_rewards(correct, [E2_K_ERR], [E2_K], mode="linear")
+    # tol: linear rewards are RTS = (k - 1) / K, one float64 division (<= 2^-53 relative ~ 1.1e-16): 1e-15 is ~9
+    # float64 ULP of values <= 1.
     assert_close(linear, [[0.2, 0.75, 1.0, 0.0, 0.5, 0.5, 0.6, 0.25]], atol=1e-15)
     literal = sgpo_rewards(correct, [E2_K_ERR], [E2_K], beta=0.5, gamma=10.0)
     assert_close(literal.mean(), 0.008566)
@@ -181,6 +193,7 @@ def test_e6_batch_of_three_groups():
     num_steps = [[1, 1, 1, 1], [1, 1, 1, 1], [8, 10, 3, 16]]
     assert groups_to_judge(correct).tolist() == [False, False, True]
     r = sgpo_rewards(correct, first_error, num_steps)
+    # tol: exact: outside the judged scope the rewards are the 0/1 correctness itself (atol 0, rtol 0 in the helper).
     assert_close(r[:2], correct[:2].float(), atol=0)
     assert_close(r[2], [0.924142, 0.017986, 0.993307, 0.042088])
     for advantages in (reference_advantages, library_advantages):
@@ -222,6 +235,8 @@ def test_no_error_policy_last_step_on_hand_computed_numbers(float64):
     linear = sgpo_rewards(
         correct, first_error, num_steps, mode="linear", no_error_policy="last_step", has_final_answer=answered
     )
+    # tol: linear rewards are RTS = k / K, one float64 division (<= 1.1e-16 relative): 1e-15 is ~9 float64 ULP of
+    # values <= 1.
     assert_close(linear, [[2 / 3, 1.0, 0.75, 0.25]], atol=1e-15)
 
 
@@ -388,6 +403,8 @@ def test_rewards_follow_the_spec_elementwise(batch, kw):
             # sigmoid's argument by up to ~beta * (|rts| + |gamma|) * 2^-22, at most beta * (1 + |gamma|) * 2^-22
             # as rts <= 1; the sigmoid's slope is at most 1/4 (beta 155 gave 1.0e-6 off, the old fixed tolerance).
             slack = 0.25 * kw["beta"] * (1.0 + abs(kw["gamma"])) * 2.0**-22 if kw["mode"] == "sigmoid" else 0.0
+            # tol: 1e-6 for the float32 sigmoid's own rounding (~4 roundings of a value <= 1, <= 2.4e-7) plus the slack
+            # derived above for the rounding of its argument, amplified by beta.
             assert value == pytest.approx(expected, abs=1e-6 + slack)
 
 

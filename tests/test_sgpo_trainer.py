@@ -373,6 +373,9 @@ def test_hook_matches_the_spec_on_scripted_verdicts(case, scope):
             else:
                 expected[b, i] = sigmoid_credit(1.0 if verdict is None else (verdict - 1) / k)
     trained = batch.rewards.double()
+    # tol: the trained rewards are float32 sigmoid credits in (0, 1), the expected ones float64: the float32 side's
+    # computation (a subtraction, a scaling, exp, a division: ~4 roundings) and its storage are each <= 2^-24 of a
+    # value <= 1, ~3e-7 in all; 1e-6 is ~8 ULP of 1.
     assert torch.allclose(trained, expected, atol=1e-6, equal_nan=True)
     assert torch.equal(advantages, group_advantages(batch.rewards))
     # Groups outside the scope are bit-identical to GRPO.
@@ -461,6 +464,8 @@ def test_hook_reproduces_the_spec_worked_examples(num_steps, votes, expected):
     trainer = bare_trainer(judge)
     base, batch = hook_batch(trainer, numbered_texts(num_steps), [0.0] * len(num_steps), len(num_steps))
     advantages = advantage_stages(trainer, batch)
+    # tol: the spec's worked advantages are printed to 6 decimals (<= 5e-7 off) and computed here in float32 (mean,
+    # std, division on |A| <= ~1.5: ~4 roundings of <= 1.5 x 2^-24 ~ 4e-7): 2e-6 covers both.
     torch.testing.assert_close(advantages, torch.tensor([expected]), atol=2e-6, rtol=0)
     assert len(judge.requests) == len(verdicts)
 
@@ -473,12 +478,15 @@ def test_hook_reproduces_e6_inside_and_after_the_window():
     base, batch = hook_batch(trainer, numbered_texts(num_steps), correct, 4)
     inside = advantage_stages(trainer, batch)
     expected = [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0.800134, -0.886957, 0.928907, -0.842085]]
+    # tol: as for E2-E5: 6-decimal worked values (5e-7) + ~4 float32 roundings of |A| <= 1.5 (~4e-7); the 4-decimal
+    # values -0.4999 and 1.4997 are GRPO's -0.25 / 0.5001 and 0.75 / 0.5001, within 2e-7 of exact.
     torch.testing.assert_close(inside, torch.tensor(expected), atol=2e-6, rtol=0)
     assert len(judge.requests) == 4 and trainer._metrics["train"]["sgpo/judge_calls"] == [4.0]
     trainer.state.epoch = 3.0
     base, batch = hook_batch(trainer, numbered_texts(num_steps), correct, 4)
     after = advantage_stages(trainer, batch)
     expected = [[0, 0, 0, 0], [-0.4999, 1.4997, -0.4999, -0.4999], [0, 0, 0, 0]]
+    # tol: the same worked values as inside the window (6-decimal printing + ~4 float32 roundings of |A| <= 1.5).
     torch.testing.assert_close(after, torch.tensor(expected), atol=2e-6, rtol=0)
     assert len(judge.requests) == 4  # no judge call after the window
 
@@ -587,9 +595,16 @@ def test_no_error_policy_in_the_hook(policy, rewards, advantages, rts_mean):
     trainer = bare_trainer(KeyedJudge(votes), sgpo_no_error_policy=policy)
     base, batch = hook_batch(trainer, NO_ERROR_TEXTS, [0.0] * 4, 4)
     got = advantage_stages(trainer, batch)
+    # tol: the E1 rewards are printed to 6 decimals (<= 5e-7 off) and are float32 sigmoid credits in (0, 1) (~4
+    # roundings of 2^-24 each): 2e-6.
     torch.testing.assert_close(batch.rewards, torch.tensor([rewards]), atol=2e-6, rtol=0)
+    # tol: the advantages come from the float32 rewards (each already <= ~8e-7 off the 6-decimal values) through a
+    # mean, a std and a division by std ~ 0.4 that amplifies the rewards' error by up to ~1 / std ~ 2.5: ~2e-6 + the
+    # 6-decimal printing (5e-7) < 5e-6.
     torch.testing.assert_close(got, torch.tensor([advantages]), atol=5e-6, rtol=0)
     metrics = trainer._metrics["train"]
+    # tol: pytest.approx's default rel 1e-6 on a mean of four RTS values in [0, 1] computed in float32 (<= 4 roundings
+    # of 2^-24 relative each, ~2.4e-7) against the float64 worked value.
     assert metrics["sgpo/rts_mean"] == [pytest.approx(rts_mean)] and metrics["sgpo/rts_max"] == [1.0]
 
 
@@ -649,7 +664,11 @@ def test_judge_colours_all_negative_groups_and_mixed_groups_stay_grpo(memorising
                 want = expected_credit(texts[g * 4 + i])
                 if want is not None:
                     compared += 1
+                    # tol: a float32 sigmoid credit in (0, 1) against its float64 value: ~4 roundings of 2^-24 (~3e-7);
+                    # 1e-6 is ~8 ULP of 1.
                     assert trained[g, i].item() == pytest.approx(want, abs=1e-6)
+            # tol: allclose's defaults (rtol 1e-5, atol 1e-8) on the same group_advantages of the same float32 rewards:
+            # the same operations, differing at most by a reduction order (~2 ULP of |A| <= 1.5).
             assert torch.allclose(advantages[g], group_advantages(trained[g : g + 1])[0])
             coloured += int(advantages[g].abs().sum() > 0)
     assert mixed > 0 and coloured > 0 and compared > 0, (mixed, coloured, compared)
@@ -659,6 +678,8 @@ def test_judge_colours_all_negative_groups_and_mixed_groups_stay_grpo(memorising
     assert all(0 <= r <= 1 for r in metric(trainer, "sgpo/rts_mean"))
     # The logged reward is what was trained on.
     trained_means = [torch.nanmean(r["trained"]).item() for r in trainer.records]
+    # tol: pytest.approx's default rel 1e-6: the logged reward and nanmean of the same float32 rewards in [0, 1] (a
+    # mean over <= 16 values, each addition a rounding of 2^-24 relative: <= 1e-6).
     assert metric(trainer, "reward") == pytest.approx(trained_means)
 
 
@@ -698,6 +719,8 @@ def test_heuristic_judge_trains_from_the_config(memorising_model_dir, config_kwa
                 rts = HEURISTIC_RTS.get(texts[g * 4 + i])
                 if rts is not None:
                     compared += 1
+                    # tol: a float32 sigmoid credit in (0, 1) against its float64 value: ~4 roundings of 2^-24 (~3e-7);
+                    # 1e-6 is ~8 ULP of 1.
                     assert trained[g, i].item() == pytest.approx(sigmoid_credit(rts), abs=1e-6)
             coloured += int(advantages[g].abs().sum() > 0)
     assert compared > 0 and coloured > 0, (compared, coloured)
@@ -718,6 +741,8 @@ def test_random_model_groups_are_judged_only_inside_the_window(tiny_model_dir, a
     assert metric(trainer, "sgpo/active") == [1.0, 0.0]
     assert metric(trainer, "sgpo/frac_all_negative") == [1.0]
     assert len(counting.requests) == sum(bool(t.strip()) for t in first["texts"]) > 0
+    # tol: allclose's defaults (rtol 1e-5, atol 1e-8): float32 sigmoid(-5) ~ 6.7e-3 against float64, ~4 roundings of
+    # 2^-24 relative (~2.4e-7 relative), under rtol 1e-5.
     assert torch.allclose(first["trained"], torch.full_like(first["trained"], 1 / (1 + math.exp(5))))
     assert (first["advantages"] == 0).all()  # equal RTS -> no signal (docs/methods/sgpo.md §11 property 9)
     assert torch.equal(second["trained"], second["base"]) and torch.equal(
@@ -821,6 +846,8 @@ def test_two_processes_judge_once_per_completion(memorising_model_dir, tmp_path)
                     judged_steps.append(split_steps(text))
                 want = expected_credit(text)
                 if want is not None:
+                    # tol: a float32 sigmoid credit in (0, 1) against its float64 value: ~4 roundings of 2^-24 (~3e-7);
+                    # 1e-6 is ~8 ULP of 1.
                     assert trained[g, i].item() == pytest.approx(want, abs=1e-6)
     # Every incorrect completion was sent exactly once, in one call per batch.
     sent = [steps for call in rank0["calls"] for steps in call]
