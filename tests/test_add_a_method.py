@@ -201,6 +201,8 @@ def test_a_new_method_passes_the_shared_checks(new_method, monkeypatch):
     from method_cases import case
 
     monkeypatch.setitem(test_hostile_inputs.BAD_CONFIGS, NAME, case(NAME).bad_config)
+    # In a whole-suite run that module was imported before the registration above, with the METHODS of then.
+    monkeypatch.setattr(test_hostile_inputs, "METHODS", grpo_family.METHODS)
     test_hostile_inputs.test_incompatible_config_is_refused_when_built(
         NAME, lambda **overrides: tiny_config_kwargs(tmp / "out", **overrides)
     )

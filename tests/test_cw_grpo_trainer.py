@@ -155,7 +155,12 @@ def test_loss_gets_grpo_advantage_times_weights_of_the_rollout_batch(
 def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_dir, arithmetic_train, config_kwargs):
     """Two optimizer steps, each with 2 accumulation micro-steps generating their own batch
     (steps_per_generation=1) and a KL term: the same training either way, up to float rounding."""
-    kwargs = config_kwargs(max_steps=2, gradient_accumulation_steps=2, steps_per_generation=1, beta=0.04)
+    # Adam's first step is lr * g / (|g| + eps), whose slope at g ~ 0 is lr / eps: with the default eps 1e-8 the float32
+    # rounding of a gradient entry that nearly cancels is amplified up to a whole step (one entry of 2048 moved 1.4e-5
+    # apart in a loaded 2-thread run). eps = 1 makes the step ~ lr * g, so the two paths' rounding stays rounding.
+    kwargs = config_kwargs(
+        max_steps=2, gradient_accumulation_steps=2, steps_per_generation=1, beta=0.04, adam_epsilon=1.0
+    )
     runs = {}
     for reuse in (False, True):
         trainer = build(Recording, tiny_model_dir, CWGRPOConfig(**kwargs, cw_reuse_loss_logps=reuse), arithmetic_train)
@@ -172,9 +177,9 @@ def test_weights_from_the_loss_equal_weights_from_an_extra_forward(tiny_model_di
     assert all(h["cw_grpo/extra_forward"] == 1.0 for h in hook.state.log_history if "cw_grpo/extra_forward" in h)
     assert all(h["cw_grpo/extra_forward"] == 0.0 for h in loss.state.log_history if "cw_grpo/extra_forward" in h)
     for name, p in hook.model.named_parameters():
-        # tol: two Adam steps at lr 1e-2 move each parameter by <= ~2e-2; the two paths' gradients differ only by
-        # float32 forward rounding (relative ~1e-6..1e-5), so the updates differ by ~2e-2 x 1e-5 = 2e-7, far under 1e-5
-        # + 1e-4 x |p|.
+        # tol: two Adam steps (eps 1, so each ~ lr * g with lr 1e-2) move each parameter by <= ~2e-2 x |g|; the two
+        # paths' gradients differ only by float32 forward rounding (relative ~1e-6..1e-5), so the updates differ by
+        # ~2e-2 x 1e-5 = 2e-7, far under 1e-5 + 1e-4 x |p|.
         torch.testing.assert_close(p, loss.model.get_parameter(name), atol=1e-5, rtol=1e-4)
 
 
