@@ -10,8 +10,9 @@ What is checked:
 * after every weight sync, vLLM's log-probs of a fixed probe sequence match the trainer's within ``SYNC_BOUND``,
   and the same probe *before* the sync (what sampling would use if the sync were skipped or stale) is far outside
   it once the weights have moved: the check can fail;
-* the tied output layer: scaling the input embedding (which is also the ``lm_head``) is seen by vLLM only with
-  the re-tie; without it the gap stays as large as with no sync at all;
+* the tied output layer: scaling the input embedding (which is also the ``lm_head``) is seen by vLLM after the
+  sync; where vLLM serves the head from a packed copy (CPUs with AMX/AVX-512 kernels) only with the re-tie, without
+  it the gap stays as large as with no sync at all;
 * server mode: generation from a real `trl vllm-serve` on loopback matches the trainer's log-probs; a
   server-mode trainer on CPU (where weights cannot be pushed) stops at start, before any client waits, saying why;
 * evaluation: ``python -m grpo_family.eval --backend vllm`` gives, greedily, the very completions of
@@ -120,7 +121,10 @@ def test_tied_output_layer_is_synced(vllm_model_dir, tmp_path):
     assert result["tied"]
     assert result["initial"][0] <= SYNC_BOUND
     assert result["stale"][0] > STALE_MIN  # the perturbation is visible
-    assert result["synced_without_retie"][0] > STALE_MIN  # reload_weights alone keeps the old output layer
+    # reload_weights alone leaves the old output layer exactly where vLLM serves the head from a private (packed)
+    # copy, which it makes on CPUs with AMX/AVX-512 kernels; where it reads the shared parameter, nothing is stale.
+    stale_without_retie = result["synced_without_retie"][0] > STALE_MIN
+    assert stale_without_retie == result["head_keeps_private_copy"], result
     assert result["synced"][0] <= SYNC_BOUND, result
 
 

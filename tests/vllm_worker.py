@@ -120,6 +120,20 @@ def run_train(args) -> dict:
     }
 
 
+def head_keeps_private_copy(trainer) -> bool:
+    """Whether vLLM's output layer computes with a copy of its weight made at load time (packed for the CPU's GEMM
+    kernels) rather than with the shared parameter itself: vLLM chooses by CPU (AMX/AVX-512 builds pack, others may
+    read the parameter), and only a private copy goes stale when ``reload_weights`` skips the tied head."""
+    runner = trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    head = runner.get_model().lm_head
+    x = torch.randn(3, head.weight.shape[1], generator=torch.Generator().manual_seed(0)).to(head.weight.dtype)
+    with torch.no_grad():
+        served = head.quant_method.apply(head, x).float()
+        live = torch.nn.functional.linear(x, head.weight).float()
+    # bfloat16 products of one row each: far apart only when the weights differ (here by a factor 3)
+    return not torch.allclose(served, live, rtol=0.05, atol=0.05)
+
+
 def run_fidelity(args) -> dict:
     trainer = build("grpo", args.model, args.out_dir, 1, 1e-6)  # never trained: any lr the bounds allow
     ids = probe_ids(trainer.processing_class)
@@ -132,6 +146,7 @@ def run_fidelity(args) -> dict:
     vllm_cpu.retie_lm_head = lambda model, tied: False  # the sync without the re-tie
     trainer.vllm_generation.sync_weights()
     result["synced_without_retie"] = sampler_gap(trainer, ids)
+    result["head_keeps_private_copy"] = head_keeps_private_copy(trainer)
     vllm_cpu.retie_lm_head = retie
     trainer.vllm_generation.sync_weights()
     result["synced"] = sampler_gap(trainer, ids)
