@@ -535,18 +535,68 @@ class LoadSampler:
 
 
 class Stopped(Exception):
-    """The run was stopped at the deadline (its process group killed); nothing is written for it."""
+    """The run was stopped at the deadline (its process group killed); nothing is written for it. ``cpu_s``: the
+    killed tree's sampled CPU seconds, where they were sampled."""
+
+    def __init__(self, command: str, cpu_s: float | None = None):
+        super().__init__(command)
+        self.cpu_s = cpu_s
 
 
-def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> None:
+class TreeCpuSampler:
+    """CPU seconds of a process and all its descendants, sampled every ``every`` seconds from a thread.
+
+    ``RUSAGE_CHILDREN`` counts a descendant only once its parent reaped it: a run killed at ``--stop-at`` (the
+    ``accelerate launch`` wrapper dies on TERM without waiting for its training child) would count nothing. The
+    last sample of each process's own time is kept (not its reaped children's, which were sampled themselves), so
+    a killed tree's CPU time is known to within ``every`` seconds per process; a process that lived less than
+    ``every`` seconds may be missed."""
+
+    def __init__(self, pid: int, every: float = 2.0):
+        import threading
+
+        import psutil
+
+        self._root, self._every, self._last = psutil.Process(pid), every, {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            tree = [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in tree:
+            try:
+                t = proc.cpu_times()
+                self._last[proc.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            self._sample()
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return round(sum(self._last.values()), 1)
+
+
+def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> float:
     """Run ``cmd`` in its own process group, output to ``log``; at ``stop_at`` (Unix time) kill the whole group
-    (TERM, then KILL after 30 s) and raise :class:`Stopped`."""
+    (TERM, then KILL after 30 s) and raise :class:`Stopped` (its ``cpu_s`` attribute: the tree's sampled CPU time).
+    Returns the tree's sampled CPU seconds."""
     import signal
 
     with open(log, "a") as out:
         out.write(f"$ {shlex.join(cmd)}\n")
         out.flush()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        sampler = TreeCpuSampler(proc.pid)
         try:
             proc.wait(timeout=None if stop_at is None else max(0.0, stop_at - time.time()))
         except subprocess.TimeoutExpired:
@@ -556,9 +606,11 @@ def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> No
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            raise Stopped(shlex.join(cmd)) from None
+            raise Stopped(shlex.join(cmd), sampler.stop()) from None
+        cpu_s = sampler.stop()
     if proc.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} failed (exit {proc.returncode}); its output is in {log}")
+    return cpu_s
 
 
 def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
@@ -608,18 +660,19 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
             continue
         load, started = LoadSampler(), time.time()
         before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-        stopped = False
+        stopped, sampled_cpu_s = False, None
         try:
             run_until(cmd, env, log, stop_at)
-        except Stopped:
-            stopped = True
+        except Stopped as error:
+            stopped, sampled_cpu_s = True, error.cpu_s  # the killed tree was never reaped: rusage misses it
             raise
         finally:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            reaped_cpu_s = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
             progress["segments"].append({
                 "what": what, "resumed_from": Path(checkpoint).name if checkpoint and what == "train" else None,
                 "wall_s": round(time.perf_counter() - start, 1),
-                "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+                "cpu_s": reaped_cpu_s if sampled_cpu_s is None else max(reaped_cpu_s, sampled_cpu_s),
                 "load_average": load.stop(), "started": round(started, 1), "stopped": stopped,
             })  # fmt: skip
             progress_path.write_text(json.dumps(progress, indent=1))
