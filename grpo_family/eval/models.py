@@ -1,6 +1,7 @@
 """What ``--model`` names, resolved before anything loads: a model folder, a training output folder (the model saved
 at its root, else its newest ``checkpoint-N``), a LoRA adapter folder (its base model from ``adapter_config.json``),
-or a Hub id (offline: it must be in the cache). Each failure says what was expected and how to fix it."""
+or a Hub id (offline: it must be in the cache, or be the Hub model a local alias was made from, whose installed
+stand-in is used). Each failure says what was expected and how to fix it."""
 
 from __future__ import annotations
 
@@ -45,12 +46,31 @@ def _has_tokenizer(folder: str) -> bool:
     return any(os.path.isfile(os.path.join(folder, f)) for f in _TOKENIZER_FILES)
 
 
+def _local_stand_in(hub_id: str, what: str) -> ResolvedModel | None:
+    """The installed local model made from Hub model ``hub_id`` (a LoRA adapter trained on the alias
+    ``smollm2-135m-instruct`` names ``HuggingFaceTB/SmolLM2-135M-Instruct`` as its base, so that it works once pushed),
+    or None where there is none."""
+    from grpo_family.models import LOCAL_MODELS, ModelNotInstalledError
+    from grpo_family.models import resolve_model as resolve_alias
+
+    model = next((m for m in LOCAL_MODELS.values() if m.hub_id.lower() == hub_id.lower()), None)
+    if model is None:
+        return None
+    try:
+        path = resolve_alias(model.alias)
+    except ModelNotInstalledError as err:
+        raise EvalSetupError(f"{what} {hub_id!r}: not in the local Hub cache, and its local stand-in: {err}") from None
+    return ResolvedModel(hub_id, path, "local alias", path)
+
+
 def _resolve_hub(given: str, what: str) -> ResolvedModel:
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(given, "config.json")
     if isinstance(cached, str):
         return ResolvedModel(given, given, "hub", given)
+    if _offline() and (stand_in := _local_stand_in(given, what)) is not None:
+        return stand_in
     if _offline():
         raise EvalSetupError(
             f"{what} {given!r}: no such local folder, and no Hub model of that name in the local cache "
