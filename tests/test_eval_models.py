@@ -93,6 +93,7 @@ def test_an_adapter_on_a_local_alias_evaluates_offline_on_its_stand_in(tiny_mode
     import grpo_family.models as models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.try_to_load_from_cache", lambda *args, **kwargs: None)  # uncached anywhere
     monkeypatch.setattr(
         models, "resolve_model", lambda name: tiny_model_dir if name == "smollm2-135m-instruct" else name
     )
