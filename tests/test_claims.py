@@ -132,6 +132,7 @@ def quick(tmp_path_factory):
     return out, json.loads((out / "claims.json").read_text())
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_quick_run_trains_every_planned_run(quick, claims):
     _, result = quick
     meta = result["meta"]
@@ -141,6 +142,7 @@ def test_quick_run_trains_every_planned_run(quick, claims):
     assert {(r["setting"], r["arm"]) for r in result["runs"]} == planned
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_quick_run_verdicts_follow_the_numbers_beside_them(quick, claims):
     from grpo_family.eval import paired_bootstrap
 

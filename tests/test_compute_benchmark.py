@@ -107,6 +107,7 @@ def runs(tmp_path_factory):
     return {tuple(k.split("|")[:1]) + (int(k.split("|")[1]),): v for k, v in json.loads(line[7:]).items()}
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 @pytest.mark.parametrize("method", list(METHODS))
 @pytest.mark.parametrize("accumulation", [2, 4])
 def test_counts_equal_the_formulas(runs, method, accumulation):
@@ -116,6 +117,7 @@ def test_counts_equal_the_formulas(runs, method, accumulation):
     assert compute.check_against_formula(method, options, measured, vllm=True, is_correction=True) == []
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_forward_rows_over_dropped_rollouts(runs):
     # D3S at its schedule start keeps 2 of 4 rollouts per prompt: 16 rows generated, 8 kept. It selects them before
     # TRL's old (IS correction) and reference (beta) forwards, which then cover the 8 kept rows only: 8 + 8 rows,
@@ -130,6 +132,7 @@ def test_forward_rows_over_dropped_rollouts(runs):
             assert runs[method, 2]["dropped_rollouts"] == 0 and runs[method, 2]["dropped_forward_rows"] == 0
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 @pytest.mark.parametrize("method", list(METHODS))
 def test_host_syncs_are_stock_trl_plus_a_constant(runs, method):
     stock = "stock_gpg" if method == "gpg" else "stock"

@@ -88,6 +88,7 @@ def dry_run(wheel, tmp_path_factory):
     return done, json.loads((out / "gpu.json").read_text()), (out / "gpu.md").read_text()
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_dry_run_trains_every_method_from_the_bundled_wheel(dry_run):
     done, report, _ = dry_run
     assert "the bundle's grpo_family differs" not in done.stderr
@@ -107,6 +108,7 @@ def test_dry_run_trains_every_method_from_the_bundled_wheel(dry_run):
     assert report["shapes"]["tiny"]["rep_seconds"] and not report["skipped_shapes"]
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_dry_run_table_has_a_row_per_trainer_with_ratios(dry_run):
     _, report, table = dry_run
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}

@@ -39,6 +39,7 @@ def quick_run(tmp_path_factory):
     return out, json.loads((out / "learning.json").read_text())
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_quick_run_covers_every_method_setting_and_seed(learning, quick_run):
     out, result = quick_run
     assert set(learning.METHOD_NAMES) == set(METHODS)
@@ -56,6 +57,7 @@ def test_quick_run_covers_every_method_setting_and_seed(learning, quick_run):
         assert (out / f"learning_{setting}.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_quick_markdown_is_well_formed(learning, quick_run):
     out, _ = quick_run
     text = (out / "learning.md").read_text()
@@ -93,6 +95,7 @@ def test_same_seed_same_numbers(learning, quick_run, tmp_path):
         assert rerun[key] == original[key], key
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_from_json_rebuilds_the_same_table(learning, quick_run, tmp_path):
     out, _ = quick_run
     run_benchmark("--from-json", str(out / "learning.json"), "--output-dir", str(tmp_path))

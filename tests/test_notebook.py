@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 from conftest import HANG_GUARD_S
 from nbclient import NotebookClient
 
@@ -35,6 +36,7 @@ def test_the_committed_notebook_shows_its_executed_gain():
     assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs)  # the reward curve
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 def test_notebook_executes_and_learns_on_the_embedded_default(tmp_path, monkeypatch):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))

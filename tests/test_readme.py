@@ -181,6 +181,7 @@ def run_as_written(selected: list, standins: dict) -> list[str]:
     return ran
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 @pytest.mark.multiprocess
 def test_readme_shell_commands_run(standins):
     ran = run_as_written(runnable_commands(), standins)

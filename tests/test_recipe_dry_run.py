@@ -125,6 +125,7 @@ def _cpu_recipe(path: Path, tmp_path: Path, tiny_model_dir: str) -> dict:
     return recipe
 
 
+@pytest.mark.slow  # in CI's slow lane (.ci/run); keeps the default run under 15 minutes
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
 def test_every_recipe_runs_one_cpu_step(path, tmp_path, tiny_model_dir, caplog):
     recipe = _cpu_recipe(path, tmp_path, tiny_model_dir)
