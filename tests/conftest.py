@@ -26,6 +26,17 @@ settings.register_profile("explore", derandomize=False, max_examples=1000, print
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def require_vllm_or_skip_module() -> None:
+    """At the top of a vllm-lane module: skip it where vLLM is not installed (the default environment); in the lane
+    (``GRPO_FAMILY_REQUIRE_VLLM`` set by .ci/vllm) a missing vLLM is a failure, not a skip."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        if os.environ.get("GRPO_FAMILY_REQUIRE_VLLM"):
+            raise
+        pytest.skip("vLLM is not installed: see README, 'vLLM on a CPU machine'", allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A small random-initialised Qwen2 model + tokenizer saved to disk (TRL builds the reference model from it)."""

@@ -5,7 +5,6 @@ tests/test_eval_engine.py checks the engine selection with a fake engine; this c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +13,9 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
-try:
-    import vllm  # noqa: F401
-except ImportError:
-    if os.environ.get("GRPO_FAMILY_REQUIRE_VLLM"):  # the lane: a missing vLLM is a failure, not a skip
-        raise
-    pytest.skip("vLLM is not installed: see README, 'vLLM on a CPU machine'", allow_module_level=True)
+from conftest import require_vllm_or_skip_module  # noqa: E402
+
+require_vllm_or_skip_module()
 
 from dist.eval_callback import HELD_OUT  # noqa: E402
 

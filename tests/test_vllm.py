@@ -39,12 +39,9 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
-try:
-    import vllm  # noqa: F401
-except ImportError:
-    if os.environ.get("GRPO_FAMILY_REQUIRE_VLLM"):  # the lane: a missing vLLM is a failure, not a skip
-        raise
-    pytest.skip("vLLM is not installed: see README, 'vLLM on a CPU machine'", allow_module_level=True)
+from conftest import require_vllm_or_skip_module  # noqa: E402
+
+require_vllm_or_skip_module()
 
 from conftest import HANG_GUARD_S  # noqa: E402
 from test_vllm_batch import METHOD_METRIC  # noqa: E402

@@ -22,12 +22,9 @@ import pytest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.realmodel]
 
-try:
-    import vllm  # noqa: F401
-except ImportError:
-    if os.environ.get("GRPO_FAMILY_REQUIRE_VLLM"):
-        raise
-    pytest.skip("vLLM is not installed: see README, 'vLLM on a CPU machine'", allow_module_level=True)
+from conftest import require_vllm_or_skip_module  # noqa: E402
+
+require_vllm_or_skip_module()
 
 from test_vllm import _free_port  # noqa: E402
 
