@@ -133,6 +133,22 @@ def test_the_layer_rule_sees_every_package_unit():
     )
 
 
+def floors_sentence(floors: dict[str, int]) -> str:
+    """The floors as docs/architecture.md §1 states them: ``0 `a`, `b`; 1 `c`; ...``, the root last."""
+    by_floor: dict[int, list[str]] = {}
+    for unit, floor in floors.items():
+        by_floor.setdefault(floor, []).append("the package itself (`METHODS`)" if unit == ROOT else f"`{unit}`")
+    return "; ".join(f"{floor} {', '.join(sorted(units))}" for floor, units in sorted(by_floor.items()))
+
+
+def test_the_architecture_page_states_these_floors():
+    page = PACKAGE_DIR.parent / "docs" / "architecture.md"
+    text = " ".join(page.read_text(encoding="utf-8").split())
+    assert floors_sentence(FLOORS) in text, (
+        f"docs/architecture.md §1 must state the floors as: {floors_sentence(FLOORS)}"
+    )
+
+
 # ------------------------------------------------------------------------------------------------ the rule can fail
 SYNTHETIC_FLOORS = {"low": 0, "mid": 1, "side": 1, "high": 2, ROOT: 3}
 
