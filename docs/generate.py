@@ -71,7 +71,7 @@ def method_stages_block() -> str:
     for method, (config, trainer) in METHODS.items():
         stages = ", ".join(f"`{hook}`" for hook, methods in overrides.items() if method in methods) or "-"
         own_loss = "yes" if trainer is not GRPOFamilyTrainer and "compute_loss" in vars(trainer) else "-"
-        module = trainer.__module__.replace(".", "/") + ".py"
+        module = config.__module__.replace(".", "/") + ".py"  # the file that defines the config
         lines.append(
             f"| `{method}` | [`{config.__name__}`](../{module}) | `{trainer.__name__}` | {stages} | {own_loss} "
             f"| [{method}.md](methods/{method}.md) |"

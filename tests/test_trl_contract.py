@@ -921,7 +921,7 @@ def test_a_moved_helper_is_reported(stock_trainer, monkeypatch):
     monkeypatch.delattr(trl.trainer.utils, "nanstd")
     assert broken(stock_trainer) == ["every TRL name grpo_family imports exists"]
     message = check(fact("every TRL name grpo_family imports exists"), stock_trainer)
-    assert "grpo_family/trainers/base.py: trl.trainer.utils.nanstd" in message
+    assert "grpo_family/trainers/generation_rounds.py: trl.trainer.utils.nanstd" in message
 
 
 # ------------------------------------------------------------------------------------------------ completeness

@@ -5,8 +5,9 @@ class lets it run, keeps the globally gathered rewards it computed (``_calculate
 pass through), and runs the stages of :data:`~grpo_family.trainers.stages.STAGES` on them: public methods of
 :class:`GRPOFamilyTrainer` that receive a context object (:class:`~grpo_family.trainers.stages.GenerationBatch`,
 :class:`~grpo_family.trainers.stages.MicroBatch`, :class:`~grpo_family.trainers.stages.LossCall`). The default stages
-are TRL's own maths (``algorithms.grpo``), so ``grpo`` here trains bit-for-bit like stock TRL. This module is the one
-place that reads and writes TRL's batch keys, metrics and counters; ``docs/architecture.md`` walks through it.
+are TRL's own maths (``algorithms.grpo``), so ``grpo`` here trains bit-for-bit like stock TRL. This module and its
+mixins (``generation_rounds``, ``kept_rows``, ``round_reports``, ``loss_term_stage``) are the one place that reads and
+writes TRL's batch keys, metrics and counters; ``docs/architecture.md`` walks through them.
 
 The base class also contains trouble instead of letting it corrupt a run (:mod:`grpo_family.runtime`):
 
@@ -34,18 +35,15 @@ import os
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from accelerate.utils import gather, pad_across_processes
-from trl import GRPOConfig, GRPOTrainer
+from accelerate.utils import gather
+from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import is_async_callable, nanstd
+from trl.trainer.utils import is_async_callable
 
 from ..algorithms.estimators import get_estimator
-from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum, zero_std_mask
-from ..algorithms.losses import LOSS_TYPES, aggregate_token_loss, get_loss_term
-from ..bounds import check_bounds, check_unused
+from ..algorithms.grpo import group_advantages, normalize_then_sum_advantages, weighted_reward_sum
+from ..algorithms.losses import aggregate_token_loss
 from ..integrations.vllm_cpu import check_vllm_settings, install_cpu_weight_sync
-from ..launch import check_distributed_launch
 from ..models import resolve_model
 from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
@@ -57,104 +55,19 @@ from ..runtime.resume import ResumableTrainerMixin
 from ..runtime.reward_guards import AsyncGuardedReward, GuardedReward
 from ..runtime.setup_checks import check_prompts, check_reward_columns
 from ..runtime.unlearnable import UnlearnableRunPolicy
-from .stages import (
-    GenerationBatch,
-    LossCall,
-    MicroBatch,
-    RoundAssembly,
-    gather_padded,
-    local_rows,
-    padded_local_rows,
-)
+from .batch_keys import FORWARD_KEYS, LEFT_PADDED, PER_ROW, RIGHT_PADDED
+from .config import _FAMILY_DEFAULTS, GRPOFamilyConfig
+from .generation_rounds import GenerationRoundsMixin
+from .kept_rows import KeptRowsMixin
+from .loss_term_stage import LossTermStageMixin
+from .round_reports import RoundReportsMixin
+from .stages import GenerationBatch, LossCall, MicroBatch, RoundAssembly, local_rows, padded_local_rows
 from .surrogate_stage import apply_surrogate, check_surrogate, log_surrogate_clips
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORWARD_KEYS", "GRPOFamilyConfig", "GRPOFamilyTrainer"]
-
-
-@dataclasses.dataclass
-class GRPOFamilyConfig(GRPOConfig):
-    """``GRPOConfig`` plus what every grpo_family trainer shares: the policy for runs that cannot learn and the
-    default deadline of reward calls. Every method's config derives from it (``grpo`` uses it as is); a plain
-    ``GRPOConfig`` still works with these defaults.
-
-    The policy counts *generation batches* (one per optimizer step unless ``steps_per_generation >
-    gradient_accumulation_steps`` or ``num_iterations > 1``; for GPG with ``beta_th``, one per assembled batch, however
-    many rounds it took), judged on the rewards and advantages gathered from every process, so every process takes the
-    same decision. With ``on_unlearnable="stop"`` the run raises :class:`UnlearnableRunError` before training on the
-    batch that reaches the limit; with ``"warn"`` it logs a warning at the limit (and again every further limit's
-    worth of batches) and trains on.
-    """
-
-    max_unscorable_batches: int = dataclasses.field(
-        default=3,
-        metadata={
-            "help": "Generation batches in a row in which no completion could be scored (every reward function "
-            "returned None/NaN or failed), or one reward function (or SGPO's judge) failed (raised, timed out, returned "
-            "NaN/inf or a non-number) on every completion it was asked to score, before on_unlearnable applies. 0 "
-            "disables the check."
-        },
-    )
-    max_degenerate_batches: int = dataclasses.field(
-        default=20,
-        metadata={
-            "help": "Generation batches in a row in which every advantage is zero (every group degenerate: all its "
-            "completions got the same reward, so the policy gradient is zero) before on_unlearnable applies. Early "
-            "batches of a weak model on a hard task can be all wrong, hence the larger default. 0 disables the check."
-        },
-    )
-    on_unlearnable: str = dataclasses.field(
-        default="stop",
-        metadata={
-            "help": "What a run that cannot learn does: 'stop' (raise UnlearnableRunError with the reason and the "
-            "fix, before the next update) or 'warn' (log a warning and train on)."
-        },
-    )
-    reward_timeout: float | None = dataclasses.field(
-        default=600.0,
-        metadata={
-            "help": "Deadline in seconds for every call of a reward function (not a reward model): a call past it "
-            "leaves that batch unscored by the function, with a warning and the reward_errors/<name> metric, as "
-            "grpo_family.rewards.with_timeout does (a synchronous function then runs in a helper thread). Functions "
-            "already wrapped by with_timeout keep their own deadline. None or 0: no deadline."
-        },
-    )
-
-    def __post_init__(self):
-        check_bounds(self)  # every field, TRL's included, before TRL's __post_init__ uses any (grpo_family.bounds)
-        check_unused(self)  # options the method inherits but does not use (its unused_options)
-        super().__post_init__()
-        check_distributed_launch(self)  # several processes launched, one seen: they would train independently
-
-
-# GRPOFamilyConfig's own fields with their defaults: what a trainer given a plain GRPOConfig uses.
-_FAMILY_DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(GRPOFamilyConfig) if f.name not in GRPOConfig.__dataclass_fields__
-}
-
-
-# Multimodal inputs TRL's generation batch may carry; forwards over a batch pass them like TRL's own forwards do.
-FORWARD_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
-# Per-row tensors of TRL's generation output padded on the left (prompt side) / on the right (completion side), and
-# per-row values without a width: how rows of several generation rounds are merged into one batch.
-LEFT_PADDED = {"prompt_ids", "prompt_mask"}
-RIGHT_PADDED = {
-    "completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "sampling_per_token_logps",
-    "ref_per_token_logps", "importance_sampling_ratio",
-}  # fmt: skip
-PER_ROW = {"advantages"}
+# FORWARD_KEYS and the padding sets live in batch_keys.py, GRPOFamilyConfig in config.py; importable from here too.
+__all__ = ["FORWARD_KEYS", "GRPOFamilyConfig", "GRPOFamilyTrainer", "LEFT_PADDED", "PER_ROW", "RIGHT_PADDED"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -171,7 +84,15 @@ class _Round:
     batch: GenerationBatch | None = None
 
 
-class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer):
+class GRPOFamilyTrainer(
+    ResumableTrainerMixin,
+    PlainLogHistoryMixin,
+    GenerationRoundsMixin,
+    KeptRowsMixin,
+    RoundReportsMixin,
+    LossTermStageMixin,
+    GRPOTrainer,
+):
     """GRPO (Shao et al., 2024) through the grpo_family stages; the base of every method.
 
     A method overrides some of the stage methods of :data:`~grpo_family.trainers.stages.STAGES`, in the order the
@@ -544,21 +465,6 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
         self.finish_generation_batch(batch)
         return batch.output
 
-    def _learnability_signals(self, rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, Any]:
-        """What the policy for runs that cannot learn judges, from the gathered ``rewards`` and ``advantages`` of one
-        generation round and each reward function's failures (summed over processes): the same on every process."""
-        guarded = [(f.__name__, f) for f in self.reward_funcs if isinstance(f, GuardedReward)]
-        failing = []
-        if guarded:
-            local = torch.tensor([[float(f.failed) for _, f in guarded]], device=self.accelerator.device)
-            failed = self.accelerator.gather(local).sum(dim=0)
-            failing = [name for (name, _), count in zip(guarded, failed.tolist()) if count >= rewards.numel()]
-        return {
-            "unscorable": bool(torch.isnan(rewards).all()),
-            "failing": failing,
-            "degenerate": not bool(advantages.abs().gt(0).any()),
-        }
-
     def _write_advantages(self, batch: GenerationBatch) -> None:
         """This process's slice of the batch's global advantages, as TRL's ``advantages``."""
         output = batch.output
@@ -569,168 +475,6 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
             width = output["completion_ids"].size(1)
             local = torch.nn.functional.pad(local[:, :width], (0, max(0, width - local.size(1))))
         output["advantages"] = local.to(output["completion_ids"].device)
-
-    # ------------------------------------------------------------------ several generation rounds
-    def _assemble_rounds(self, rounds: list[GenerationBatch]) -> tuple[GenerationBatch, RoundAssembly]:
-        """The batch trained on, assembled as :meth:`assemble_generation_rounds` plans it: this process's rows,
-        the global rewards, and the advantages of the assembled rewards."""
-        assembly = self.assemble_generation_rounds(rounds)
-        G = assembly.rewards.size(1)
-        per_func = torch.cat([rounds[k].rewards_per_func[g * G : (g + 1) * G] for k, g in assembly.plan])
-        batch = self.generation_batch(assembly.rewards, rewards_per_func=per_func)
-        batch.output = self._merge_round_outputs([b.output for b in rounds], assembly.plan)
-        batch.advantages = torch.nan_to_num(self.compute_advantages(batch), nan=0.0).reshape(-1)
-        return batch, assembly
-
-    def _merge_round_outputs(self, outputs: list[dict[str, Any]], plan: list[tuple[int, int]]) -> dict[str, Any]:
-        """This process's rows of the assembled batch, taken from the rounds' local outputs (padded alike)."""
-        G, rank = self.num_generations, self.accelerator.process_index
-        per_process = len(plan) // self.accelerator.num_processes
-        first = outputs[0]
-        # TRL's sequence-level vLLM importance-sampling ratio is (n, 1) whatever the completion width: never padded.
-        sequence_level_is = self.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
-        per_sequence = {"importance_sampling_ratio"} if sequence_level_is else set()
-        unknown = set(first) - LEFT_PADDED - RIGHT_PADDED - PER_ROW - {"num_items_in_batch"}
-        if unknown:
-            raise NotImplementedError(
-                f"{self._name} cannot merge generation rounds of batches with {sorted(unknown)} (multimodal or tool "
-                "inputs); use one generation round per batch."
-            )
-        rows = []  # (round, local row) of every local slot, in slot order
-        for k, g in plan[rank * per_process : (rank + 1) * per_process]:
-            local_group = g - rank * per_process
-            rows.extend((k, local_group * G + i) for i in range(G))
-        merged: dict[str, Any] = {}
-        pad_id = self._tokenizer.pad_token_id
-        for key, value in first.items():
-            if key == "num_items_in_batch" or value is None:
-                continue
-            values = [out[key] for out in outputs]
-            if key in PER_ROW or key in per_sequence or values[0].dim() < 2 or len({v.size(1) for v in values}) == 1:
-                stacked = values  # nothing to pad (any round's width, e.g. a 1-token one, may be the narrowest)
-            else:
-                width = max(v.size(1) for v in values)
-                fill = pad_id if key in ("prompt_ids", "completion_ids") else (1 if key == "tool_mask" else 0)
-                side = (1, 0) if key in LEFT_PADDED else (0, 1)
-                stacked = [F.pad(v, tuple(s * (width - v.size(1)) for s in side), value=fill) for v in values]
-            merged[key] = torch.stack([stacked[k][i] for k, i in rows])
-        if self.pad_to_multiple_of is None:  # drop columns that are padding on every kept row (as TRL pads)
-            keep = merged["prompt_mask"].bool().any(dim=0)
-            start = int(keep.float().argmax()) if keep.any() else keep.numel()
-            for key in LEFT_PADDED:
-                merged[key] = merged[key][:, start:]
-            used = merged["completion_mask"].bool().any(dim=0)
-            width = merged["completion_ids"].size(1)
-            # An all-masked batch (e.g. mask_truncated_completions with every completion truncated) keeps its width,
-            # as TRL's own batch does: width 0 would make the forward pass logits_to_keep=0, "keep every position".
-            end = int(used.nonzero().max()) + 1 if used.any() else width
-            for key in (RIGHT_PADDED & set(merged)) - per_sequence:
-                if merged[key].dim() == 2 and merged[key].size(1) == width:
-                    merged[key] = merged[key][:, :end]
-        mask = merged["completion_mask"]
-        loss_mask = mask if merged.get("tool_mask") is None else mask * merged["tool_mask"]
-        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        return merged
-
-    def _log_merged_rewards(self, batch: GenerationBatch, logged: dict[str, int], share: float | None) -> None:
-        """Make the step's reward metrics describe the batch assembled from several rounds (written once), in place
-        of the entries TRL and :meth:`_fix_logged_batch` wrote for each round (``logged``: the entry counts after
-        the first round)."""
-        metrics = self._metrics[batch.mode]
-        keys = ["reward", "reward_std", "frac_reward_zero_std"]
-        keys += [f"rewards/{name}/{stat}" for name in self.reward_func_names for stat in ("mean", "std")]
-        for key in keys:  # drop this step's entries, the first round's included (``logged`` counts them)
-            del metrics[key][max(0, logged.get(key, 0) - 1) :]
-        flat = batch.rewards.reshape(-1)
-        if share is None:
-            share = zero_std_mask(batch.rewards, scale=self.scale_rewards).float().mean().item()
-        metrics["reward"].append(torch.nanmean(flat).item())
-        metrics["reward_std"].append(nanstd(flat).item())
-        metrics["frac_reward_zero_std"].append(share)
-        for i, name in enumerate(self.reward_func_names):
-            metrics[f"rewards/{name}/mean"].append(torch.nanmean(batch.rewards_per_func[:, i]).item())
-            metrics[f"rewards/{name}/std"].append(nanstd(batch.rewards_per_func[:, i]).item())
-
-    # ------------------------------------------------------------------ the rows kept
-    def _keep_rows(self, batch: GenerationBatch) -> None:
-        """Keep this process's selected rows of the output (every row-aligned tensor and list).
-
-        TRL's collectives need equal local batches split into ``steps_per_generation`` equal chunks, so every process
-        is padded to the same row count with inert rows (a copy of a local row whose completion mask is zeroed: no
-        gradient, no count, no metric). ``batch.kept_rows`` holds each row's global flat index (-1 for padding);
-        completion columns that only held dropped rows' padding are trimmed. ``batch.generated_tokens`` is this
-        process's valid completion tokens before selection.
-        """
-        output = batch.output
-        if any(output.get(k) is not None for k in FORWARD_KEYS if k not in ("token_type_ids", "mm_token_type_ids")):
-            raise NotImplementedError(
-                f"{self._name} drops rollouts from the batch; multimodal batches are not supported."
-            )
-        device = output["completion_ids"].device
-        num_local = output["completion_ids"].size(0)
-        batch.generated_tokens = output["completion_mask"].sum()  # this process's, before selection
-        chunks = self.args.steps_per_generation if batch.mode == "train" else 1
-        process = self.accelerator.process_index
-        index, real = padded_local_rows(
-            batch.keep.to(device), num_local, self.accelerator.num_processes, process, chunks
-        )
-        for key, value in output.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == num_local:
-                output[key] = value[index]
-            elif isinstance(value, list) and len(value) == num_local:
-                output[key] = [value[i] for i in index.tolist()]
-        output["completion_mask"] = output["completion_mask"] * real[:, None].to(output["completion_mask"].dtype)
-        if batch.early:  # the kept-rows forwards left NaN on inert rows and past the kept rows' longest completion
-            for key in ("old_per_token_logps", "ref_per_token_logps"):
-                if output.get(key) is not None:  # masked positions: a finite value keeps TRL's masked sums finite
-                    output[key] = torch.nan_to_num(output[key], nan=0.0)
-        batch.padding_rows = int((~real).sum())
-        batch.kept_rows = torch.where(real, process * num_local + index, -1)
-        adv = output["advantages"]
-        output["advantages"] = adv * real.view(-1, *([1] * (adv.dim() - 1))).to(adv.dtype)
-        self._trim_completion_columns(output)
-
-    def _trim_completion_columns(self, output: dict[str, Any]) -> None:
-        """Drop trailing completion columns that only held dropped rollouts' tokens (right padding: the positions of
-        the remaining tokens, hence their log-probs, do not change).
-
-        At least two columns stay: TRL 1.16's loss reads a one-column tensor as one value per sequence and then
-        ignores the mask (``global_masked_mean``), so a process whose rows are all inert padding would log their KL
-        and entropy as if they were real tokens."""
-        mask = output["completion_mask"]
-        width = mask.size(1)
-        used = mask.any(0).nonzero()
-        new = max(int(used.max()) + 1 if used.numel() else 1, 2)
-        if self.pad_to_multiple_of:
-            new = min(width, -(-new // self.pad_to_multiple_of) * self.pad_to_multiple_of)
-        if new >= width:
-            return
-        for key, value in output.items():
-            if key.startswith("prompt") or not isinstance(value, torch.Tensor) or value.dim() < 2:
-                continue
-            if value.size(1) == width:
-                output[key] = value[:, :new]
-
-    def _fix_logged_batch(self, batch: GenerationBatch) -> None:
-        """Make TRL's logged advantages and reward statistics describe what was trained on."""
-        advantages, rewards, output = batch.advantages, batch.rewards, batch.output
-        if advantages.dim() == 2:  # per-token: log each completion's mean over its valid tokens
-            mask = gather(pad_across_processes(output["completion_mask"], dim=1)).to(advantages.dtype)
-            width = min(mask.size(1), advantages.size(1))
-            mask, tokens = mask[:, :width], advantages[:, :width]
-            advantages = (tokens * mask).sum(1) / mask.sum(1).clamp(min=1)
-        logged = self._logs["advantages"]
-        for _ in range(min(len(logged), advantages.numel())):
-            logged.pop()
-        logged.extend(advantages.tolist())
-        metrics = self._metrics[batch.mode]
-        flat = rewards.reshape(-1)
-        is_std_zero = zero_std_mask(rewards, scale=self.scale_rewards)
-        if self.multi_objective_aggregation == "normalize_then_sum":
-            is_std_zero = torch.isclose(nanstd(flat), torch.zeros(())).expand_as(flat)
-        metrics["reward"][-1] = torch.nanmean(flat).item()
-        metrics["reward_std"][-1] = nanstd(flat).item()
-        metrics["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
 
     # ================================================================== micro-batches and the loss
     def _prepare_inputs(self, generation_batch):
@@ -785,57 +529,6 @@ class GRPOFamilyTrainer(ResumableTrainerMixin, PlainLogHistoryMixin, GRPOTrainer
 
     def _overrides(self, stage: str) -> bool:
         return getattr(type(self), stage) is not getattr(GRPOFamilyTrainer, stage)
-
-    # ------------------------------------------------------------------ the loss-term stage
-    def _check_loss_term(self) -> None:
-        """A loss term is added to TRL's per-token loss as TRL aggregates it; refuse the settings where TRL would
-        also multiply the per-token loss by a mask the term does not see."""
-        if self.loss_term is None:
-            return
-        get_loss_term(self.loss_term)  # registered
-        problems = []
-        if self.loss_type not in LOSS_TYPES:
-            problems.append(f"loss_type={self.loss_type!r} (one of {LOSS_TYPES})")
-        if self.top_entropy_quantile != 1.0:
-            problems.append(f"top_entropy_quantile={self.top_entropy_quantile} (1.0)")
-        if self.off_policy_mask_threshold is not None:
-            problems.append(f"off_policy_mask_threshold={self.off_policy_mask_threshold} (None)")
-        if problems:
-            raise ValueError(
-                f"{self.method_name} adds its loss term to TRL's per-token loss; these settings mask that loss in "
-                f"ways the term does not follow: {', '.join(problems)}. Use the values in brackets."
-            )
-
-    def _apply_loss_term(self, call: LossCall) -> None:
-        """The registered loss term over the rows of this loss call on every process (gathered; this process's rows
-        carry the gradient), its result sliced back to this process's rows."""
-        term = get_loss_term(self.loss_term)
-        logps = call.logps
-        rows, width = logps.shape
-        old = call.old_logps if call.old_logps is not None else logps.detach()
-        every = gather_padded(logps.detach().float())
-        start = self.accelerator.process_index * rows
-        mine = F.pad(logps.float(), (0, every.size(1) - width))
-        every = torch.cat([every[:start], mine, every[start + rows :]])  # this process's rows with their gradient
-        advantages = call.advantages
-        out = term(
-            every,
-            gather_padded(old.detach().float()),
-            gather_padded(advantages.detach()),
-            gather_padded(call.loss_mask.to(torch.int32)).bool(),
-            generator=call.generator(self.loss_term) if term.sampled else None,
-            **self.loss_term_options(),
-        )
-        if out.advantages is not None:
-            call.advantages = out.advantages[start : start + rows, :width].to(advantages.dtype)
-        if out.per_token_loss is not None:
-            extra = out.per_token_loss[start : start + rows, :width].to(logps.dtype)
-            ratio = call.importance_sampling_ratio
-            if ratio is not None and self.loss_type != "vespo":  # as TRL weighs its per-token policy loss
-                extra = extra * ratio
-            call.extra_loss = extra
-        for name, value in out.metrics.items():
-            self.log_method_metric(name, float(value))
 
     # ================================================================== run lifecycle
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
