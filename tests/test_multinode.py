@@ -194,3 +194,68 @@ def test_a_node_killed_mid_run_stops_the_other(tmp_path):
     assert "trained past the step" not in out0
     assert re.search(r"Connection (reset|closed) by peer", out0), out0[-3000:]
     assert waited < 300, f"node 0 went on for {waited:.0f} s after node 1 died"  # a hang would last ddp_timeout
+
+
+FAKE_SLURM = {
+    # sbatch: the job script runs here, on a 2-node allocation
+    "sbatch": 'exec env SLURM_NNODES=2 SLURM_JOB_NODELIST="node[0-1]" bash "$@"\n',
+    "scontrol": "printf '127.0.0.1\\n127.0.0.1\\n'\n",  # both "nodes" are this machine
+    # srun: --nodes=N copies of the command, SLURM_PROCID 0..N-1, each with its own home and caches
+    "srun": """n=1
+while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done
+pids=()
+for ((i = 0; i < n; i++)); do
+    HOME=$FAKE_SLURM_ROOT/node$i GRPO_FAMILY_CACHE=$FAKE_SLURM_ROOT/node$i/cache SLURM_PROCID=$i "$@" &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+""",
+}
+
+
+@pytest.mark.multinode
+def test_the_docs_multi_node_command_runs_through_the_slurm_script(tmp_path):
+    """docs/training.md's Multi-node command, as written (Hub names swapped for local stand-ins, GPU settings for
+    CPU ones, 1 step, like tests/test_readme.py), through examples/slurm/multinode.sbatch and launch_node.sh, with
+    sbatch, srun and scontrol stood in for: two nodes on 127.0.0.1, one CPU process each."""
+    from readme_commands import DOC_PAGES, commands
+    from test_readme import NEEDS_SLURM, ONE_STEP, _needs_gpu, adapt
+
+    (command,) = [c for c in commands(DOC_PAGES[0]) if NEEDS_SLURM in c.text]
+    assert command.block.section == "Multi-node" and _needs_gpu(command.block)
+    from grpo_family.tasks import build_tiny_model, build_tokenizer
+
+    model_dir, tokenizer = tmp_path / "model", build_tokenizer()
+    build_tiny_model(tokenizer, seed=0, hidden_size=32, intermediate_size=64, num_hidden_layers=2).save_pretrained(
+        model_dir
+    )
+    tokenizer.save_pretrained(model_dir)
+    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"} for i in range(8)]
+    gsm8k = tmp_path / "gsm8k"
+    (gsm8k / "main").mkdir(parents=True)
+    for split in ("train", "test"):
+        (gsm8k / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (gsm8k / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n"
+        "  - split: test\n    path: main/test.jsonl\n---\n"
+    )
+    outputs = tmp_path / "outputs"
+    standins = {"model": str(model_dir), "dataset": str(gsm8k), "outputs": f"{outputs}/"}
+    text = adapt(command.text, standins, gpu_block=True) + " " + ONE_STEP
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_SLURM.items():
+        (bin_dir / name).write_text("#!/bin/bash\nset -euo pipefail\n" + body)
+        (bin_dir / name).chmod(0o755)
+    env = {
+        **os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "FAKE_SLURM_ROOT": str(tmp_path / "nodes"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT),
+        # the GPU settings of the block's comment, as CPU ones: 1 process per node, gloo
+        "GPUS_PER_NODE": "1", "ACCELERATE_CONFIG": "accelerate_configs/cpu_2proc.yaml", "MAIN_PORT": str(free_port()),
+    }  # fmt: skip
+    result = subprocess.run(["bash", "-c", text], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{text}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    (run_dir,) = outputs.iterdir()
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 1 and (run_dir / "model.safetensors").is_file()
