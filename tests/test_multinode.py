@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_distributed import launch  # noqa: E402
+from test_readme import standins  # noqa: E402, F401 - the README test's stand-ins (tiny model, GSM8K-shaped data)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -214,7 +215,7 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 
 
 @pytest.mark.multinode
-def test_the_docs_multi_node_command_runs_through_the_slurm_script(tmp_path):
+def test_the_docs_multi_node_command_runs_through_the_slurm_script(standins, tmp_path):  # noqa: F811
     """docs/training.md's Multi-node command, as written (Hub names swapped for local stand-ins, GPU settings for
     CPU ones, 1 step, like tests/test_readme.py), through examples/slurm/multinode.sbatch and launch_node.sh, with
     sbatch, srun and scontrol stood in for: two nodes on 127.0.0.1, one CPU process each."""
@@ -223,25 +224,8 @@ def test_the_docs_multi_node_command_runs_through_the_slurm_script(tmp_path):
 
     (command,) = [c for c in commands(DOC_PAGES[0]) if NEEDS_SLURM in c.text]
     assert command.block.section == "Multi-node" and _needs_gpu(command.block)
-    from grpo_family.tasks import build_tiny_model, build_tokenizer
-
-    model_dir, tokenizer = tmp_path / "model", build_tokenizer()
-    build_tiny_model(tokenizer, seed=0, hidden_size=32, intermediate_size=64, num_hidden_layers=2).save_pretrained(
-        model_dir
-    )
-    tokenizer.save_pretrained(model_dir)
-    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"} for i in range(8)]
-    gsm8k = tmp_path / "gsm8k"
-    (gsm8k / "main").mkdir(parents=True)
-    for split in ("train", "test"):
-        (gsm8k / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (gsm8k / "README.md").write_text(
-        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train.jsonl\n"
-        "  - split: test\n    path: main/test.jsonl\n---\n"
-    )
     outputs = tmp_path / "outputs"
-    standins = {"model": str(model_dir), "dataset": str(gsm8k), "outputs": f"{outputs}/"}
-    text = adapt(command.text, standins, gpu_block=True) + " " + ONE_STEP
+    text = adapt(command.text, {**standins, "outputs": f"{outputs}/"}, gpu_block=True) + " " + ONE_STEP
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in FAKE_SLURM.items():
