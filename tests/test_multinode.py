@@ -175,7 +175,7 @@ def test_two_nodes_train_resume_and_match_a_single_node(tmp_path):
     for rank in (0, 1):
         node = tmp_path / "two-node" / f"node{rank}"
         assert list((node / "home" / ".cache" / "grpo_family").glob("tiny-arith-*/model.safetensors"))
-        assert (node / "out" / "grpo" / "checkpoint-2" / "trainer_state.json").is_file()
+        assert (node / "out" / LANE_METHODS[0] / "checkpoint-2" / "trainer_state.json").is_file()
 
 
 @pytest.mark.multinode
