@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_distributed import launch  # noqa: E402
+from test_readme import standins  # noqa: E402, F401 - the README test's stand-ins (tiny model, GSM8K-shaped data)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,3 +85,161 @@ def test_no_doc_or_recipe_teaches_the_deprecated_vllm_server_command():
         if re.search(r"trl\s+vllm-serve", line)
     ]
     assert found == [], f"the deprecated `trl vllm-serve` is taught at {found}"
+
+
+# --- The two-node lane (marker `multinode`, .ci/multinode): two launchers on 127.0.0.1, one CPU process per node.
+
+TESTS = ROOT / "tests"
+# The methods the lane trains on two nodes: those whose statistics cross ranks in their own ways (GRPO's group
+# advantages, GPG's alpha, D3S's kept rollouts). Every method resumes bit-exactly in tests/test_resume.py; all nine
+# here would take the lane past its few minutes (MULTINODE_METHODS="grpo ms_grpo ..." runs others).
+LANE_METHODS = os.environ.get("MULTINODE_METHODS", "grpo gpg d3s").split()
+
+
+def node_env(node_dir: Path, **extra: str) -> dict:
+    """A node's environment: its own home and fresh caches (nothing built on another node can be reused)."""
+    node_dir.mkdir(parents=True, exist_ok=True)
+    home = node_dir / "home"
+    return {
+        **os.environ, "HOME": str(home), "GRPO_FAMILY_CACHE": str(home / ".cache" / "grpo_family"),
+        "HF_HOME": str(home / ".cache" / "huggingface"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT), **extra,
+    }  # fmt: skip
+
+
+def two_nodes(script_args: list[str], root: Path, port: int) -> list[subprocess.Popen]:
+    """Start ``accelerate launch --num_machines 2`` twice (machine ranks 0 and 1, one process each, gloo on
+    127.0.0.1), each in its own working directory (its "local disk") under ``root``/node<rank>."""
+    procs = []
+    for rank in (0, 1):
+        cmd = [
+            sys.executable, "-m", "accelerate.commands.launch",
+            "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
+            "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(rank),
+            "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), *script_args,
+        ]  # fmt: skip
+        node = root / f"node{rank}"
+        procs.append(
+            subprocess.Popen(cmd, cwd=node_dir_ready(node), env=node_env(node), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        )  # fmt: skip
+    return procs
+
+
+def node_dir_ready(node: Path) -> Path:
+    node.mkdir(parents=True, exist_ok=True)
+    return node
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.multinode
+def test_two_nodes_train_resume_and_match_a_single_node(tmp_path):
+    """Every method, in the node-local layout (each node's own disk, ``save_on_each_node``) and the shared one:
+    a run resumed from ``checkpoint-2`` ends bit-identical to the uninterrupted run, every node holds the checkpoint
+    it resumes from, and the final weights are bit-identical to a single-node 2-process run of the same seed."""
+    script = [str(TESTS / "dist" / "multinode_train.py"), str(tmp_path / "shared"), str(TESTS)]
+    procs = two_nodes(
+        [*script, str(tmp_path / "two-node.json"), "node-local,shared", *LANE_METHODS],
+        tmp_path / "two-node",
+        free_port(),
+    )
+    single = tmp_path / "single-node"
+    single_cmd = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"), "--main_process_port", str(free_port()),
+        *script[:1], str(single / "shared"), str(TESTS), str(tmp_path / "single-node.json"),
+        "reference", *LANE_METHODS,
+    ]  # fmt: skip
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    for rank, (proc, out) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 0, f"node {rank} failed:\n{out[-6000:]}"
+    reference = subprocess.run(single_cmd, cwd=node_dir_ready(single), env=node_env(single), capture_output=True,
+                               text=True, timeout=900)  # fmt: skip
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-6000:]
+    two_node = json.loads((tmp_path / "two-node.json").read_text())
+    single_node = json.loads((tmp_path / "single-node.json").read_text())["reference"]
+    assert set(two_node) == {"node-local", "shared"}
+    for layout, runs in two_node.items():
+        assert set(runs) == set(LANE_METHODS), layout
+        for method, run in runs.items():
+            assert run["checkpoint_on_every_node"], (layout, method)
+            assert run["at_checkpoint"] != run["full"], (layout, method)  # step 3 changed the weights
+            assert run["resumed"] == run["full"], f"{layout} {method}: resumed run differs from the uninterrupted one"
+            assert run["full"] == single_node[method]["full"], f"{layout} {method}: differs from a single node"
+    # Each node built its own warm start (fresh caches), and node-local outputs stayed on their node.
+    for rank in (0, 1):
+        node = tmp_path / "two-node" / f"node{rank}"
+        assert list((node / "home" / ".cache" / "grpo_family").glob("tiny-arith-*/model.safetensors"))
+        assert (node / "out" / LANE_METHODS[0] / "checkpoint-2" / "trainer_state.json").is_file()
+
+
+@pytest.mark.multinode
+def test_a_node_killed_mid_run_stops_the_other(tmp_path):
+    """Node 1's process is killed (SIGKILL) as step 2 begins: node 0, waiting in that step's first collective, exits
+    with an error naming the lost peer long before ``ddp_timeout`` (1800 s), and does not train on alone."""
+    import time
+
+    script = [str(TESTS / "dist" / "multinode_train.py"), str(tmp_path / "shared"), str(TESTS), "-", "kill", "grpo"]
+    node0, node1 = two_nodes(script, tmp_path, free_port())
+    out1 = node1.communicate(timeout=900)[0]
+    node1_gone = time.monotonic()
+    assert "node 1: killed at step 2" in out1 and node1.returncode != 0, out1[-3000:]
+    out0 = node0.communicate(timeout=900)[0]
+    waited = time.monotonic() - node1_gone
+    assert node0.returncode != 0, out0[-3000:]
+    assert "trained past the step" not in out0
+    assert re.search(r"Connection (reset|closed) by peer", out0), out0[-3000:]
+    assert waited < 300, f"node 0 went on for {waited:.0f} s after node 1 died"  # a hang would last ddp_timeout
+
+
+FAKE_SLURM = {
+    # sbatch: the job script runs here, on a 2-node allocation
+    "sbatch": 'exec env SLURM_NNODES=2 SLURM_JOB_NODELIST="node[0-1]" bash "$@"\n',
+    "scontrol": "printf '127.0.0.1\\n127.0.0.1\\n'\n",  # both "nodes" are this machine
+    # srun: --nodes=N copies of the command, SLURM_PROCID 0..N-1, each with its own home and caches
+    "srun": """n=1
+while [[ $1 == --* ]]; do [[ $1 == --nodes=* ]] && n=${1#--nodes=}; shift; done
+pids=()
+for ((i = 0; i < n; i++)); do
+    HOME=$FAKE_SLURM_ROOT/node$i GRPO_FAMILY_CACHE=$FAKE_SLURM_ROOT/node$i/cache SLURM_PROCID=$i "$@" &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+""",
+}
+
+
+@pytest.mark.multinode
+def test_the_docs_multi_node_command_runs_through_the_slurm_script(standins, tmp_path):  # noqa: F811
+    """docs/training.md's Multi-node command, as written (Hub names swapped for local stand-ins, GPU settings for
+    CPU ones, 1 step, like tests/test_readme.py), through examples/slurm/multinode.sbatch and launch_node.sh, with
+    sbatch, srun and scontrol stood in for: two nodes on 127.0.0.1, one CPU process each."""
+    from readme_commands import DOC_PAGES, commands
+    from test_readme import NEEDS_SLURM, ONE_STEP, _needs_gpu, adapt
+
+    (command,) = [c for c in commands(DOC_PAGES[0]) if NEEDS_SLURM in c.text]
+    assert command.block.section == "Multi-node" and _needs_gpu(command.block)
+    outputs = tmp_path / "outputs"
+    text = adapt(command.text, {**standins, "outputs": f"{outputs}/"}, gpu_block=True) + " " + ONE_STEP
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_SLURM.items():
+        (bin_dir / name).write_text("#!/bin/bash\nset -euo pipefail\n" + body)
+        (bin_dir / name).chmod(0o755)
+    env = {
+        **os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "FAKE_SLURM_ROOT": str(tmp_path / "nodes"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT),
+        # the GPU settings of the block's comment, as CPU ones: 1 process per node, gloo
+        "GPUS_PER_NODE": "1", "ACCELERATE_CONFIG": "accelerate_configs/cpu_2proc.yaml", "MAIN_PORT": str(free_port()),
+    }  # fmt: skip
+    result = subprocess.run(["bash", "-c", text], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"{text}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    (run_dir,) = outputs.iterdir()
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 1 and (run_dir / "model.safetensors").is_file()

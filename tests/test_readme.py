@@ -41,6 +41,7 @@ NOT_RUN_HERE = {
     "checks its start-up error on CPU (test_vllm.py)",
 }
 NEEDS_VLLM = "--use_vllm"  # vLLM commands run in the vllm lane
+NEEDS_SLURM = "examples/slurm/multinode.sbatch"  # run by the multinode lane, SLURM stood in for (test_multinode.py)
 NEEDS_DEEPSPEED = ("zero3_cpu.yaml", "zero2_cpu.yaml")  # DeepSpeed-on-CPU commands run in the deepspeed lane
 # GPU-only flag -> its CPU equivalent, applied only inside blocks marked as needing GPUs.
 GPU_TO_CPU = {
@@ -120,6 +121,8 @@ def _not_run_reason(text: str) -> str | None:
             return reason
     if NEEDS_VLLM in text:
         return "the vllm lane"
+    if NEEDS_SLURM in text:
+        return "the multinode lane"
     if text in vllm_install_commands():
         return "the vllm lane's environment (.ci/vllm installs it)"
     if text.startswith("pip install") and text not in install_commands():
@@ -154,6 +157,7 @@ def test_ci_runs_the_readme_install_lint_and_test_commands():
     assert readme_test_command() == "python -m pytest"
     # The lanes: DeepSpeed in the same environment, vLLM in its own, installed by the README's vLLM-on-CPU commands.
     assert "bash .ci/deepspeed" in ci and "bash .ci/vllm" in ci and "bash .ci/realmodel" in ci
+    assert "bash .ci/multinode" in ci and "pytest -m multinode" in (ROOT / ".ci" / "multinode").read_text()
     vllm_lane = (ROOT / ".ci" / "vllm").read_text()
     assert "tests/readme_commands.py vllm-install" in vllm_lane and "pytest -m vllm" in vllm_lane
     assert "venv" in vllm_lane and "GRPO_FAMILY_REQUIRE_VLLM=1" in vllm_lane
