@@ -62,6 +62,7 @@ BREAKS = {
     **dict.fromkeys(["arith-017", "arith-018", "arith-019", "arith-025", "arith-026"], "slots"),
     **dict.fromkeys(["arith-021"], "after"),
     **dict.fromkeys(["arith-024"], "think"),
+    **dict.fromkeys(["math-093", "math-094"], "value"),
 }
 
 
@@ -173,6 +174,15 @@ MATH = _cases(
         ("bad_gold", r"\boxed{3}", NAN, None),
         ("bad_gold", r"\boxed{3}", None, None),
         ("bad_gold", r"\boxed{3}", "", None),
+        # issue 40: a line "Answer" then a maths span (Math-Verify's fixtures mv-all-125..128, 130), and the twin
+        # with two different spans after it, which commits to neither
+        ("answer_then_math", r"Answer \[ 9 \]", "$9$", 1),
+        ("answer_then_math", "Answer $ 9 $", "$9$", 1),
+        ("answer_then_math", "Answer $$ 9 $$", "$9$", 1),
+        ("answer_then_math", r"Answer \( 9 \)", "$9$", 1),
+        ("answer_then_math", r"Answer \( (9+1) \)", "$10$", 1),
+        ("answer_then_math", "Answer $ 9 $ or $ 8 $", "$9$", 0),
+        ("answer_then_math", r"Answer \( 9 \) or \( 8 \)", "$8$", 0),
     ],
 )
 

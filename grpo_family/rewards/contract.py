@@ -147,7 +147,8 @@ class SlotSpec:
         one = (
             r"(?:(?:so|thus|therefore|hence|finally)[ \t]*,?[ \t]+)?(?:the[ \t]+)?"
             rf"(?:(?:final|correct|right|best)[ \t]+)?(?:{noun})[ \t]*[*_]{{0,2}}[ \t]*"
-            r"(?:is\b[ \t]*:?|:|=|[-\u2013\u2014](?=[ \t]))(?:[ \t]*[*_]{1,2})?"
+            # "Answer $ 9 $": the noun then, after a space, a maths span (its one value, as after a colon)
+            r"(?:is\b[ \t]*:?|:|=|[-\u2013\u2014](?=[ \t])|(?<=[ \t])(?=\$|\\[(\[]))(?:[ \t]*[*_]{1,2})?"
         )
         object.__setattr__(self, "_anchor", re.compile(rf"(?i)(?:{one}[ \t]*)+"))
         object.__setattr__(self, "_noun", re.compile(rf"(?i){noun}" + ("|####" if self.hashes else "")))
