@@ -351,3 +351,39 @@ def test_choice_and_qa_score_what_their_one_committed_value_earns(letters, answe
             assert score == expected, (reward, text, gold, reading)
             full_marks += [gold] * (score == 1.0)
         assert len(full_marks) <= 1, (reward, text, full_marks)
+
+
+# ------------------------------------------------------------- maths spans side by side: two values, not one
+
+SPAN_FORMS = ["${v}$", "$${v}$$", "\\({v}\\)", "\\( {v} \\)", "\\[{v}\\]", "$({v})$", "$\\frac{{{v}}}{{1}}$"]
+SPAN_SLOTS = ["Answer: {s}", "The answer is {s}", "The final answer is {s}.", "<answer>{s}</answer>", "{s}"]
+
+
+@SETTINGS
+@given(
+    st.data(),
+    values,
+    others,
+    st.sampled_from(SPAN_FORMS),
+    st.sampled_from(SPAN_FORMS),
+    st.sampled_from(["", " ", "  ", "\t"]),
+    st.sampled_from(SPAN_SLOTS),
+)
+def test_two_maths_spans_side_by_side_score_zero(data, n, m, first, second, gap, slot):
+    """``Answer: \\( 9 \\) \\( 8 \\)`` is one slot holding two values (math-verify alone would read the last): a
+    contract violation, 0 for either gold, in every mode, like ``Answer: 9 8``."""
+    spans = first.format(v=n) + gap + second.format(v=m)
+    text = data.draw(completion(slot.format(s=spans)))
+    for gold in (n, m):
+        for reward in (MATH, arithmetic_reward):
+            for mode in ("train", "eval", "strict"):
+                assert _score(reward, [text], str(gold), mode) == ([0.0], 1.0), (reward, text, gold, mode)
+
+
+@pytest.mark.parametrize(
+    "text", [r"Answer: \(9\) apples", r"Answer: $9$ cm", r"Answer: $x$ = $9$", r"The answer is $9$.", r"$9$ apples"]
+)
+def test_one_maths_span_with_text_beside_it_reads_its_value(text):
+    # A span's delimiters go once no second span sits beside it: units and a named value read as without them.
+    assert _score(MATH, [text], "9") == ([1.0], 0.0), text
+    assert _score(MATH, [text], "8") == ([0.0], 0.0), text

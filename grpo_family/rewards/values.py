@@ -77,6 +77,32 @@ def unwrap_text_macros(text: str) -> str:
 _WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"), ("__", "__"), ("`", "`"))
 
 
+# A maths delimiter: ``$$``, an unescaped ``$`` (``\\$`` is a dollar sign), ``\\(``, ``\\)``, ``\\[``, ``\\]``.
+_MATHS_DELIMITER = re.compile(r"\$\$|(?<!\\)\$|\\[()\[\]]")
+_MATHS_OPENER = re.compile(r"\$\$|(?<!\\)\$|\\[(\[]")
+_MATHS_CLOSER = {
+    "$$": re.compile(r"\$\$"),
+    "$": re.compile(r"(?<!\\)\$"),
+    "\\(": re.compile(r"\\\)"),
+    "\\[": re.compile(r"\\\]"),
+}
+
+
+def maths_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every maths span of ``text`` (``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``),
+    delimiters included, in order. A ``$`` span closes at the next ``$``, even the first of a ``$$`` (``$9$$8$`` is
+    two spans); an unclosed span runs to the end; a stray closing delimiter is no span."""
+    spans, pos = [], 0
+    while (opened := _MATHS_OPENER.search(text, pos)) is not None:
+        closed = _MATHS_CLOSER[opened.group(0)].search(text, opened.end())
+        if closed is None:
+            spans.append((opened.start(), len(text)))
+            break
+        spans.append((opened.start(), closed.end()))
+        pos = closed.end()
+    return spans
+
+
 def strip_wrappers(value: str) -> str:
     """The value without the delimiters around all of it: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``,
     Markdown bold and code, ``\\displaystyle``, and a sentence's full stop at its end."""
@@ -87,7 +113,7 @@ def strip_wrappers(value: str) -> str:
         for left, right in _WRAPPERS:
             if len(value) >= len(left) + len(right) and value.startswith(left) and value.endswith(right):
                 inner = value[len(left) : len(value) - len(right)]
-                if left in ("$", "`", "**", "__") and left in inner:  # "$a$ and $b$" is not one wrapped value
+                if left in inner or right in inner:  # "$a$ and $b$", "\\(9\\) \\(8\\)": not one wrapped value
                     continue
                 value, changed = inner.strip(), True
         for prefix in ("\\displaystyle", "\\textstyle"):
@@ -177,8 +203,11 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     ``\\$``), number words, or either followed by a scale word — else ``(None, why)``."""
     if len(value) > MAX_NUMBER_CHARS:
         return None, f"a value longer than {MAX_NUMBER_CHARS} characters"
-    text = strip_wrappers(unwrap_text_macros(value)).replace("\\$", "").replace("$", "").strip()
-    text = " ".join(text.split())
+    text = strip_wrappers(unwrap_text_macros(value)).replace("\\$", "")
+    spans = maths_spans(text)
+    if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
+        return None, "two maths spans side by side"
+    text = " ".join(_MATHS_DELIMITER.sub(" ", text).split())  # "$0$$0$" is two numbers, not "00"
     words = number_from_words(text)
     if words is not None:
         return Fraction(words), ""
@@ -469,7 +498,15 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
     """``(latex, violation, as_set)``: the one value (or the gold's number of values) a math slot holds, as LaTeX
     for math-verify, or why the slot breaks the contract (docs/answer_extraction.md §6). ``as_set``: the value is an
     inequality in one variable, compared with an interval gold as a set."""
-    text = unwrap_text_macros(_money_and_separators(strip_wrappers(slot)))
+    text = strip_wrappers(slot)
+    # Maths spans left inside the value: two side by side are two values ("$9$ $8$", "\\(9\\)\\(8\\)", which
+    # math-verify would read as the last); otherwise their delimiters go ("$x$ = $9$", "\\(9\\) apples").
+    spans = maths_spans(text)
+    if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
+        return None, "two maths spans side by side", False
+    if spans:
+        text = _MATHS_DELIMITER.sub(" ", text)
+    text = unwrap_text_macros(_money_and_separators(text))
     text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", r"\\%", text)
     text = apply_scales(text)
     text = _number_words_to_digits(text)
