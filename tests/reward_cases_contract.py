@@ -139,7 +139,7 @@ MATH = _rows("math_accuracy", "cmath", [
     ("mv_relation", r"\boxed{21 \textrm{=} 18}", "18", 0, "value"),
     ("mv_relation", r"\boxed{18 \mathrm{=} 21}", "21", 0, "value"),
     ("mv_relation", r"\boxed{18 \text{ = } 21}", "18", 0, "value"),
-    ("mv_relation", r"\boxed{18 + 3 = 21}", "21", 0, "value"),
+    ("mv_relation", r"\boxed{18 + 3 = 21}", "21", 1, ""),  # a true computation states its result (issue 40)
     ("mv_relation", r"\boxed{x = 18 = 21}", "21", 0, "value"),
     # values the old reading got wrong
     ("number_words", "The answer is eighteen.", "18", 1, ""),
@@ -251,6 +251,15 @@ MATH = _rows("math_accuracy", "cmath", [
     ("empty", "", "18", 0, "slots"),
     ("bad_gold", r"\boxed{18} or \boxed{21}", NAN, None, "slots"),
     ("bad_gold", r"\boxed{18}", "", None, ""),
+    # issue 40: a true computation states its result, its operands none; a false one states nothing
+    ("mv_relation", r"\boxed{18 + 3 = 21}", "18", 0, ""),
+    ("mv_relation", r"\boxed{18 + 4 = 21}", "21", 0, "value"),
+    ("mv_relation", "2 + 8 = 10", "10", 1, ""),
+    ("mv_relation", "10 = 2 + 8", "10", 0, "value"),
+    # issue 40: two maths spans side by side are two values (math-verify would read the last)
+    ("maths_spans", r"Answer: \( 9 \) \( 8 \)", "8", 0, "value"),
+    ("maths_spans", r"The answer is $9$ $8$", "8", 0, "value"),
+    ("maths_spans", r"Answer: \(9\) apples", "9", 1, ""),
 ])
 
 CHOICE = _rows("choice_accuracy", "cchoice", [
@@ -395,7 +404,7 @@ ARITHMETIC = _rows("arithmetic", "carith", [
     ("value", "Answer: 18.5", "18", 0, ""),
     ("value", "Answer: 18/2", "9", 0, "value"),
     ("value", "Answer: 18e3", "18000", 1, "value"),
-    ("value", "7+5*3-4 = 18", "18", 1, "value"),
+    ("value", "7+5*3-4 = 18", "18", 1, ""),
     ("value", "Answer: 18 apples", "18", 1, "value"),
     ("value", "Answer: 1" + "8" * 5000, "18", 0, "value"),
     ("format", "5*3=15\n7+15=22\n22-4=18\nAnswer: 18", "18", 1, ""),

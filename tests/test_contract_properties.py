@@ -387,3 +387,29 @@ def test_one_maths_span_with_text_beside_it_reads_its_value(text):
     # A span's delimiters go once no second span sits beside it: units and a named value read as without them.
     assert _score(MATH, [text], "9") == ([1.0], 0.0), text
     assert _score(MATH, [text], "8") == ([0.0], 0.0), text
+
+
+# ------------------------------------------------- a true computation states its result, a false one nothing
+
+
+@SETTINGS
+@given(
+    st.data(),
+    st.integers(0, 999),
+    st.integers(0, 999),
+    st.sampled_from(["+", "-", "*", "x", "\\times"]),
+    st.integers(-3, 3),
+    st.sampled_from(["{e}", "Answer: {e}", "\\boxed{{{e}}}", "The answer is ${e}$"]),
+)
+def test_a_computation_scores_its_result_only_when_true(data, a, b, op, error, slot):
+    """``2 + 8 = 10`` commits to 10 (SmolLM2's closing line); its operands are no candidates, and a false
+    computation (``2 + 8 = 11``) commits to nothing."""
+    result = {"+": a + b, "-": a - b}.get(op, a * b) + error
+    text = data.draw(completion(slot.format(e=f"{a} {op} {b} = {result}")))
+    assume(not text.endswith("!"))  # "= 10!" is a factorial
+    # reasoning-gym's verifier reads the slot's text as it is: "$18$" is not its number (the task's decision).
+    rewards = NUMBER_REWARDS if "$" not in slot else (MATH, arithmetic_reward)
+    for gold in {a, b, result}:
+        for reward in rewards:
+            (score,), _ = _score(reward, [text], str(gold))
+            assert score == float(error == 0 and gold == result), (reward, text, gold)

@@ -124,7 +124,10 @@ def test_reward_scores_with_the_tasks_verifier_on_the_committed_answer():
         (f"<answer>{gold}</answer> wait, that's wrong", 1.0),  # text after the committed answer is not read
         (f"The answer is {gold}.", 1.0),  # an anchored answer is a committed one
         (f"{gold}", 1.0),  # a bare reply is the answer when it is nothing else
-        (f"{gold} + 0 = {gold}", 0.0),  # ... and is not read for a number inside it
+        (f"{gold} + 0 = {gold}", 1.0),  # a true computation states its result ...
+        (f"{gold} + 1 = {gold}", 0.0),  # ... a false one states nothing
+        (f"{wrong} - 1 = {gold}", 1.0),  # ... and its operands are no candidates:
+        (f"{gold} + 1 = {wrong}", 0.0),  # only the result is compared
         (f"<think><answer>{gold}</answer>", 0.0),  # reasoning left open: no final answer
         ([{"role": "assistant", "content": f"<answer>{gold}</answer>"}], 1.0),  # conversational completions
     ]

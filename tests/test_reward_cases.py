@@ -114,7 +114,9 @@ def test_the_suites_are_large_and_cover_every_class():
 
 # The value reading changed for every mode in issue 40 (item 4): a noun after a number is the noun it counts, so
 # these graded-1 cases that the old contract refused ("value") now score their grade in strict mode too.
-STRICT_VALUE_RULE_CHANGES = {"cmath-122", "carith-030"}
+STRICT_VALUE_RULE_CHANGES = {"cmath-122", "carith-030", "math-028", "arith-014"}
+# (math-028 and arith-014, "18 + 1 = 19" for the gold 18: a true computation states its result, 19, so they now
+# keep the contract and score their grade, 0, as a wrong value.)
 
 
 @pytest.mark.parametrize("case", ALL_CASES + ALL_CONTRACT_CASES, ids=lambda c: c.id)
@@ -182,7 +184,7 @@ BREAKS_IN_TRAINING_MODE = {
     ),
     **dict.fromkeys(["cmath-020"], "two slots joined by a separator in one sentence"),
     **dict.fromkeys(
-        "carith-028 carith-029 cchoice-002 cchoice-008 cchoice-010 cchoice-012 cchoice-019 cchoice-021 cchoice-022 "
+        "carith-028 cchoice-002 cchoice-008 cchoice-010 cchoice-012 cchoice-019 cchoice-021 cchoice-022 "
         "choice-016 cmath-039 cmath-123 cmath-185 cqa-037 cqa-038 math-048".split(),
         "the slot holds no one value of the reward's kind",
     ),
@@ -243,8 +245,9 @@ def test_read_answer_in_brief():
 def test_arithmetic_refuses_a_length_mismatch_and_reads_only_integers():
     with pytest.raises(ValueError, match="2 completions but 1 gold"):
         arithmetic_reward(["Answer: 1", "Answer: 2"], answer=["1"])
-    for text in ("Answer: 18.5", "Answer: 18/2", "Answer: 18e3", "Answer: 18 + 1 = 19", "Answer: 18 18"):
+    for text in ("Answer: 18.5", "Answer: 18/2", "Answer: 18e3", "Answer: 18 + 1 = 20", "Answer: 18 18"):
         assert extract_answer(text) is None, text
+    assert extract_answer("Answer: 18 + 1 = 19") == 19  # a true computation states its result
     assert extract_answer("2*9=18\nAnswer: 18") == 18
     # One number in the contract's sense: thousands separators, number words and scale words are read.
     assert [extract_answer(f"Answer: {n}") for n in ("18,000", "eighteen", "18 thousand", "18.")] == [

@@ -35,7 +35,7 @@ from typing import Any
 
 from .contract import ANSWER_SLOTS, AnswerReward, read_answer
 from .extract import completion_text
-from .values import count_numbers, list_separators
+from .values import count_numbers, equation_result, list_separators
 
 __all__ = ["ReasoningGymReward", "extract_reasoning_gym_answer", "reasoning_gym_reward"]
 
@@ -90,6 +90,8 @@ class ReasoningGymReward(AnswerReward):
         if answer is None:
             return 0.0, True
         gold = str(entry.get("answer", ""))
+        if count_numbers(gold) == 1 and "=" not in gold:
+            answer = equation_result(answer) or answer  # "2 + 8 = 10" states 10
         if count_numbers(answer) > count_numbers(gold) or list_separators(answer) > list_separators(gold):
             # More than one value of the gold's kind: the task's verifier would compare more than one of them
             # (gsm_symbolic reads the first number of "31 or 40", chain_sum strips commas from "30,37").

@@ -11,6 +11,7 @@ Standard library only (the scoring worker subprocesses import this module).
 
 from __future__ import annotations
 
+import ast
 import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
@@ -208,6 +209,7 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
         return None, "two maths spans side by side"
     text = " ".join(_MATHS_DELIMITER.sub(" ", text).split())  # "$0$$0$" is two numbers, not "00"
+    text = equation_result(text) or text  # "2 + 8 = 10" states 10
     words = number_from_words(text)
     if words is not None:
         return Fraction(words), ""
@@ -226,6 +228,53 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     if scale.lower() in UNITS or _is_noun(scale):  # a unit or the noun the number counts: "18 apples"
         return number, ""
     return None, f"a word after the number: {scale!r}"
+
+
+# "2 + 8 = 10", "7 x 6 = 42", "3 \\times 6 = 18": a computation and its result, on one line.
+_EQUATION = re.compile(r"(?P<lhs>[\d\s.,+\-−*/×x·÷()]+?)\s*=\s*(?P<rhs>[-−]?\d+(?:\.\d+)?)")
+_OPERATOR_WORDS = {"\\times": "*", "\\cdot": "*", "\\div": "/", "×": "*", "·": "*", "÷": "/", "−": "-"}
+_OPERATIONS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__, ast.Mult: Fraction.__mul__}
+
+
+def _exact(node: ast.AST) -> Fraction:
+    """The exact value of an arithmetic expression tree of numbers, ``+ - * /`` and signs (anything else raises)."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(str(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _exact(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _exact(node.left) / _exact(node.right)  # ZeroDivisionError: no result
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
+        return _OPERATIONS[type(node.op)](_exact(node.left), _exact(node.right))
+    raise ValueError("not arithmetic")
+
+
+def equation_result(text: str) -> str | None:
+    """The result of a true arithmetic equation that ``text`` is, or None: ``2 + 8 = 10`` -> ``10``,
+    ``7 x 6 = 42`` -> ``42``; ``2 + 8 = 11`` (false), ``9 = 10``, ``10 = 2 + 8`` and chains are not one.
+
+    A computation written with its result states one value, the result: its operands are no candidates, and a
+    false equation states none (so a policy cannot hide a second number in it). Exact rational arithmetic over
+    ``+ - * /`` (``x``, ``\\times``, ``\\cdot``, ``÷`` written as such); no powers, at most 80 characters."""
+    text = text.strip().rstrip(".").strip()
+    if len(text) > 80 or text.count("=") != 1:
+        return None
+    for word, symbol in _OPERATOR_WORDS.items():
+        text = text.replace(word, symbol)
+    m = _EQUATION.fullmatch(text)
+    if m is None:
+        return None
+    lhs = re.sub(r"(?<=[\d)\s])x(?=[\s\d(])", "*", m.group("lhs"))  # "7 x 6": x between numbers is a times
+    if not re.search(r"\d\s*[-+*/]\s*[-+(]*\s*\.?\d", lhs) or _GROUPING_COMMA.sub("", lhs).count(",") > 0:
+        return None  # no operation ("9 = 10"), or a list ("2, 8 = 10")
+    try:
+        tree = ast.parse(_GROUPING_COMMA.sub("", lhs).strip(), mode="eval")
+        value = _exact(tree.body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+    rhs = m.group("rhs").replace("−", "-")
+    return rhs if value == Fraction(rhs) else None
 
 
 # ------------------------------------------------------------------------------------------ lists of values
@@ -557,6 +606,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
                     part = sides[1].strip()
                 elif _is_name(sides[1]):
                     part = sides[0].strip()
+                elif gold.numeric and (result := equation_result(part)) is not None:
+                    part = result  # "2 + 8 = 10": a true computation states its result
                 else:
                     return None, "a relation between two values", False
                 if not part:
