@@ -260,6 +260,10 @@ MATH = _rows("math_accuracy", "cmath", [
     ("maths_spans", r"Answer: \( 9 \) \( 8 \)", "8", 0, "value"),
     ("maths_spans", r"The answer is $9$ $8$", "8", 0, "value"),
     ("maths_spans", r"Answer: \(9\) apples", "9", 1, ""),
+    # issue 40: inline maths opened after the anchor and closed lines later is the anchor's value (training mode;
+    # strict mode reads the anchor's line only)
+    ("maths_spans", "Answer $ \n 9 \n $", "9", 1, "value"),
+    ("maths_spans", "The answer is \\(\n9\n\\).", "9", 1, "value"),
 ])
 
 CHOICE = _rows("choice_accuracy", "cchoice", [

@@ -319,8 +319,10 @@ def _line_bounds(text: str, pos: int) -> tuple[int, int]:
     return start, len(text) if end < 0 else end
 
 
-# A display block opened on a line and closed on a later one: the heading's value runs to its close.
-_DISPLAY_OPEN = re.compile(r"[ \t]*(?:[*_]{1,2}[ \t]*)?(\\\[|\$\$|\\begin\s*\{([^{}]*)\})")
+# A display block, or inline maths, opened on a line and closed on a later one (``Answer $`` / ``9`` / ``$``): the
+# heading's value runs to its close.
+_DISPLAY_OPEN = re.compile(r"[ \t]*(?:[*_]{1,2}[ \t]*)?(\\\[|\$\$|\\\(|\$|\\begin\s*\{([^{}]*)\})")
+_DISPLAY_CLOSE = {"\\[": "\\]", "$$": "$$", "\\(": "\\)", "$": "$"}
 # A sentence's end inside an anchor's value (committed mode): ".", "!" or "?" then whitespace, not after a single
 # letter or a capitalised abbreviation ("C. Pneumonia", "St. Louis" stay whole).
 _SENTENCE_END = re.compile(r"(?<!\b[A-Za-z])(?<!\b[A-Z][a-z])(?<!\b[A-Z][a-z][a-z])(?<![A-Za-z]\.[A-Za-z])[.!?](?=\s)")
@@ -332,7 +334,7 @@ def _display_close(text: str, opened: re.Match) -> int:
     if env is not None:
         close = re.compile(r"\\end\s*\{" + re.escape(env.strip()) + r"\}")
     else:
-        close = re.compile(re.escape("\\]" if delimiter == "\\[" else "$$"))
+        close = re.compile(re.escape(_DISPLAY_CLOSE[delimiter]))
     m = close.search(text, opened.end())
     if m is None:
         return -1
@@ -364,7 +366,8 @@ def _anchor_value(text: str, value_start: int, *, strict: bool = True) -> tuple[
     opened = _DISPLAY_OPEN.match(text, start, end)
     if opened is not None and (close := _display_close(text, opened)) > end:
         return start, close
-    if opened is None and (cut := _sentence_end(text, start, end)) >= 0:
+    inline = opened is None or opened.group(1) in ("$", "\\(")  # "$\\frac34$. I hope it is correct."
+    if inline and (cut := _sentence_end(text, start, end)) >= 0:
         return start, cut
     return start, end
 
