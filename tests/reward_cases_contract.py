@@ -264,6 +264,9 @@ MATH = _rows("math_accuracy", "cmath", [
     # strict mode reads the anchor's line only)
     ("maths_spans", "Answer $ \n 9 \n $", "9", 1, "value"),
     ("maths_spans", "The answer is \\(\n9\n\\).", "9", 1, "value"),
+    # issue 40: an inequality read from either side ("5 \geq x" is "x \leq 5"), and only as the same set
+    ("mv_relation", r"$5 \geq x$", r"$x \leq 5$", 1, ""),
+    ("mv_relation", r"$5 \geq x$", r"$x \geq 5$", 0, ""),
 ])
 
 CHOICE = _rows("choice_accuracy", "cchoice", [

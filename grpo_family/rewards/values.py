@@ -594,7 +594,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         relations = _relations(part)
         if relations and gold.relation:
             kinds = tuple(_relation_class(m.group(0)) for m in relations)
-            if kinds != gold.relations:
+            mirrored = tuple({"<": ">", ">": "<"}.get(k, k) for k in reversed(kinds))  # "5 \\geq x" is "x \\leq 5"
+            if gold.relations not in (kinds, mirrored):
                 return None, f"relations {' '.join(m.group(0) for m in relations)} where the gold states one", False
         elif relations:
             kinds = [m.group(0) for m in relations]
