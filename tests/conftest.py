@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from dist_suite import dist_output, dist_suite  # noqa: F401 - the 2-process scenarios' fixtures (tests/dist_suite.py)
 from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

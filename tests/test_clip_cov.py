@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import digit_share_reward
 from dist.loss_term_rows import loss_term_calls
+from dist_suite import TINY_MODEL, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,12 +145,13 @@ def test_training_detaches_the_drawn_tokens(tiny_model_dir, tiny_tokenizer, arit
     assert trainer.state.log_history[0]["clip_cov/detached_tokens"] >= 1
 
 
-@pytest.mark.multiprocess
-def test_two_processes_draw_from_the_gathered_rows(tiny_model_dir, tmp_path):
+@scenario(
+    "loss_term_rows", "clip_cov", TINY_MODEL, dict(clip_cov_ratio=0.1, clip_cov_lower=-100.0, clip_cov_upper=100.0)
+)
+def test_two_processes_draw_from_the_gathered_rows(dist_output):
     """Candidates (band, clip) and the draw are made on every rank's rows of the loss call together, with the
     step's generator: each rank's detached tokens are its share of the single-process draw on the union."""
-    options = dict(clip_cov_ratio=0.1, clip_cov_lower=-100.0, clip_cov_upper=100.0)
-    calls = loss_term_calls("clip_cov", tiny_model_dir, tmp_path, **options)
+    calls = loss_term_calls(dist_output)
     for call in calls:
         logps, old, advantages, mask, _, out = call["union"]
         generator = stage_generator("clip_cov", 0, call["global_step"], 1 + call["micro_step"])  # seed 0, training

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from conftest import digit_share_reward
-from test_distributed import TESTS, launch
+from dist_suite import TESTS, TINY_MODEL, scenario
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from grpo_family import GRPOFamilyTrainer
@@ -383,10 +383,9 @@ def test_all_groups_degenerate_skips_the_log_probs(tiny_model_dir, arithmetic_tr
 
 
 # ---------------------------------------------------------------------------------------------------- 2 processes
-@pytest.mark.multiprocess
-def test_two_process_weights_equal_single_process_weights_of_the_gathered_batch(tiny_model_dir, tmp_path):
-    launch("cw_grpo_weights.py", tiny_model_dir, str(tmp_path), str(TESTS))
-    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+@scenario("cw_grpo_weights", TINY_MODEL)
+def test_two_process_weights_equal_single_process_weights_of_the_gathered_batch(dist_output):
+    rank0, rank1 = (torch.load(dist_output / f"rank{r}.pt") for r in (0, 1))
     straddling_differs = False
     for mode in ("hook", "loss"):
         assert len(rank0[mode]) == len(rank1[mode]) == 2, mode

@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 import torch
 from conftest import digit_share_reward
-from test_distributed import TESTS, launch
+from dist_suite import TESTS, TINY_MODEL, scenario
 from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig
 
@@ -575,13 +575,12 @@ def test_there_are_paper_and_small_recipes():
 
 
 # ---------------------------------------------------------------------------------------------------- 2 processes
-@pytest.mark.multiprocess
-def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
+@scenario("d3s_select", TINY_MODEL)
+def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, dist_output):
     """Same gathered advantages -> same selection on both ranks = select_rollouts single-process; each rank trains
     its own kept rows (padded to equal counts); token ranking over both ranks; the DDP gradient equals the loss
     written by hand over every kept row of both ranks, with two micro-steps per generation batch."""
-    launch("d3s_select.py", tiny_model_dir, str(tmp_path), str(TESTS))
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    ranks = [torch.load(dist_output / f"rank{r}.pt") for r in (0, 1)]
     sel0, sel1 = (r["selection"] for r in ranks)
     assert torch.equal(sel0["advantages"], sel1["advantages"]) and torch.equal(sel0["kept"], sel1["kept"])
     advantages, n_s, ratio = sel0["advantages"], sel0["samples_per_prompt"], sel0["token_ratio"]
@@ -634,13 +633,12 @@ def test_two_processes_select_mask_and_step_like_one(tiny_model_dir, tmp_path):
         assert_grads_close(rank["grads"], {n: p.grad for n, p in model.named_parameters()})
 
 
-@pytest.mark.multiprocess
-def test_a_process_without_kept_rows_logs_the_true_kl_and_entropy(tiny_model_dir, tmp_path):
+@scenario("d3s_logging", TINY_MODEL)
+def test_a_process_without_kept_rows_logs_the_true_kl_and_entropy(dist_output):
     """Was: rank 1 kept no rollout, its inert padding rows were trimmed to one completion column, and TRL's loss read
     the one-column KL and entropy as per-sequence values, ignoring the mask: the logged ``kl`` was 0.405 at step 1
     (policy = reference) and ``entropy`` the mean over padding too. Now both are the real tokens' values."""
-    launch("d3s_logging.py", tiny_model_dir, str(tmp_path), str(TESTS))
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    ranks = [torch.load(dist_output / f"rank{r}.pt") for r in (0, 1)]
     kept = ranks[0]["kept"]
     assert torch.equal(kept, ranks[1]["kept"]) and kept.numel() > 0
     assert not ((kept >= 8) & (kept < 16)).any(), "rank 1 kept rollouts: the inert-only path was not exercised"

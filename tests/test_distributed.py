@@ -1,8 +1,8 @@
-"""2-process CPU runs (gloo) for everything that must be global across processes."""
+"""2-process CPU runs (gloo) for everything that must be global across processes: the default suite's run as scenarios of
+one launch (tests/dist_suite.py); :func:`launch` runs a script of tests/dist on its own (the slow lane's)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dist_suite import TINY_MODEL, scenario
 
 from grpo_family.algorithms.grpo import group_advantages
 
@@ -32,15 +33,9 @@ def launch(script: str, *args: str, timeout: int = 300) -> str:
     return result.stdout
 
 
-def record_advantages(method: str, model_dir: str, out_dir: Path, **overrides) -> tuple[list, list]:
-    """2-process run of ``tests/dist/record_advantages.py``: per-rank records of rewards and advantages."""
-    launch("record_advantages.py", method, model_dir, str(out_dir), str(TESTS), json.dumps(overrides))
-    return tuple(torch.load(out_dir / f"rank{r}.pt") for r in (0, 1))
-
-
-@pytest.mark.multiprocess
-def test_base_trainer_advantages_are_global(tiny_model_dir, tmp_path):
-    rank0, rank1 = record_advantages("grpo", tiny_model_dir, tmp_path)
+@scenario("record_advantages", "grpo", TINY_MODEL)
+def test_base_trainer_advantages_are_global(dist_output):
+    rank0, rank1 = (torch.load(dist_output / f"rank{r}.pt") for r in (0, 1))
     assert len(rank0) == len(rank1) == 2
     for r0, r1 in zip(rank0, rank1):
         assert r0["rewards"].shape == (3, 4)  # 12 completions, 3 groups, the middle one split 2 + 2

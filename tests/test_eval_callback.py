@@ -5,10 +5,8 @@ and the step's own training log still happens)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 import torch
+from dist_suite import WARM_START, scenario
 from transformers import TrainerCallback
 
 from grpo_family import get_method
@@ -105,8 +103,8 @@ def test_the_sampled_evaluation_is_reproducible_and_seeded(config_kwargs):
     assert first["held_out/sampled_mean_length"] != other["held_out/sampled_mean_length"]  # another seed differs
 
 
-@pytest.mark.multiprocess
-def test_two_processes_split_the_problems_and_gather_the_one_process_numbers(tmp_path):
+@scenario("eval_callback", WARM_START)
+def test_two_processes_split_the_problems_and_gather_the_one_process_numbers(dist_output):
     """2 processes (gloo): each generates only its half of the held-out problems (greedy and sampled), the main
     process scores the gathered generations and broadcasts; both ranks hold the same history, and the evaluation
     before training equals a single-process one of the same model with the same batches (6 problems each: what the
@@ -115,16 +113,13 @@ def test_two_processes_split_the_problems_and_gather_the_one_process_numbers(tmp
     import json
 
     from dist.eval_callback import HELD_OUT, SETTINGS
-    from test_distributed import launch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from grpo_family.eval import Decoding, GenerateBackend, evaluate_data
-    from grpo_family.tasks import load_warm_start, warm_start_dir
+    from grpo_family.tasks import warm_start_dir
 
-    load_warm_start()
-    model_dir = str(warm_start_dir())
-    launch("eval_callback.py", model_dir, str(tmp_path), str(Path(__file__).parent))
-    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    model_dir = str(warm_start_dir())  # built by the suite (dist_suite.WARM_START) before the launch
+    rank0, rank1 = (json.loads((dist_output / f"rank{r}.json").read_text()) for r in (0, 1))
     assert sorted(rank0["history"], key=int) == ["0", "1", "2"] and rank0["history"] == rank1["history"]
     half = HELD_OUT // 2
     for kind in ("greedy", "sampled"):  # each rank generated only its share
@@ -148,5 +143,5 @@ def test_two_processes_split_the_problems_and_gather_the_one_process_numbers(tmp
     assert 0 < sampled["pass@1"] < 1  # samples that differ: equal numbers are equal samples, not a constant
     for step in (0, 1, 2):  # written by the main process only, one line per problem
         for kind in ("greedy", "sampled"):
-            lines = (tmp_path / "eval_generations" / f"step-{step}" / f"held-out-{kind}.jsonl").read_text()
+            lines = (dist_output / "eval_generations" / f"step-{step}" / f"held-out-{kind}.jsonl").read_text()
             assert len(lines.splitlines()) == HELD_OUT

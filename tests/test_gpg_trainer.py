@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config_kwargs
+from dist_suite import TINY_MODEL, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
@@ -506,30 +507,27 @@ def test_merge_rounds_pads_every_round_to_the_widest(widths, mode):
 
 
 # ---------------------------------------------------------------------------------------------------- 2 processes
-@pytest.mark.multiprocess
-def test_two_process_gradients_equal_single_process_with_global_alpha(tiny_model_dir, tmp_path):
-    from test_distributed import TESTS, launch
-
-    launch("gpg_grads.py", tiny_model_dir, str(tmp_path), str(TESTS), timeout=600)
-    for scenario, expected_alpha in [("whole", 2.0), ("straddle", 1.5), ("resample", None)]:
-        ranks = [torch.load(tmp_path / f"{scenario}_rank{r}.pt", weights_only=False) for r in (0, 1)]
+@scenario("gpg_grads", TINY_MODEL)
+def test_two_process_gradients_equal_single_process_with_global_alpha(tiny_model_dir, dist_output):
+    for case, expected_alpha in [("whole", 2.0), ("straddle", 1.5), ("resample", None)]:
+        ranks = [torch.load(dist_output / f"{case}_rank{r}.pt", weights_only=False) for r in (0, 1)]
         records = [r["records"][0] for r in ranks]
-        assert torch.equal(records[0]["rewards"], records[1]["rewards"]), scenario
-        assert records[0]["alpha"] == records[1]["alpha"], scenario  # P15: alpha identical on every process
+        assert torch.equal(records[0]["rewards"], records[1]["rewards"]), case
+        assert records[0]["alpha"] == records[1]["alpha"], case  # P15: alpha identical on every process
         loss, alpha, advantages, grads = reference_step(tiny_model_dir, records, 4)
-        assert records[0]["alpha"] == alpha, scenario
+        assert records[0]["alpha"] == alpha, case
         if expected_alpha is not None:
-            assert alpha == expected_alpha, scenario
-        assert torch.equal(torch.cat([r["advantages"] for r in records]).double(), advantages), scenario
+            assert alpha == expected_alpha, case
+        assert torch.equal(torch.cat([r["advantages"] for r in records]).double(), advantages), case
         for rank in ranks:
             # tol: fp32 trainer vs fp64 reference loss, a handful of float32 ULP of the token mean (see
             # test_alpha_is_one_without_degenerate_groups; flagged in the audit report).
-            assert rank["logs"][0]["loss"] == pytest.approx(loss, abs=1e-6), scenario
+            assert rank["logs"][0]["loss"] == pytest.approx(loss, abs=1e-6), case
             _assert_grads_match(rank["grads"][0], grads)
         degenerate = degenerate_groups(records[0]["rewards"])
-        if scenario == "whole":  # rank 1 held only degenerate groups; per-rank alphas would have been 1 and 1
+        if case == "whole":  # rank 1 held only degenerate groups; per-rank alphas would have been 1 and 1
             assert degenerate.tolist() == [False, False, True, True]
-        if scenario == "resample":
+        if case == "resample":
             rounds = [r["logs"][0]["gpg/rounds"] for r in ranks]
             assert rounds[0] == rounds[1] > 1  # both processes ran the same rounds
             assert 1 - degenerate.float().mean().item() >= 0.75

@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import digit_share_reward
 from dist.loss_term_rows import loss_term_calls
+from dist_suite import TINY_MODEL, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,11 +126,11 @@ def test_off_policy_updates_train_with_the_penalty(tiny_model_dir, tiny_tokenize
     assert logs[1]["kl_cov/abs_kl"] > 0 and logs[0]["kl_cov/selected_tokens"] >= 1
 
 
-@pytest.mark.multiprocess
-def test_two_processes_select_over_the_gathered_rows(tiny_model_dir, tmp_path):
+@scenario("loss_term_rows", "kl_cov", TINY_MODEL, dict(kl_cov_ratio=0.1, steps_per_generation=2))
+def test_two_processes_select_over_the_gathered_rows(dist_output):
     """The covariance's means and the top-k are those of every rank's rows of the loss call together (verl takes
     them per rank): each rank's penalised tokens are its share of the selection made single-process on the union."""
-    calls = loss_term_calls("kl_cov", tiny_model_dir, tmp_path, kl_cov_ratio=0.1, steps_per_generation=2)
+    calls = loss_term_calls(dist_output)
     differs = False
     for call in calls:
         logps, old, advantages, mask, extra, _ = call["union"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import digit_share_reward
-from test_distributed import record_advantages
+from dist_suite import TINY_MODEL, scenario
 
 from grpo_family import METHODS, MSGRPOConfig, MSGRPOTrainer
 from grpo_family.algorithms.grpo import group_advantages
@@ -185,9 +185,9 @@ def test_registered():
     assert METHODS["ms_grpo"] == (MSGRPOConfig, MSGRPOTrainer)
 
 
-@pytest.mark.multiprocess
-def test_two_processes_get_identical_advantages_for_the_whole_batch(tiny_model_dir, tmp_path):
-    rank0, rank1 = record_advantages("ms_grpo", tiny_model_dir, tmp_path, num_scales=2, subgroups_per_scale=2)
+@scenario("record_advantages", "ms_grpo", TINY_MODEL, {"num_scales": 2, "subgroups_per_scale": 2})
+def test_two_processes_get_identical_advantages_for_the_whole_batch(dist_output):
+    rank0, rank1 = (torch.load(dist_output / f"rank{r}.pt") for r in (0, 1))
     assert len(rank0) == len(rank1) == 2
     for r0, r1 in zip(rank0, rank1):
         assert torch.equal(r0["rewards"], r1["rewards"])

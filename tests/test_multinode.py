@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_distributed import launch  # noqa: E402
+from dist_suite import scenario  # noqa: E402
 from test_readme import standins  # noqa: E402, F401 - the README test's stand-ins (tiny model, GSM8K-shaped data)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.multiprocess
-def test_a_cache_built_by_rank_1_loads_on_every_rank(tmp_path):
+@scenario("cache_nonzero_builder")
+def test_a_cache_built_by_rank_1_loads_on_every_rank(dist_output):
     """transformers 5.x's ``save_pretrained`` writes config and weights only on global rank 0 once torch.distributed
     is initialised: a warm start built by rank 1 (rank 0 held back at a barrier, so rank 1 takes the cache lock) was
     published with its tokenizer files only, and loading it failed on both ranks."""
-    stdout = launch("cache_nonzero_builder.py", str(tmp_path / "warm-start"), timeout=600)
-    assert "rank 1: loaded" in stdout
+    rank0, rank1 = json.loads((dist_output / "outcomes.json").read_text())
+    assert rank1.startswith("loaded") and rank0 == rank1, (rank0, rank1)
 
 
 def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
@@ -49,15 +49,12 @@ def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
 
 
-@pytest.mark.multiprocess
-def test_resume_decisions_are_made_once_and_shared(tmp_path):
+@scenario("resume_decisions")
+def test_resume_decisions_are_made_once_and_shared(dist_output):
     """Node-local output folders (a working folder per rank): each rank used to pick its own newest checkpoint and
     judge it alone, so rank 1 stopped alone ("not written completely") while rank 0 went on to wait at the next
     collective. Now rank 0 decides, and the file check is all-gathered: both ranks stop with one message."""
-    import json
-
-    stdout = launch("resume_decisions.py", str(tmp_path), timeout=600)
-    rank0, rank1 = json.loads(stdout.split("OUTCOMES ", 1)[1].splitlines()[0])
+    rank0, rank1 = json.loads((dist_output / "outcomes.json").read_text())
     assert rank0["resolved"] == rank1["resolved"] == "value out/checkpoint-2"  # rank 1's own newest is checkpoint-1
     assert rank0["checked"] == rank1["checked"]
     assert rank0["checked"].startswith("PreflightError: Not every process can continue:")

@@ -10,12 +10,14 @@ import socket
 import tempfile
 import threading
 from collections import defaultdict
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import tiny_config_kwargs
 from datasets import Dataset
+from dist_suite import MEMORISING_MODEL, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerFast, TrainerState
@@ -55,7 +57,12 @@ VARIANTS = [
 
 
 @pytest.fixture(scope="module")
-def memorising_model_dir(tmp_path_factory):
+def memorising_model_dir(dist_suite):
+    """Built once per session (tests/dist_suite.py: the 2-process scenario below trains it too)."""
+    return dist_suite.input(MEMORISING_MODEL)
+
+
+def build_memorising_model(path: Path) -> str:
     """A tiny random model fitted (~8 s) to answer PROBLEM with one of VARIANTS: a random model's output is garbage
     whose first step is always wrong (RTS 0 everywhere), so it cannot show judge-coloured advantages."""
     tokenizer = build_tokenizer()
@@ -83,7 +90,6 @@ def memorising_model_dir(tmp_path_factory):
             optimizer.zero_grad()
     finally:
         torch.set_num_threads(threads)
-    path = tmp_path_factory.mktemp("memorising-model")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
@@ -820,16 +826,13 @@ def test_slow_or_nonsense_judge_costs_at_most_the_timeout(tiny_model_dir, arithm
 
 
 # ---------------------------------------------------------------------------------------------------- 2 processes
-@pytest.mark.multiprocess
-def test_two_processes_judge_once_per_completion(memorising_model_dir, tmp_path):
-    from test_distributed import TESTS, launch
-
+@scenario("sgpo_judge_once", MEMORISING_MODEL, PROBLEM, ANSWER, SOLUTION)
+def test_two_processes_judge_once_per_completion(dist_output):
     # The run's reward marks every completion wrong, so every group is all-negative whatever is sampled and the
     # judge is asked on every step (with the arithmetic reward this was left to sampling, and one package upgrade
     # sampled no all-negative group: the test then checked nothing). Mixed groups staying GRPO is shown by the
     # single-process test above.
-    launch("sgpo_judge_once.py", memorising_model_dir, str(tmp_path), str(TESTS), PROBLEM, ANSWER, SOLUTION)
-    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    rank0, rank1 = (torch.load(dist_output / f"rank{r}.pt") for r in (0, 1))
     assert rank1["calls"] == [] and len(rank0["calls"]) == 2  # only the main process asks, once per batch
     assert len(rank0["records"]) == len(rank1["records"]) == 2
     judged_steps = []

@@ -1,15 +1,11 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`:
-
-    cache_nonzero_builder.py CACHE_DIR
-
-The tiny model's warm start built into an empty CACHE_DIR by global rank 1 (rank 0 waits at a barrier until rank 1
-has built and loaded it, so rank 1 holds the cache lock), then loaded by rank 0. Each rank's outcome (an error, or a
-digest of the weights it loaded) is gathered; rank 0 prints them and exits 1 unless both loaded the same trained
-weights.
+"""A 2-process scenario (tests/dist_suite.py), ``run(out)``: the tiny model's warm start built into an empty
+``out/warm-start`` by global rank 1 (rank 0 waits at a barrier until rank 1 has built and loaded it, so rank 1 holds
+the cache lock), then loaded by rank 0. Each rank's outcome (an error, or a digest of the weights it loaded) is
+gathered; rank 0 writes them to ``out/outcomes.json`` ([rank 0's, rank 1's]).
 """
 
 import hashlib
-import sys
+import json
 
 import torch
 from accelerate import PartialState
@@ -29,8 +25,8 @@ def outcome(cache_dir: str) -> str:
     return f"loaded {digest.hexdigest()}"
 
 
-def main():
-    cache_dir = sys.argv[1]
+def run(out_dir):
+    cache_dir = f"{out_dir}/warm-start"
     state = PartialState(cpu=True)  # MULTI_CPU over gloo, as the training arguments' use_cpu selects
     assert state.num_processes == 2 and torch.distributed.is_initialized()
     results = [outcome(cache_dir)] if state.process_index == 1 else []
@@ -39,10 +35,5 @@ def main():
         results = [outcome(cache_dir)]
     results = gather_object(results)  # [rank 0's, rank 1's]
     if state.is_main_process:
-        print("rank 0:", results[0], "\nrank 1:", results[1], flush=True)
-        if not (results[0].startswith("loaded") and results[0] == results[1]):
-            sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
+        with open(f"{out_dir}/outcomes.json", "w") as f:
+            json.dump(results, f)

@@ -1,18 +1,14 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: trains CW-GRPO twice, with the
+"""A 2-process scenario (tests/dist_suite.py), ``run(out, model_dir)``: trains CW-GRPO twice, with the
 weights made in the advantage hook (extra forward) and in the loss (the loss's own log-probs), and records on
 every rank the gathered rollout log-probs, mask and GRPO advantages the weights were computed from, the weights,
 and this rank's per-token advantages, for the test to recompute single-process."""
-
-import sys
 
 import torch
 from transformers import PreTrainedTokenizerFast
 
 from grpo_family.tasks import make_arithmetic_dataset
 from grpo_family.trainers.cw_grpo import CWGRPOConfig, CWGRPOTrainer
-
-sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
-from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+from conftest import digit_share_reward, tiny_config_kwargs
 
 
 class Recording(CWGRPOTrainer):
@@ -40,8 +36,7 @@ class Recording(CWGRPOTrainer):
         return loss
 
 
-def main():
-    model_dir, out_dir = sys.argv[1], sys.argv[2]
+def run(out_dir, model_dir):
     records = {}
     for reuse in (False, True):
         # 6 completions per process, groups of 4: the middle group straddles the two processes. Completions of
@@ -59,7 +54,3 @@ def main():
         trainer.train()
         records["loss" if reuse else "hook"] = trainer.records
     torch.save(records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,18 +1,15 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: one D3S optimizer step with a KL
+"""A 2-process scenario (tests/dist_suite.py), ``run(out, model_dir)``: one D3S optimizer step with a KL
 term on 2 processes, rank 1's groups all degenerate, so that rank 1 keeps no rollout and trains on inert padding
 rows only. Every rank records the logged metrics and, per loss call, the entropies of the loss forward and its mask,
 for the test to recompute the true mean entropy."""
 
 import os
-import sys
 
 import torch
 
 from grpo_family.tasks import make_arithmetic_dataset
 from grpo_family.trainers.d3s import D3SConfig, D3STrainer
-
-sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
-from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+from conftest import digit_share_reward, tiny_config_kwargs
 
 
 def rank_dependent_reward(completions, **kwargs):
@@ -24,15 +21,16 @@ def rank_dependent_reward(completions, **kwargs):
 
 
 class Recording(D3STrainer):
-    calls: list = []
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
 
     def transform_loss_forward(self, call):
         self.calls.append({"entropies": call.entropies.detach().clone(), "mask": call.loss_mask.detach().clone()})
         super().transform_loss_forward(call)
 
 
-def main():
-    model_dir, out_dir = sys.argv[1], sys.argv[2]
+def run(out_dir, model_dir):
     trainer = Recording(
         model=model_dir,
         reward_funcs=[rank_dependent_reward],
@@ -43,7 +41,3 @@ def main():
     kept = trainer.d3s_last_selection["kept"]
     record = {"logs": trainer.state.log_history, "calls": trainer.calls, "kept": kept}
     torch.save(record, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
-
-
-if __name__ == "__main__":
-    main()

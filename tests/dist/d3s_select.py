@@ -1,19 +1,16 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: one D3S optimizer step (two
+"""A 2-process scenario (tests/dist_suite.py), ``run(out, model_dir)``: one D3S optimizer step (two
 micro-steps) on 2 processes; every rank records the gathered rewards, the selection, its batch before selection,
 what each loss call received (inputs, TRL's entropies, keep mask) and the reduced gradient, for the test to
 recompute single-process."""
 
 import os
-import sys
 
 import torch
 
 from grpo_family.tasks import make_arithmetic_dataset
 from grpo_family.trainers.d3s import D3SConfig
-
-sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers and the recording trainer)
-from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
-from test_d3s_trainer import Recorder  # noqa: E402
+from conftest import digit_share_reward, tiny_config_kwargs
+from test_d3s_trainer import Recorder
 
 
 def rank_dependent_reward(completions, **kwargs):
@@ -24,8 +21,7 @@ def rank_dependent_reward(completions, **kwargs):
     return digit_share_reward(completions)
 
 
-def main():
-    model_dir, out_dir = sys.argv[1], sys.argv[2]
+def run(out_dir, model_dir):
     # 3 rows x 2 micro-steps x 2 processes = 12 completions, groups of 4: the middle group straddles the processes.
     config = D3SConfig(
         **tiny_config_kwargs(
@@ -61,7 +57,3 @@ def main():
         "grads": trainer.grad_capture.grads[0],
     }
     torch.save(record, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,5 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`:
-
-    eval_callback.py MODEL_DIR OUT_DIR TESTS_DIR
-
-or, in the vLLM lane's environment (tests/test_eval_vllm.py), one process with a colocated vLLM engine:
+"""A 2-process scenario (tests/dist_suite.py), ``run(out, model_dir)``, or, in the vLLM lane's environment
+(tests/test_eval_vllm.py), one process with a colocated vLLM engine:
 
     python eval_callback.py MODEL_DIR OUT_DIR TESTS_DIR vllm
 
@@ -29,9 +26,7 @@ HELD_OUT = 12
 SETTINGS = dict(every=1, max_new_tokens=40, num_samples=4, temperature=1.0, ks=[1, 4], seed=5)
 
 
-def main():
-    model_dir, out_dir = sys.argv[1:3]
-    vllm = sys.argv[4:5] == ["vllm"]
+def run(out_dir, model_dir, vllm=False):
     engine = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 128} if vllm else {}
     config_cls, trainer_cls = METHODS["grpo"]
     held_out = EvalData.held_out(make_arithmetic_dataset("eval", HELD_OUT, seed=0), arithmetic_reward)
@@ -58,4 +53,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(sys.argv[2], sys.argv[1], vllm=sys.argv[4:5] == ["vllm"])

@@ -1,8 +1,7 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml` (2 processes, gloo): one GPG
-optimizer step per scenario; every rank saves the batch it trained on, the gathered rewards, alpha, the logs and
+"""A 2-process scenario (tests/dist_suite.py), ``run(out, model_dir)``: one GPG optimizer step per case; every rank saves the batch it trained on, the gathered rewards, alpha, the logs and
 the gradients the optimizer received, for tests/test_gpg_trainer.py to compare with a single-process computation.
 
-Scenarios (the bundled task with a ``flat`` column; flat prompts get a constant reward, i.e. degenerate groups):
+Cases (the bundled task with a ``flat`` column; flat prompts get a constant reward, i.e. degenerate groups):
 * ``whole``: 2 whole groups per rank, gradient accumulation 2; rank 1's groups are all degenerate (alpha = 2 only
   if it is global: per-rank alphas would be 1 and 1 -- rank 0 has no degenerate group, and rank 1, where every
   group is degenerate, falls back to 1 by convention).
@@ -10,19 +9,14 @@ Scenarios (the bundled task with a ``flat`` column; flat prompts get a constant 
 * ``resample``: as ``whole`` with beta_th = 0.75: extra rounds must run in lockstep on both ranks.
 """
 
-import sys
-
 import torch
+from conftest import tiny_config_kwargs
+from gpg_common import RecordingGPG, flagged_dataset, flat_or_dense_reward
 from transformers import AutoModelForCausalLM
 
-sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
-sys.path.insert(0, sys.argv[3] + "/dist")
-from conftest import tiny_config_kwargs  # noqa: E402
-from gpg_common import RecordingGPG, flagged_dataset, flat_or_dense_reward  # noqa: E402
+from grpo_family.trainers.gpg import GPGConfig
 
-from grpo_family.trainers.gpg import GPGConfig  # noqa: E402
-
-SCENARIOS = {
+CASES = {
     "whole": (dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, beta_th=None), lambda i: i % 4 >= 2),
     "straddle": (
         dict(per_device_train_batch_size=6, gradient_accumulation_steps=1, beta_th=None),
@@ -35,9 +29,8 @@ SCENARIOS = {
 }
 
 
-def main():
-    model_dir, out_dir = sys.argv[1], sys.argv[2]
-    for name, (overrides, flat) in SCENARIOS.items():
+def run(out_dir, model_dir):
+    for name, (overrides, flat) in CASES.items():
         config = GPGConfig(
             **tiny_config_kwargs(
                 f"{out_dir}/{name}", num_generations=4, max_steps=1, bf16=False, max_grad_norm=0.0,
@@ -54,7 +47,3 @@ def main():
         rank = trainer.accelerator.process_index
         result = {"records": trainer.records, "grads": trainer.grads, "logs": trainer.state.log_history}
         torch.save(result, f"{out_dir}/{name}_rank{rank}.pt")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,25 +1,20 @@
 """A method with a registered loss term on 2 processes: what every loss call's term saw and gave back, per rank.
 
-Run under ``accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`` as ``loss_term_rows.py METHOD
-MODEL_DIR OUT_DIR TESTS_DIR JSON_CONFIG``; tests call :func:`loss_term_calls`, which launches it and puts the two
-ranks' rows of each loss call together (rank-major, widths padded), as the term's gathered input."""
+A 2-process scenario (tests/dist_suite.py), ``run(out, method, model_dir, overrides)``; tests call
+:func:`loss_term_calls` on its output, which puts the two ranks' rows of each loss call together (rank-major, widths
+padded), as the term's gathered input."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import torch
 
 
-def loss_term_calls(method: str, model_dir: str, out_dir: Path, **overrides) -> list[dict]:
-    """Per loss call: ``union`` = (logps, old_logps, advantages, mask, extra_loss, advantages_out) of both ranks'
+def loss_term_calls(out_dir: Path) -> list[dict]:
+    """From the scenario's output, per loss call: ``union`` = (logps, old_logps, advantages, mask, extra_loss, advantages_out) of both ranks'
     rows, ``per_rank`` = each rank's own (logps, advantages, mask) padded to the union's width, and the call's
     ``micro_step`` / ``global_step``."""
-    from test_distributed import TESTS, launch
-
-    launch("loss_term_rows.py", method, model_dir, str(out_dir), str(TESTS), json.dumps(overrides))
     ranks = [torch.load(out_dir / f"rank{r}.pt") for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) > 0
     calls = []
@@ -41,16 +36,14 @@ def loss_term_calls(method: str, model_dir: str, out_dir: Path, **overrides) -> 
     return calls
 
 
-def main():
-    method, model_dir, out_dir = sys.argv[1:4]
-    sys.path.insert(0, sys.argv[4])  # tests/ (for conftest helpers)
+def run(out_dir, method, model_dir, overrides=None):
     from conftest import digit_share_reward, tiny_config_kwargs
     from transformers import PreTrainedTokenizerFast
 
     from grpo_family import METHODS
     from grpo_family.tasks import make_arithmetic_dataset
 
-    overrides = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    overrides = overrides or {}
     config_cls, trainer_cls = METHODS[method]
 
     class Recording(trainer_cls):
@@ -79,7 +72,3 @@ def main():
     )
     trainer.train()
     torch.save(trainer.calls, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,22 +1,14 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`:
-
-    record_advantages.py METHOD MODEL_DIR OUT_DIR TESTS_DIR [JSON_CONFIG_OVERRIDES]
-
-Trains METHOD for 2 steps and saves, on every rank, the gathered rewards, the global advantages of the hook and
-this rank's slice, for the test to compare with a single-process computation.
+"""A 2-process scenario (tests/dist_suite.py): ``run(out, method, model_dir, overrides)`` trains METHOD for 2 steps
+and saves, on every rank, the gathered rewards, the global advantages of the hook and this rank's slice, for the
+test to compare with a single-process computation.
 """
-
-import json
-import sys
 
 import torch
 from transformers import PreTrainedTokenizerFast
 
 from grpo_family import METHODS
 from grpo_family.tasks import make_arithmetic_dataset
-
-sys.path.insert(0, sys.argv[4])  # tests/ (for conftest helpers)
-from conftest import digit_share_reward, tiny_config_kwargs  # noqa: E402
+from conftest import digit_share_reward, tiny_config_kwargs
 
 
 def recording(trainer_cls):
@@ -36,9 +28,8 @@ def recording(trainer_cls):
     return Recording
 
 
-def main():
-    method, model_dir, out_dir = sys.argv[1:4]
-    overrides = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+def run(out_dir, method, model_dir, overrides=None):
+    overrides = overrides or {}
     config_cls, trainer_cls = METHODS[method]
     # 6 completions per process, groups of 4: the middle group straddles the two processes.
     kwargs = tiny_config_kwargs(out_dir, per_device_train_batch_size=6, num_generations=4, max_steps=2)
@@ -51,7 +42,3 @@ def main():
     )
     trainer.train()
     torch.save(trainer.records, f"{out_dir}/rank{trainer.accelerator.process_index}.pt")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,17 +1,13 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`:
-
-    resume_decisions.py WORK_DIR
-
-Each rank works in WORK_DIR/rank<R> (a node-local disk each): rank 0's out/ holds a complete checkpoint-2, rank 1's
+"""A 2-process scenario (tests/dist_suite.py), ``run(folder)``: each rank works in
+folder/rank<R> (a node-local disk each): rank 0's out/ holds a complete checkpoint-2, rank 1's
 holds a complete checkpoint-1 and what a node other than the first gets of checkpoint-2 without --save_on_each_node
 (its RNG file). Every rank must resolve `--resume_from_checkpoint true` to the same out/checkpoint-2 and then stop
 with one message naming rank 1 and the fix; a crash of the main process's decision must reach rank 1 as an error.
-Rank 0 prints every rank's outcomes as JSON.
+Rank 0 writes every rank's outcomes to folder/outcomes.json.
 """
 
 import json
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,12 +38,12 @@ def crash():
     raise KeyError("a bug in the decision")
 
 
-def main():
+def run(out_dir):
     state = PartialState(cpu=True)
     assert state.num_processes == 2 and torch.distributed.is_initialized()
-    node = Path(sys.argv[1], f"rank{state.process_index}")
+    node = Path(out_dir, f"rank{state.process_index}")
     node.mkdir(parents=True)
-    os.chdir(node)
+    os.chdir(node)  # tests/dist/suite.py returns to its own folder after the scenario
     args = SimpleNamespace(**dict.fromkeys(LAYOUT_SETTINGS, 1), max_steps=4, num_train_epochs=1.0)
     if state.process_index == 0:
         complete_checkpoint(Path("out/checkpoint-2"), args)
@@ -60,8 +56,4 @@ def main():
     crashed = outcome(lambda: decided_on_main(crash))
     results = gather_object([{"resolved": resolved, "checked": checked, "crashed": crashed}])
     if state.is_main_process:
-        print("OUTCOMES " + json.dumps(results), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+        Path(out_dir, "outcomes.json").write_text(json.dumps(results))

@@ -1,9 +1,7 @@
-"""Run under `accelerate launch --config_file accelerate_configs/cpu_2proc.yaml`: an SGPO run where every rank
+"""A 2-process scenario (tests/dist_suite.py), ``run(out, model_dir, problem, answer, solution)``: an SGPO run where every rank
 records the judge requests it made, the gathered base and trained rewards, and its own completions, for the test
 to check that the judge is asked once per completion (on the main process only) and that both ranks agree. The reward
 marks every completion wrong, so every group is all-negative and judged, whatever the policy samples."""
-
-import sys
 
 import torch
 from datasets import Dataset
@@ -12,9 +10,7 @@ from transformers import PreTrainedTokenizerFast
 from grpo_family.rewards.extract import completion_text
 from grpo_family.judges import ProgrammaticJudge
 from grpo_family.trainers.sgpo import SGPOConfig, SGPOTrainer
-
-sys.path.insert(0, sys.argv[3])  # tests/ (for conftest helpers)
-from conftest import tiny_config_kwargs  # noqa: E402
+from conftest import tiny_config_kwargs
 
 
 def never_correct(completions, **kwargs):
@@ -54,8 +50,7 @@ class Recording(SGPOTrainer):
         return advantages
 
 
-def main():
-    model_dir, out_dir, _, problem, answer, solution = sys.argv[1:7]
+def run(out_dir, model_dir, problem, answer, solution):
     prompt = [{"role": "user", "content": problem}]
     data = Dataset.from_dict({"prompt": [prompt] * 32, "answer": [answer] * 32, "solution": [solution] * 32})
     # 6 completions per process, groups of 4: the middle group straddles the two processes.
@@ -80,7 +75,3 @@ def main():
     trainer.train()
     rank = trainer.accelerator.process_index
     torch.save({"records": trainer.records, "calls": trainer.judge.calls}, f"{out_dir}/rank{rank}.pt")
-
-
-if __name__ == "__main__":
-    main()
