@@ -50,11 +50,8 @@ def execute(nb, tmp_path, monkeypatch, **params) -> None:
     ).execute()
 
 
-# The main-path run (about 20 minutes on one free CPU core) did not finish on the shared machine before this change
-# landed: the copy is committed unexecuted. Execute it once (`OMP_NUM_THREADS=1 jupyter nbconvert --to notebook
-# --execute --inplace --ExecutePreprocessor.timeout=-1 examples/notebooks/finetune_small_model.ipynb`), commit it and
-# drop this marker: strict, so the executed copy fails here until the marker goes.
-@pytest.mark.xfail(strict=True, reason="the committed notebook is not yet executed (see the comment above)")
+# The committed copy is the executed main path (`OMP_NUM_THREADS=1 jupyter nbconvert --to notebook --execute --inplace
+# --ExecutePreprocessor.timeout=-1 examples/notebooks/finetune_small_model.ipynb`, about 20 minutes on one free core).
 def test_the_committed_notebook_shows_its_executed_main_path_learning():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
