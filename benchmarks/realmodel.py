@@ -662,7 +662,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         stopped, sampled_cpu_s = False, None
         try:
-            run_until(cmd, env, log, stop_at)
+            sampled_cpu_s = run_until(cmd, env, log, stop_at)  # the sampler sees every process of the tree
         except Stopped as error:
             stopped, sampled_cpu_s = True, error.cpu_s  # the killed tree was never reaped: rusage misses it
             raise
