@@ -65,8 +65,8 @@ EVAL_EXAMPLES = 200
 BUDGET_MINUTES = 90
 COLLAPSE_DROP = 0.10
 THRESHOLD_SHARE = 0.5
-QUICK = dict(steps=2, eval_every=1, eval_examples=16, seeds=(2, 2))
-QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
+QUICK = dict(steps=2, eval_every=1, eval_examples=4, seeds=(2, 2))
+QUICK_ARGS = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=24)  # 2 prompts a step
 COV_METHODS = [m for m in ("kl_cov", "clip_cov") if m in METHODS]  # issue 31's Cui et al. methods, once merged
 REAL_MODEL = "smollm2-135m-instruct"
 

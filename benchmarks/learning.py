@@ -47,7 +47,7 @@ SETTINGS = {  # setting -> (task difficulty, training steps in a full run: the d
 # Per-method changes to the method's defaults (none: every method runs as `--method X` runs it).
 METHOD_OVERRIDES: dict[str, dict] = {}
 PASS_AT = (1, 2, 4, 8, 16)
-QUICK_ARGS = dict(per_device_train_batch_size=16, num_generations=4, max_completion_length=24)
+QUICK_ARGS = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=24)  # 2 prompts a step
 
 
 def warm_start_pass_at_k(difficulty: str, args) -> dict:
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> dict:
     overrides: dict = {}
     if args.quick:
         overrides = QUICK_ARGS
-        args.eval_every, args.eval_examples = 1, 16
+        args.eval_every, args.eval_examples = 1, 4
     import torch
 
     from grpo_family.tasks import DEFAULT_GRPO_ARGS, load_warm_start

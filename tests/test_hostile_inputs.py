@@ -106,6 +106,8 @@ HOSTILE_TEXTS = {
     "nul_and_control_chars": "\x00\x1b[2J\x7f<answer>\x00</answer>\u202e\ufeff",
 }
 TEXT_IDS = list(HOSTILE_TEXTS)
+# The chat-message form of a hostile text carries its first MESSAGE_CHARS characters (the reward test below).
+MESSAGE_CHARS = 10_000
 TEXTS = list(HOSTILE_TEXTS.values())
 
 # Gold answers / columns each reward reads.
@@ -124,13 +126,18 @@ REWARD_COLUMNS = {
 @pytest.mark.parametrize("name", reward_names())
 def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging(name):
     """Every reward in the registry, on every hostile text (as a plain string and as a chat message): one value per
-    completion, each a float in [0, 1] or None, returned in bounded time."""
+    completion, each a float in [0, 1] or None, returned in bounded time.
+
+    The chat message holds the text's first ``MESSAGE_CHARS`` characters (the same attack, smaller): a reward reads
+    a message through ``completion_text`` and then does the plain string's work, so the full size is paid once, as
+    a plain string, and each message scores as the same characters do as a plain string."""
     if name == "reasoning_gym":
         pytest.importorskip(
             "reasoning_gym", reason='reasoning-gym is the [realmodel] extra: pip install -e ".[realmodel]"'
         )
     func = get_reward_funcs([name])[0]
-    completions = TEXTS + [[{"role": "assistant", "content": text}] for text in TEXTS]
+    heads = [text[:MESSAGE_CHARS] for text in TEXTS]
+    completions = TEXTS + [[{"role": "assistant", "content": head}] for head in heads] + heads
     if name == "math_accuracy":  # its own deadline bounds each item; a short one keeps the test short
         func = MathAccuracyReward(timeout=2.0)
         completions = TEXTS
@@ -138,8 +145,11 @@ def test_every_registered_reward_scores_hostile_text_without_crashing_or_hanging
     kwargs = {column: [value] * len(completions) for column, value in columns.items()}
     values = bounded(func, completions=completions, **kwargs)
     assert len(values) == len(completions)
-    for text_id, value in zip(TEXT_IDS * 2, values):
+    for text_id, value in zip(TEXT_IDS * 3, values):
         assert value is None or (isinstance(value, float) and 0.0 <= value <= 1.0), (text_id, value)
+    messages, plain_heads = values[len(TEXTS) : 2 * len(TEXTS)], values[2 * len(TEXTS) :]
+    for text_id, message, plain in zip(TEXT_IDS, messages, plain_heads):
+        assert message == plain, (text_id, plain, message)  # the same answer, whichever form it came in
 
 
 @pytest.mark.parametrize("text", TEXTS, ids=TEXT_IDS)

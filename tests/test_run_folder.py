@@ -338,20 +338,31 @@ def unscored_once(completions, **kwargs):
 
 
 @pytest.mark.parametrize("reward", ["numpy_reward", "unscored_once"])
-def test_end_of_run_reporting_survives_numpy_scores_and_unscored_steps(reward, tiny_model_dir, tmp_path):
+def test_end_of_run_reporting_survives_numpy_scores_and_unscored_steps(reward, tiny_model_dir, tmp_path, monkeypatch):
     """A numpy-returning reward crashed the write of checkpoint-2 (float32 is not JSON serializable); one fully
     unscored step crashed the end-of-run plot (its reward is logged as None): no PNG, no results.json. Both runs
-    now end with the checkpoints, the plot and a strict-JSON results.json."""
+    now end with the checkpoints, the plot and a strict-JSON results.json.
+
+    examples/train.py's ``main`` with the command's arguments, in this process (the crashes were in the run, not in
+    starting a process): a crash raises here."""
     from test_train_parity import TINY_RUN, _gsm_dir
 
     (tmp_path / "my_rewards.py").write_text(REWARDS)
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--model_name_or_path", tiny_model_dir,
-           "--dataset_name", str(_gsm_dir(tmp_path / "gsm")), *TINY_RUN, "--output_dir", str(out),
-           "--reward_funcs", f"my_rewards.{reward}", "--max_steps", "3", "--held_out_every", "1",
-           "--save_strategy", "steps", "--save_steps", "2", "--on_unlearnable", "warn"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
+    argv = ["--model_name_or_path", tiny_model_dir, "--dataset_name", str(_gsm_dir(tmp_path / "gsm")), *TINY_RUN,
+            "--output_dir", str(out), "--reward_funcs", f"my_rewards.{reward}", "--max_steps", "3",
+            "--held_out_every", "1", "--save_strategy", "steps", "--save_steps", "2",
+            "--on_unlearnable", "warn"]  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # `my_rewards` as the command finds it in its working directory
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # this test's module, not another run's
+    import train
+
+    try:
+        train.main(argv)
+    finally:
+        sys.modules.pop("my_rewards", None)
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     rewards = [h.get("reward") for h in state["log_history"] if "reward" in h]
     if reward == "unscored_once":
