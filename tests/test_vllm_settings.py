@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from trl import GRPOConfig
 
 from grpo_family import GRPOFamilyTrainer
@@ -97,3 +98,49 @@ def test_colocated_engine_is_shut_down_before_the_process_group(monkeypatch):
     assert not vllm_cpu.shutdown_colocated_vllm(type("NoVLLM", (), {})())
     source = (Path(__file__).resolve().parents[1] / "examples" / "train.py").read_text()
     assert source.index("shutdown_colocated_vllm(trainer)") < source.index("trainer.accelerator.end_training()")
+
+
+class _PackingHead(torch.nn.Module):
+    """An output layer the way vLLM's CPU GEMM serves it on AVX-512/AMX machines: from a packed copy of the weight,
+    made by its ``quant_method`` when the weights are loaded (and not again by ``reload_weights``)."""
+
+    def __init__(self, weight: torch.nn.Parameter):
+        super().__init__()
+        self.weight = weight
+        self.quant_method = self
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        layer.packed = layer.weight.detach().clone()
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden @ self.packed.T
+
+
+def _tied_model() -> torch.nn.Module:
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.embed_tokens = torch.nn.Embedding(5, 3)
+    model.lm_head = _PackingHead(model.model.embed_tokens.weight)
+    model.lm_head.process_weights_after_loading(model.lm_head)
+    return model
+
+
+def test_retie_rebuilds_a_packed_tied_head_after_the_embedding_changes():
+    """The control happens on every machine here (vLLM's own packing only on some CPUs, tests/test_vllm.py): a sync
+    writes the new embedding into the shared parameter; the packed head stays stale until `retie_lm_head`."""
+    model, hidden = _tied_model(), torch.eye(3)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(1.0)  # what reload_weights does to the shared parameter
+    assert not torch.equal(model.lm_head(hidden), model.model.embed_tokens.weight.T)  # stale: the control
+    assert vllm_cpu.retie_lm_head(model, tie_word_embeddings=True)
+    assert torch.equal(model.lm_head(hidden), model.model.embed_tokens.weight.T)
+    # A model that re-created the head's parameter is tied again before packing.
+    model.lm_head.weight = torch.nn.Parameter(torch.zeros(5, 3))
+    assert vllm_cpu.retie_lm_head(model, tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert torch.equal(model.lm_head(hidden), model.model.embed_tokens.weight.T)
+    # Untied, or a head vLLM does not pack: nothing to do.
+    assert not vllm_cpu.retie_lm_head(model, tie_word_embeddings=False)
+    del model.lm_head.quant_method
+    model.lm_head.quant_method = None
+    assert not vllm_cpu.retie_lm_head(model, tie_word_embeddings=True)
