@@ -51,7 +51,7 @@ VARIANTS = [
     "3*4=12\n2+12=14\nAnswer: 15",  # first error at step 3 of 3 -> RTS 2/3
     "3*4=12\n2+12=16\nAnswer: 16",  # step 2 -> RTS 1/3
     "3*4=11\n2+11=13\nAnswer: 13",  # step 1 -> RTS 0
-    "3*4=12\n2+12=14",  # truncated, no error -> RTS 1
+    "3*4=12\n2+12",  # truncated before its result (no answer: "2+12=14" would state 14), no error -> RTS 1
     "2+3=5\n5*4=20\nAnswer: 20",  # step 1 (precedence) -> RTS 0
 ]
 
