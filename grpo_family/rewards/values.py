@@ -104,6 +104,13 @@ def maths_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def spans_side_by_side(text: str) -> bool:
+    """Whether two maths spans of ``text`` stand with only whitespace between them (``$9$ $8$``,
+    ``\\(9\\)\\(8\\)``): two values in one slot, which math-verify would read as the last."""
+    spans = maths_spans(text)
+    return any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:]))
+
+
 def strip_wrappers(value: str) -> str:
     """The value without the delimiters around all of it: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``,
     Markdown bold and code, ``\\displaystyle``, and a sentence's full stop at its end."""
@@ -205,8 +212,7 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     if len(value) > MAX_NUMBER_CHARS:
         return None, f"a value longer than {MAX_NUMBER_CHARS} characters"
     text = strip_wrappers(unwrap_text_macros(value)).replace("\\$", "")
-    spans = maths_spans(text)
-    if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
+    if spans_side_by_side(text):
         return None, "two maths spans side by side"
     text = " ".join(_MATHS_DELIMITER.sub(" ", text).split())  # "$0$$0$" is two numbers, not "00"
     text = equation_result(text) or text  # "2 + 8 = 10" states 10
@@ -550,10 +556,9 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
     text = strip_wrappers(slot)
     # Maths spans left inside the value: two side by side are two values ("$9$ $8$", "\\(9\\)\\(8\\)", which
     # math-verify would read as the last); otherwise their delimiters go ("$x$ = $9$", "\\(9\\) apples").
-    spans = maths_spans(text)
-    if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
+    if spans_side_by_side(text):
         return None, "two maths spans side by side", False
-    if spans:
+    if maths_spans(text):
         text = _MATHS_DELIMITER.sub(" ", text)
     text = unwrap_text_macros(_money_and_separators(text))
     text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", r"\\%", text)
