@@ -413,3 +413,43 @@ def test_a_computation_scores_its_result_only_when_true(data, a, b, op, error, s
         for reward in rewards:
             (score,), _ = _score(reward, [text], str(gold))
             assert score == float(error == 0 and gold == result), (reward, text, gold)
+
+
+# ------------------------------------------------ a list of boxes is one answer for a gold of that many values
+
+BOX_FORMS = ["\\boxed{{{v}}}", "$\\boxed{{{v}}}$", "\\(\\boxed{{{v}}}\\)"]
+LIST_GAPS = [", ", ",", " and ", ", and ", " \\quad \\text{and} \\quad ", "; "]
+
+
+@INVARIANT
+@given(
+    st.data(),
+    st.lists(st.integers(-50, 500), min_size=1, max_size=4, unique=True),
+    st.lists(st.integers(-50, 500), min_size=2, max_size=5),
+    st.sampled_from(BOX_FORMS),
+    st.sampled_from(LIST_GAPS),
+    st.sampled_from(["train", "eval", "strict"]),
+)
+def test_a_list_of_boxes_scores_only_as_the_whole_gold(data, gold, listed, form, gap, mode):
+    """``\\boxed{2} and \\boxed{3}`` answers the gold ``2, 3`` (the closing layout of solution-set answers), and
+    nothing else: a list pays only when its values are the gold's, as many as the gold has, so writing more
+    candidates than the gold has values never pays (a one-value gold never reads a list)."""
+    text = data.draw(completion(gap.join(form.format(v=v) for v in listed), think=False))
+    (score,), _ = _score(MATH, [text], ", ".join(map(str, gold)), mode)
+    assert score == float(len(gold) > 1 and sorted(listed) == sorted(gold)), (text, gold)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{2} or \\boxed{3}",  # alternatives, not a list
+        "\\boxed{2}\n\\boxed{3}",  # two lines: two answers
+        "1, \\boxed{2}, \\boxed{3}",  # a value joined before the list
+        "\\boxed{2} apples and \\boxed{3}",  # text between the boxes
+        "\\boxed{2}, \\boxed{3} <!-- 4 -->",  # hiding markup
+    ],
+)
+def test_boxes_that_are_no_list_do_not_answer_a_list_gold(text):
+    for mode in ("train", "eval", "strict"):
+        assert _score(MATH, [text], "2, 3", mode)[0] == [0.0], (text, mode)
+    assert _score(MATH, [text.replace("\\boxed{2}", "\\boxed{5}")], "5, 3")[0] == [0.0], text

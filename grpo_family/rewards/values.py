@@ -362,7 +362,12 @@ def _relation_class(symbol: str) -> str:
 
 
 # Separators of several values at the top level: "2, 3", "2; 3", "2 \lor 3".
-_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
+# Between the values of a list: punctuation, logic symbols, and the words "and" / "or" of a solution set
+# ("$x = 2$ or $x = 3$", "6 \\text{ and } 8"; inside brackets they are no separators).
+_WORD_SEPARATOR = re.compile(
+    r"(?i)(?:[,;]\s*)?(?:\b(?:and|or)\b|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:and|or)\s*\})"  # ", and": one
+)
+_SEPARATOR = re.compile(_WORD_SEPARATOR.pattern + r"|[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
 # What names a value: x, y_1, a_{n}, \theta, f(x), g(x, y), x'.
 _NAME = re.compile(
     r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?"
@@ -450,6 +455,10 @@ class GoldShape:
         self.brackets = (left, right) if self.parts > 1 else ("", "")
         self.relations = tuple(_relation_class(m.group(0)) for m in _relations(plain))
         self.relation = bool(self.relations)
+        # each value's own relations ("k = 45, n = 2": "=" in each), which a listed answer's values match
+        self.part_relations = frozenset(
+            tuple(_relation_class(m.group(0)) for m in _relations(part)) for part in split_top_level(plain)
+        )
         no_commands = re.sub(r"\\[A-Za-z]+", " ", TEXT_MACRO.sub(" ", text))
         self.letters = frozenset(re.findall(r"[A-Za-z]", no_commands))
         self.words = frozenset(w.lower() for w in re.findall(r"[A-Za-z]{2,}", plain) if not _is_command(plain, w))
@@ -539,7 +548,12 @@ def _repeating_fraction(m: re.Match) -> str:
 def normalise_gold(gold: str) -> str:
     """A math gold as the answers are read: delimiters, ``\\$`` and text macros unwrapped, degrees and a trailing
     unit after a number dropped (``5\\text{ cm}^2`` -> ``5``)."""
-    text = unwrap_text_macros(_money_and_separators(strip_wrappers(gold)))
+    text = strip_wrappers(gold)
+    if maths_spans(text) and not spans_side_by_side(text):  # "$1$ and $2$ and $3$"
+        text = _MATHS_DELIMITER.sub(" ", text)
+    text = unwrap_text_macros(_money_and_separators(text))
+    if _top_level(text, _WORD_SEPARATOR):  # "6 and 8", "1 and 2 and 3": the list math-verify reads as "6, 8"
+        text = ", ".join(part.strip() for part in split_top_level(text, _WORD_SEPARATOR))
     text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", "%", text)
     text = _number_words_to_digits(apply_scales(text))
     text = _DEGREES.sub(" ", text)
@@ -582,6 +596,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         word = token.lower()
         if word in MATH_NAMES or word in gold.words or set(token) <= gold.letters:
             continue
+        if gold.parts > 1 and _WORD_SEPARATOR.fullmatch(token):  # "6 and 8" for a gold of two values
+            continue
         return None, f"a word in the value: {token!r}", False
     if re.fullmatch(r"[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text) and gold.parts == 1:
         text = text.replace(",", "")
@@ -600,7 +616,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         if relations and gold.relation:
             kinds = tuple(_relation_class(m.group(0)) for m in relations)
             mirrored = tuple({"<": ">", ">": "<"}.get(k, k) for k in reversed(kinds))  # "5 \\geq x" is "x \\leq 5"
-            if gold.relations not in (kinds, mirrored):
+            allowed = gold.part_relations if len(parts) > 1 else {gold.relations}
+            if not {kinds, mirrored} & allowed:
                 return None, f"relations {' '.join(m.group(0) for m in relations)} where the gold states one", False
         elif relations:
             kinds = [m.group(0) for m in relations]
