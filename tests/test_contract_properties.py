@@ -453,3 +453,50 @@ def test_boxes_that_are_no_list_do_not_answer_a_list_gold(text):
     for mode in ("train", "eval", "strict"):
         assert _score(MATH, [text], "2, 3", mode)[0] == [0.0], (text, mode)
     assert _score(MATH, [text.replace("\\boxed{2}", "\\boxed{5}")], "5, 3")[0] == [0.0], text
+
+
+# ------------------------------------------- layouts of the corpus's correct endings, and their wrong twins
+
+
+@pytest.mark.parametrize(
+    ("text", "right", "wrong"),
+    [
+        # one maths span in a sentence of words: the span is the value (words hold no second value)
+        ("Therefore $x \\geq 5$ is the solution.", "x \\ge 5", "x \\ge 6"),
+        (
+            "The identity matrix is $ \\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix} $.",
+            "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}",
+            "\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}",
+        ),
+        ("The sum is $\\frac{1}{2}$.", "\\frac12", "\\frac13"),
+        # a comma that cannot group thousands is a decimal comma; one that can is a thousands separator
+        ("1000,99", "1000.99", "100099"),
+        ("0,111", "0.111", "111"),
+        ("\\boxed{12,5}", "12.5", "125"),
+        ("\\boxed{1,234}", "1234", "1.234"),
+        # a row break followed by a space stays a row break
+        (
+            "\\boxed{\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}}",
+            "\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}",
+            "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}",
+        ),
+        # a gold in a LaTeX group is its content: three values
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "{1,2,3}", "{1,2}"),
+    ],
+)
+def test_corpus_layouts_score_by_their_one_value(text, right, wrong):
+    assert _score(MATH, [text], right)[0] == [1.0], (text, right)
+    assert _score(MATH, [text], wrong)[0] == [0.0], (text, wrong)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Twenty is not $5$.",  # a number word beside the span: two values
+        "It is $5$ or 6.",  # a digit beside the span
+        "It is $5$ and $6$.",  # two spans
+    ],
+)
+def test_a_span_beside_another_value_is_not_read_as_the_sentences_value(text):
+    for gold in ("5", "6"):
+        assert _score(MATH, [text], gold)[0] == [0.0], (text, gold)

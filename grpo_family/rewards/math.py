@@ -248,7 +248,7 @@ def math_answer(text: str, gold: Any, mode: str = "train") -> tuple[str, str | N
         return CONTRACT, reading.violation, False
     if too_expensive(reading.value):  # before any further reading: every step below is then on a bounded text
         return TOO_EXPENSIVE, None, False
-    latex, violation, as_set = read_math_value(reading.value, shape)
+    latex, violation, as_set = read_math_value(reading.value, shape, prose=mode != "strict")
     if latex is None:
         return CONTRACT, violation, False
     if too_expensive(latex):
