@@ -500,3 +500,12 @@ def test_corpus_layouts_score_by_their_one_value(text, right, wrong):
 def test_a_span_beside_another_value_is_not_read_as_the_sentences_value(text):
     for gold in ("5", "6"):
         assert _score(MATH, [text], gold)[0] == [0.0], (text, gold)
+
+
+def test_a_gsm8k_line_ends_its_value_with_its_sentence():
+    """``#### 0. Answer: 0`` (hypothesis at 10,000 examples): the ``####`` value ended at the line's end, so the
+    slot held "0. Answer: 0" and scored 0 where the same value written alone scores 1. It is two anchors now: the
+    committed (last) one counts, and strict mode sees two slots."""
+    assert _score(MATH, ["#### 0. Answer: 0"], "0") == ([1.0], 0.0)
+    assert _score(MATH, ["#### 5. Answer: 0"], "5") == ([0.0], 0.0)
+    assert _score(MATH, ["#### 0. Answer: 0"], "0", "strict") == ([0.0], 1.0)

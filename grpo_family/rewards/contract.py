@@ -405,8 +405,9 @@ def _anchors(text: str, spec: SlotSpec, taken: _Spans, *, strict: bool = True) -
         line = text[pos:line_end]
         if spec.hashes and not taken.covers(pos) and (h := _HASHES.match(line)) is not None:
             if not found or pos >= found[-1].end:
-                found.append(_Slot("anchor", pos, line_end, pos + h.end(), line_end))
-            continue
+                # its value ends like any anchor's ("#### 0. Answer: 0" holds a second anchor after "0.")
+                value_start, value_end = _anchor_value(text, pos + h.end(), strict=strict)
+                found.append(_Slot("anchor", pos, value_end, value_start, value_end))
         body = pos + _LINE_START.match(line).end()
         candidates = [body]
         candidates += [pos + m.end() for m in _SENTENCE_START.finditer(line)]
