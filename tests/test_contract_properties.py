@@ -457,29 +457,23 @@ def test_boxes_that_are_no_list_do_not_answer_a_list_gold(text):
 
 # ------------------------------------------- layouts of the corpus's correct endings, and their wrong twins
 
+IDENTITY = "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}"  # "\\\\ " (a row break, then a space) stays a row break
+DIAGONAL_12 = "\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}"
+
 
 @pytest.mark.parametrize(
     ("text", "right", "wrong"),
     [
         # one maths span in a sentence of words: the span is the value (words hold no second value)
         ("Therefore $x \\geq 5$ is the solution.", "x \\ge 5", "x \\ge 6"),
-        (
-            "The identity matrix is $ \\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix} $.",
-            "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}",
-            "\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}",
-        ),
+        (f"The identity matrix is $ {IDENTITY} $.", IDENTITY, DIAGONAL_12),
         ("The sum is $\\frac{1}{2}$.", "\\frac12", "\\frac13"),
         # a comma that cannot group thousands is a decimal comma; one that can is a thousands separator
         ("1000,99", "1000.99", "100099"),
         ("0,111", "0.111", "111"),
         ("\\boxed{12,5}", "12.5", "125"),
         ("\\boxed{1,234}", "1234", "1.234"),
-        # a row break followed by a space stays a row break
-        (
-            "\\boxed{\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}}",
-            "\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}",
-            "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}",
-        ),
+        (f"\\boxed{{{DIAGONAL_12}}}", DIAGONAL_12, IDENTITY),
         # a gold in a LaTeX group is its content: three values
         ("\\boxed{1},\\boxed{2},\\boxed{3}", "{1,2,3}", "{1,2}"),
     ],
