@@ -413,3 +413,93 @@ def test_a_computation_scores_its_result_only_when_true(data, a, b, op, error, s
         for reward in rewards:
             (score,), _ = _score(reward, [text], str(gold))
             assert score == float(error == 0 and gold == result), (reward, text, gold)
+
+
+# ------------------------------------------------ a list of boxes is one answer for a gold of that many values
+
+BOX_FORMS = ["\\boxed{{{v}}}", "$\\boxed{{{v}}}$", "\\(\\boxed{{{v}}}\\)"]
+LIST_GAPS = [", ", ",", " and ", ", and ", " \\quad \\text{and} \\quad ", "; "]
+
+
+@INVARIANT
+@given(
+    st.data(),
+    st.lists(st.integers(-50, 500), min_size=1, max_size=4, unique=True),
+    st.lists(st.integers(-50, 500), min_size=2, max_size=5),
+    st.sampled_from(BOX_FORMS),
+    st.sampled_from(LIST_GAPS),
+    st.sampled_from(["train", "eval", "strict"]),
+)
+def test_a_list_of_boxes_scores_only_as_the_whole_gold(data, gold, listed, form, gap, mode):
+    """``\\boxed{2} and \\boxed{3}`` answers the gold ``2, 3`` (the closing layout of solution-set answers), and
+    nothing else: a list pays only when its values are the gold's, as many as the gold has, so writing more
+    candidates than the gold has values never pays (a one-value gold never reads a list)."""
+    text = data.draw(completion(gap.join(form.format(v=v) for v in listed), think=False))
+    (score,), _ = _score(MATH, [text], ", ".join(map(str, gold)), mode)
+    assert score == float(len(gold) > 1 and sorted(listed) == sorted(gold)), (text, gold)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{2} or \\boxed{3}",  # alternatives, not a list
+        "\\boxed{2}\n\\boxed{3}",  # two lines: two answers
+        "1, \\boxed{2}, \\boxed{3}",  # a value joined before the list
+        "\\boxed{2} apples and \\boxed{3}",  # text between the boxes
+        "\\boxed{2}, \\boxed{3} <!-- 4 -->",  # hiding markup
+    ],
+)
+def test_boxes_that_are_no_list_do_not_answer_a_list_gold(text):
+    for mode in ("train", "eval", "strict"):
+        assert _score(MATH, [text], "2, 3", mode)[0] == [0.0], (text, mode)
+    assert _score(MATH, [text.replace("\\boxed{2}", "\\boxed{5}")], "5, 3")[0] == [0.0], text
+
+
+# ------------------------------------------- layouts of the corpus's correct endings, and their wrong twins
+
+IDENTITY = "\\begin{pmatrix}1 & 0 \\\\ 0 & 1\\end{pmatrix}"  # "\\\\ " (a row break, then a space) stays a row break
+DIAGONAL_12 = "\\begin{pmatrix}1 & 0 \\\\ 0 & 2\\end{pmatrix}"
+
+
+@pytest.mark.parametrize(
+    ("text", "right", "wrong"),
+    [
+        # one maths span in a sentence of words: the span is the value (words hold no second value)
+        ("Therefore $x \\geq 5$ is the solution.", "x \\ge 5", "x \\ge 6"),
+        (f"The identity matrix is $ {IDENTITY} $.", IDENTITY, DIAGONAL_12),
+        ("The sum is $\\frac{1}{2}$.", "\\frac12", "\\frac13"),
+        # a comma that cannot group thousands is a decimal comma; one that can is a thousands separator
+        ("1000,99", "1000.99", "100099"),
+        ("0,111", "0.111", "111"),
+        ("\\boxed{12,5}", "12.5", "125"),
+        ("\\boxed{1,234}", "1234", "1.234"),
+        (f"\\boxed{{{DIAGONAL_12}}}", DIAGONAL_12, IDENTITY),
+        # a gold in a LaTeX group is its content: three values
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "{1,2,3}", "{1,2}"),
+    ],
+)
+def test_corpus_layouts_score_by_their_one_value(text, right, wrong):
+    assert _score(MATH, [text], right)[0] == [1.0], (text, right)
+    assert _score(MATH, [text], wrong)[0] == [0.0], (text, wrong)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Twenty is not $5$.",  # a number word beside the span: two values
+        "It is $5$ or 6.",  # a digit beside the span
+        "It is $5$ and $6$.",  # two spans
+    ],
+)
+def test_a_span_beside_another_value_is_not_read_as_the_sentences_value(text):
+    for gold in ("5", "6"):
+        assert _score(MATH, [text], gold)[0] == [0.0], (text, gold)
+
+
+def test_a_gsm8k_line_ends_its_value_with_its_sentence():
+    """``#### 0. Answer: 0`` (hypothesis at 10,000 examples): the ``####`` value ended at the line's end, so the
+    slot held "0. Answer: 0" and scored 0 where the same value written alone scores 1. It is two anchors now: the
+    committed (last) one counts, and strict mode sees two slots."""
+    assert _score(MATH, ["#### 0. Answer: 0"], "0") == ([1.0], 0.0)
+    assert _score(MATH, ["#### 5. Answer: 0"], "5") == ([0.0], 0.0)
+    assert _score(MATH, ["#### 0. Answer: 0"], "0", "strict") == ([0.0], 1.0)

@@ -96,6 +96,7 @@ def test_fp16_without_a_gpu_is_refused(tmp_path):
         train.parse_args(["--fp16", "true", "--output_dir", str(tmp_path)])
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 def test_loglevel_takes_any_case_and_names_a_bad_value():
     """LOGLEVEL=debug was "ValueError: Unknown level: 'debug'"."""
     assert launch.log_level("debug") == launch.log_level("DEBUG") == logging.DEBUG
@@ -114,6 +115,7 @@ def _accelerate(*args: str, port: int) -> list[str]:
             str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"), "--main_process_port", str(port), *args]  # fmt: skip
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 @pytest.mark.multiprocess
 def test_a_two_process_launch_that_would_train_apart_stops_with_the_fix(tmp_path):
     """`accelerate launch --config_file accelerate_configs/cpu_2proc.yaml` on a CPU machine with CPU off in the
@@ -132,6 +134,7 @@ def test_a_two_process_launch_that_would_train_apart_stops_with_the_fix(tmp_path
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 @pytest.mark.multiprocess
 def test_the_recipe_header_command_trains_as_one_two_process_run(tmp_path):
     """The command sgpo_small.yaml's header prints (no --use_cpu) now trains one run over gloo: the checkpoint

@@ -371,6 +371,7 @@ def test_end_of_run_reporting_survives_numpy_scores_and_unscored_steps(reward, t
     assert results["method"] == "grpo" and (out / "reward_curve.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 @pytest.mark.multiprocess
 def test_every_process_of_a_two_process_run_sees_the_busy_folder(tmp_path):
     """One lock per run, taken by the main process: its refusal reaches the other process (which takes no lock of

@@ -311,6 +311,7 @@ def test_streaming_and_mixture(tiny_model_dir, tmp_path):
     assert isinstance(streamed["train"], IterableDataset)
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 def test_errors_print_a_message_not_a_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train.py"), "--model_name_or_path", "./no/such/model",
@@ -322,6 +323,7 @@ def test_errors_print_a_message_not_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 def test_a_run_that_cannot_learn_exits_1_with_the_reason(tiny_model_dir, tmp_path):
     """A reward returning NaN everywhere (given by dotted path) used to train to the end and exit 0."""
     (tmp_path / "my_rewards.py").write_text(

@@ -45,6 +45,7 @@ def _gsm8k_like(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 def test_real_model_path_with_local_stand_ins_and_lora(tiny_model_dir, tmp_path):
     """--model_name_or_path / --dataset_name with a local model and a GSM8K-shaped local dataset, LoRA on."""
     out = tmp_path / "out"
@@ -78,6 +79,7 @@ def test_dataset_without_the_needed_column_fails_at_start(tiny_model_dir, tmp_pa
         train.main([*base, "--dataset_preset", "gsm8k"])
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 def test_resume_from_checkpoint_flag_continues_the_run(tiny_model_dir, tmp_path):
     """--resume_from_checkpoint reaches trainer.train: resuming a finished 1-step run with max_steps=1 trains
     nothing (a fresh start would take a step, here with a different learning rate and weight decay, and change the
@@ -153,6 +155,7 @@ def test_a_test_split_given_by_name_must_exist(tiny_model_dir, tmp_path):
         train.main([*base, "--dataset_test_split", "validation"])
 
 
+@pytest.mark.slow  # 20-60 s on 2 cores: whole train.py processes
 def test_a_refused_input_prints_one_line_and_leaves_no_empty_folder(tmp_path):
     """A config's own cross-field check (a ValueError, not a PreflightError) refuses the run before training: one
     line on stderr, no traceback (a bare --debug shows it), exit code 1, and no output folder left behind."""

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .extract import _boxes, completion_text
+from .extract import _boxes, completion_text, list_gap
 
 __all__ = [
     "ANSWER_SLOTS",
@@ -405,8 +405,9 @@ def _anchors(text: str, spec: SlotSpec, taken: _Spans, *, strict: bool = True) -
         line = text[pos:line_end]
         if spec.hashes and not taken.covers(pos) and (h := _HASHES.match(line)) is not None:
             if not found or pos >= found[-1].end:
-                found.append(_Slot("anchor", pos, line_end, pos + h.end(), line_end))
-            continue
+                # its value ends like any anchor's ("#### 0. Answer: 0" holds a second anchor after "0.")
+                value_start, value_end = _anchor_value(text, pos + h.end(), strict=strict)
+                found.append(_Slot("anchor", pos, value_end, value_start, value_end))
         body = pos + _LINE_START.match(line).end()
         candidates = [body]
         candidates += [pos + m.end() for m in _SENTENCE_START.finditer(line)]
@@ -558,3 +559,43 @@ def read_answer(text: str | None, spec: SlotSpec = ANSWER_SLOTS, mode: str = "tr
     if why:
         return _broken(why)
     return _read(region, spec, mode, in_tag=False)
+
+
+# Between two boxes of one list (after :func:`list_gap`): commas, semicolons or one "and"; "or" offers alternatives
+# and joins no list.
+_LIST_GAP = re.compile(r"(?i)[ \t]*(?:[,;][ \t]*(?:and\b[ \t]*)?|and\b[ \t]*)")
+
+
+def read_box_list(text: str | None, spec: SlotSpec = MATH_SLOTS, mode: str = "train") -> list[str] | None:
+    """The contents of the boxes that end a completion as one list on one line (``\\boxed{1}, \\boxed{2} and
+    \\boxed{3}``), for a gold with that many values; None when the answer is no such list.
+
+    The list is one answer: the last slot is its last box, every gap between its boxes is a list separator
+    (:data:`_LIST_GAP`), no value is joined to its first box, and the completion keeps every other rule of
+    :func:`read_answer` (in strict mode the list is the only slot and nothing follows it). A reward compares the
+    whole list with a gold of as many values, so that listing more values than the gold has never pays."""
+    region, why = final_region(text or "")
+    if why:
+        return None
+    region = _END_OF_TURN.sub(lambda m: " " * len(m.group(0)), region)
+    if hiding_markup(region):
+        return None
+    strict = mode == "strict"
+    slots, why = _slots(region, spec, allow_tags=True, strict=strict)
+    if why or not slots or slots[-1].kind != "box":
+        return None
+    run = [slots[-1]]
+    for before in reversed(slots[:-1]):
+        gap = list_gap(region[before.end : run[0].start])
+        if before.kind != "box" or "\n" in gap or not _LIST_GAP.fullmatch(gap):
+            break
+        run.insert(0, before)
+    if len(run) < 2:
+        return None
+    line_start, _ = _line_bounds(region, run[0].start)
+    if _JOINED_BEFORE.search(region[line_start : run[0].start]):
+        return None
+    if strict and (len(run) != len(slots) or _CLOSING.fullmatch(region, run[-1].end) is None):
+        return None
+    values = [region[s.value_start : s.value_end].strip() for s in run]
+    return values if all(values) else None

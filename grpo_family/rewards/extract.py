@@ -119,6 +119,18 @@ def last_tag_content(text: str, tag: str = "answer") -> str | None:
 # Text that, alone between two boxes of a reference solution, makes them one answer with several parts
 # ("\boxed{2} and \boxed{3}") or, with "or", an ambiguous gold (solution_gold). Reference solutions are data, not a
 # policy's output: completions are read under the answer contract (contract.py), which reads no words.
+# What stands between two boxes without being text: maths delimiters and spacing; ``\\text{and}`` is the word.
+_GAP_MARKUP = re.compile(
+    r"\$\$|(?<!\\)\$|\\[()\[\]]|\\[,;:! ]|\\q?quad(?![A-Za-z])|~|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(and|or)\s*\}"
+)
+
+
+def list_gap(between: str) -> str:
+    """The text between two boxes as a reader sees it: maths delimiters and spacing commands dropped, a connector
+    word in ``\\text{}`` unwrapped (``\\) \\quad \\text{and} \\quad \\(`` -> ``and``)."""
+    return _GAP_MARKUP.sub(lambda m: f" {m.group(1)} " if m.group(1) else " ", between)
+
+
 _CONNECTOR_ONLY = re.compile(r"(?i)[\s$.,;:/&()]*(?:(?:and/or|or|and|either|maybe|perhaps|possibly)[\s$.,;:/&()]*)*")
 _OR_WORD = re.compile(r"(?i)\b(or|either|maybe|perhaps|possibly|and/or)\b")
 # An unboxed final answer after the last box of a reference solution ("so the answer is 9").
@@ -185,7 +197,7 @@ def solution_gold(solution: str) -> tuple[str | None, str]:
     while k > 0 and _box_content(solution, boxes[k - 1]) is not None:
         if boxes[k - 1][1] > boxes[k][0]:
             return None, "a box inside another box"
-        between = solution[boxes[k - 1][1] : boxes[k][0]]
+        between = list_gap(solution[boxes[k - 1][1] : boxes[k][0]])
         if not _CONNECTOR_ONLY.fullmatch(between):
             return None, f"{len(boxes)} boxes apart in the solution (which one is the answer?)"
         if _OR_WORD.search(between):

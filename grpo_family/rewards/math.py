@@ -4,7 +4,8 @@ What is compared
     *Model answer*: the one value of the completion's one answer slot under the training-mode answer contract
     (``docs/answer_extraction.md``, :mod:`grpo_family.rewards.contract`): the final region after ``</think>``, no
     hiding markup, exactly one slot (a box, an ``<answer>`` tag, an anchor line such as ``Answer: 18`` or GSM8K's
-    ``#### 18``, or a one-line final region), nothing but closing punctuation after it, and one value in it
+    ``#### 18``, or a one-line final region; for a gold of k > 1 values also a list of k boxes on one line,
+    :func:`grpo_family.rewards.contract.read_box_list`), nothing but closing punctuation after it, and one value in it
     (:func:`grpo_family.rewards.values.read_math_value`: number words and scale words read, units after a number
     dropped for a numeric gold, ``x = 5`` and ``5 = x`` named values, an inequality in one variable a set; any
     other word, a relation between two values, or more values than the gold has breaks the contract). A completion
@@ -61,7 +62,7 @@ from typing import Any
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, LatexNormalizationConfig, parse, verify
 
-from .contract import MATH_SLOTS, AnswerReward, read_answer
+from .contract import MATH_SLOTS, AnswerReward, Reading, read_answer, read_box_list
 from .extract import completion_text, solution_gold
 from .timeout import BACKENDS, get_runner
 from .values import GoldShape, normalise_gold, read_math_value
@@ -237,13 +238,17 @@ def math_answer(text: str, gold: Any, mode: str = "train") -> tuple[str, str | N
     """``(status, value, as_set)``: the one value a completion's answer slot holds, as LaTeX for math-verify
     (status ``OK``), or why there is none (``CONTRACT`` with the broken rule as ``value``; ``TOO_EXPENSIVE``).
     ``as_set``: an inequality in one variable, compared with an interval gold as a set."""
-    reading = read_answer(text, MATH_SLOTS, mode)
+    shape = GoldShape(gold_text(gold) or "")
+    listed = read_box_list(text, MATH_SLOTS, mode) if shape.parts > 1 else None
+    if listed is not None and len(listed) == shape.parts:  # "\\boxed{2} and \\boxed{3}" for the gold "2, 3"
+        reading = Reading(", ".join(listed), "box")
+    else:
+        reading = read_answer(text, MATH_SLOTS, mode)
     if reading.value is None:
         return CONTRACT, reading.violation, False
     if too_expensive(reading.value):  # before any further reading: every step below is then on a bounded text
         return TOO_EXPENSIVE, None, False
-    gold_value = gold_text(gold)
-    latex, violation, as_set = read_math_value(reading.value, GoldShape(gold_value or ""))
+    latex, violation, as_set = read_math_value(reading.value, shape, prose=mode != "strict")
     if latex is None:
         return CONTRACT, violation, False
     if too_expensive(latex):

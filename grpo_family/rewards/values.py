@@ -104,6 +104,13 @@ def maths_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def spans_side_by_side(text: str) -> bool:
+    """Whether two maths spans of ``text`` stand with only whitespace between them (``$9$ $8$``,
+    ``\\(9\\)\\(8\\)``): two values in one slot, which math-verify would read as the last."""
+    spans = maths_spans(text)
+    return any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:]))
+
+
 def strip_wrappers(value: str) -> str:
     """The value without the delimiters around all of it: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]``,
     Markdown bold and code, ``\\displaystyle``, and a sentence's full stop at its end."""
@@ -205,8 +212,7 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     if len(value) > MAX_NUMBER_CHARS:
         return None, f"a value longer than {MAX_NUMBER_CHARS} characters"
     text = strip_wrappers(unwrap_text_macros(value)).replace("\\$", "")
-    spans = maths_spans(text)
-    if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
+    if spans_side_by_side(text):
         return None, "two maths spans side by side"
     text = " ".join(_MATHS_DELIMITER.sub(" ", text).split())  # "$0$$0$" is two numbers, not "00"
     text = equation_result(text) or text  # "2 + 8 = 10" states 10
@@ -356,7 +362,12 @@ def _relation_class(symbol: str) -> str:
 
 
 # Separators of several values at the top level: "2, 3", "2; 3", "2 \lor 3".
-_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
+# Between the values of a list: punctuation, logic symbols, and the words "and" / "or" of a solution set
+# ("$x = 2$ or $x = 3$", "6 \\text{ and } 8"; inside brackets they are no separators).
+_WORD_SEPARATOR = re.compile(
+    r"(?i)(?:[,;]\s*)?(?:\b(?:and|or)\b|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(?:and|or)\s*\})"  # ", and": one
+)
+_SEPARATOR = re.compile(_WORD_SEPARATOR.pattern + r"|[,;]|\\(?:lor|vee|land|wedge)(?![A-Za-z])")
 # What names a value: x, y_1, a_{n}, \theta, f(x), g(x, y), x'.
 _NAME = re.compile(
     r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?"
@@ -371,7 +382,7 @@ _PERCENT_TAIL = re.compile(r"\s*\\?%\s*$")
 _UNIT_EXPONENT_TAIL = re.compile(r"\^\s*\{?\s*[23]\s*\}?\s*$")
 _UNIT_JOIN_TAIL = re.compile(r"(?:/|\\cdot|\bper)\s*$")
 _ENVIRONMENT = re.compile(r"\\(?:begin|end)\s*\{[^{}]*\}")
-_SPACING = re.compile(r"\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
+_SPACING = re.compile(r"(?<!\\)\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
 
 
 def _top_level(text: str, pattern: re.Pattern) -> list[re.Match]:
@@ -444,6 +455,10 @@ class GoldShape:
         self.brackets = (left, right) if self.parts > 1 else ("", "")
         self.relations = tuple(_relation_class(m.group(0)) for m in _relations(plain))
         self.relation = bool(self.relations)
+        # each value's own relations ("k = 45, n = 2": "=" in each), which a listed answer's values match
+        self.part_relations = frozenset(
+            tuple(_relation_class(m.group(0)) for m in _relations(part)) for part in split_top_level(plain)
+        )
         no_commands = re.sub(r"\\[A-Za-z]+", " ", TEXT_MACRO.sub(" ", text))
         self.letters = frozenset(re.findall(r"[A-Za-z]", no_commands))
         self.words = frozenset(w.lower() for w in re.findall(r"[A-Za-z]{2,}", plain) if not _is_command(plain, w))
@@ -530,31 +545,75 @@ def _repeating_fraction(m: re.Match) -> str:
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
+def _group_end(text: str) -> int:
+    """The index of the brace that closes the group ``text`` opens with ``{`` (escaped braces are no grouping); -1
+    when it never closes."""
+    depth, i = 0, 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+        i += 1
+    return -1
+
+
+def commas_in_one_number(text: str) -> str:
+    """``text`` that is one number written with a comma, as a reader reads it: thousands separators go (``1,234``,
+    ``12,345.5``); a comma that cannot group thousands is a decimal comma (``1,22``, ``0,111``, ``1000,99``: 1.22,
+    0.111, 1000.99). Any other text is returned unchanged."""
+    if re.fullmatch(r"[-+−]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?", text):
+        return text.replace(",", "")
+    if re.fullmatch(r"[-+−]?\d+,\d+", text):
+        return text.replace(",", ".")
+    return text
+
+
 def normalise_gold(gold: str) -> str:
     """A math gold as the answers are read: delimiters, ``\\$`` and text macros unwrapped, degrees and a trailing
     unit after a number dropped (``5\\text{ cm}^2`` -> ``5``)."""
-    text = unwrap_text_macros(_money_and_separators(strip_wrappers(gold)))
+    text = strip_wrappers(gold)
+    if maths_spans(text) and not spans_side_by_side(text):  # "$1$ and $2$ and $3$"
+        text = _MATHS_DELIMITER.sub(" ", text)
+    text = unwrap_text_macros(_money_and_separators(text))
+    if text.startswith("{") and _group_end(text) == len(text) - 1:  # a LaTeX group shows its content: "{1,2,3}"
+        text = text[1:-1].strip()
+    if _top_level(text, _WORD_SEPARATOR):  # "6 and 8", "1 and 2 and 3": the list math-verify reads as "6, 8"
+        text = ", ".join(part.strip() for part in split_top_level(text, _WORD_SEPARATOR))
     text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", "%", text)
     text = _number_words_to_digits(apply_scales(text))
     text = _DEGREES.sub(" ", text)
     text = " ".join(_drop_units(text.strip()).split())
-    if re.fullmatch(r"[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):  # one number with thousands separators
-        text = text.replace(",", "")
-    return text
+    return commas_in_one_number(text)
 
 
-def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
+def _span_in_prose(text: str, spans: list[tuple[int, int]]) -> str:
+    """The content of the one maths span of a sentence whose other text is words alone (``Therefore $x \\geq 5$ is
+    the solution.``, ``The identity matrix is $I$.``): the value the sentence states, as math-verify reads it; ``""``
+    when there are more spans or the words hold a number (a digit, a number word), which would be a second value."""
+    if len(spans) != 1:
+        return ""
+    ((start, end),) = spans
+    prose = text[:start] + " " + text[end:]
+    if not prose.strip() or re.search(r"[^A-Za-z\s,.;:!'\u2019-]", prose) or _NUMBER_WORD_RUN.search(prose):
+        return ""
+    return _MATHS_DELIMITER.sub(" ", text[start:end]).strip()
+
+
+def read_math_value(slot: str, gold: GoldShape, *, prose: bool = True) -> tuple[str | None, str, bool]:
     """``(latex, violation, as_set)``: the one value (or the gold's number of values) a math slot holds, as LaTeX
     for math-verify, or why the slot breaks the contract (docs/answer_extraction.md §6). ``as_set``: the value is an
-    inequality in one variable, compared with an interval gold as a set."""
+    inequality in one variable, compared with an interval gold as a set. ``prose`` (training and evaluation modes;
+    off in strict mode): a sentence of words around one maths span states the span's value."""
     text = strip_wrappers(slot)
     # Maths spans left inside the value: two side by side are two values ("$9$ $8$", "\\(9\\)\\(8\\)", which
     # math-verify would read as the last); otherwise their delimiters go ("$x$ = $9$", "\\(9\\) apples").
-    spans = maths_spans(text)
-    if any(not text[a:b].strip() for (_, a), (b, _) in zip(spans, spans[1:])):
+    if spans_side_by_side(text):
         return None, "two maths spans side by side", False
-    if spans:
-        text = _MATHS_DELIMITER.sub(" ", text)
+    if spans := maths_spans(text):
+        text = (prose and _span_in_prose(text, spans)) or _MATHS_DELIMITER.sub(" ", text)
     text = unwrap_text_macros(_money_and_separators(text))
     text = re.sub(r"(?i)\bper\s*cent\b|\bpercent\b", r"\\%", text)
     text = apply_scales(text)
@@ -577,9 +636,11 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         word = token.lower()
         if word in MATH_NAMES or word in gold.words or set(token) <= gold.letters:
             continue
+        if gold.parts > 1 and _WORD_SEPARATOR.fullmatch(token):  # "6 and 8" for a gold of two values
+            continue
         return None, f"a word in the value: {token!r}", False
-    if re.fullmatch(r"[-+−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text) and gold.parts == 1:
-        text = text.replace(",", "")
+    if gold.parts == 1:
+        text = commas_in_one_number(text)
     parts = split_top_level(text)
     if len(parts) > 1 and len(parts) != gold.parts:
         return None, f"{len(parts)} values where the gold has {gold.parts}", False
@@ -595,7 +656,8 @@ def read_math_value(slot: str, gold: GoldShape) -> tuple[str | None, str, bool]:
         if relations and gold.relation:
             kinds = tuple(_relation_class(m.group(0)) for m in relations)
             mirrored = tuple({"<": ">", ">": "<"}.get(k, k) for k in reversed(kinds))  # "5 \\geq x" is "x \\leq 5"
-            if gold.relations not in (kinds, mirrored):
+            allowed = gold.part_relations if len(parts) > 1 else {gold.relations}
+            if not {kinds, mirrored} & allowed:
                 return None, f"relations {' '.join(m.group(0) for m in relations)} where the gold states one", False
         elif relations:
             kinds = [m.group(0) for m in relations]
