@@ -409,6 +409,16 @@ def test_openai_judge_batch_deadline(server):
     assert all(v.failed and v.reasons[0] == "batch deadline" for v in verdicts)
 
 
+def test_a_vote_cut_by_the_batch_deadline_says_so(server):
+    """The batch stops waiting at its deadline, but on a loaded machine a vote whose request timed out at that same
+    deadline could hand back first, saying "timeout" (CI saw it): a request cut short by the batch's deadline is a
+    batch-deadline failure, whichever returns first."""
+    server.behave = lambda body, headers, n: (200, completion("FIRST_ERROR_STEP: 1"), 60.0)
+    judge = judge_for(server, timeout=60.0, max_retries=5)
+    verdict, _, reason = judge._vote(REQUEST, time.monotonic() + 0.3, [0])
+    assert verdict is FAIL and reason == "batch deadline"
+
+
 def test_openai_judge_down_fails_fast():
     with socket.socket() as s:  # a loopback port nobody listens on
         s.bind(("127.0.0.1", 0))

@@ -597,8 +597,9 @@ class OpenAICompatibleJudge:
                 return FAIL, self._redact(raw), self._redact(reason) or "batch deadline"
             with self._lock:
                 counter[0] += 1
+            request_timeout = min(self.timeout, remaining)
             try:
-                raw = _message_text(self._post(body, min(self.timeout, remaining)))
+                raw = _message_text(self._post(body, request_timeout))
                 if raw is None:
                     raise _VoteError("no message content in the response", True)
                 verdict, reason = _parse(raw, request.num_steps)
@@ -607,6 +608,10 @@ class OpenAICompatibleJudge:
                 retryable = True
             except _VoteError as error:
                 reason, retryable, raw = error.reason, error.retryable, error.raw or (raw or "")
+                if request_timeout < self.timeout and reason.startswith("timeout"):
+                    # cut by the batch's deadline, not by its own timeout (a loaded machine can return this vote
+                    # before the batch stops waiting for it)
+                    return FAIL, self._redact(raw), "batch deadline"
             if not retryable or attempt == self.max_retries:
                 break
             wait = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)

@@ -116,9 +116,6 @@ def last_tag_content(text: str, tag: str = "answer") -> str | None:
     return content.strip() or None
 
 
-# Text that, alone between two boxes of a reference solution, makes them one answer with several parts
-# ("\boxed{2} and \boxed{3}") or, with "or", an ambiguous gold (solution_gold). Reference solutions are data, not a
-# policy's output: completions are read under the answer contract (contract.py), which reads no words.
 # What stands between two boxes without being text: maths delimiters and spacing; ``\\text{and}`` is the word.
 _GAP_MARKUP = re.compile(
     r"\$\$|(?<!\\)\$|\\[()\[\]]|\\[,;:! ]|\\q?quad(?![A-Za-z])|~|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(and|or)\s*\}"
@@ -131,6 +128,9 @@ def list_gap(between: str) -> str:
     return _GAP_MARKUP.sub(lambda m: f" {m.group(1)} " if m.group(1) else " ", between)
 
 
+# Text that, alone between two boxes of a reference solution, makes them one answer with several parts
+# ("\boxed{2} and \boxed{3}") or, with "or", an ambiguous gold (solution_gold). Reference solutions are data, not a
+# policy's output: completions are read under the answer contract (contract.py).
 _CONNECTOR_ONLY = re.compile(r"(?i)[\s$.,;:/&()]*(?:(?:and/or|or|and|either|maybe|perhaps|possibly)[\s$.,;:/&()]*)*")
 _OR_WORD = re.compile(r"(?i)\b(or|either|maybe|perhaps|possibly|and/or)\b")
 # An unboxed final answer after the last box of a reference solution ("so the answer is 9").
