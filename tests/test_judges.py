@@ -722,12 +722,6 @@ def test_heuristic_judge_edge_cases():
     assert gold_only.first_error == 2  # the gold answer alone is the reference
 
 
-def test_heuristic_judge_is_exported():
-    import grpo_family.rewards as rewards
-
-    assert rewards.HeuristicReferenceJudge is HeuristicReferenceJudge
-
-
 @pytest.mark.parametrize(
     "text",
     [

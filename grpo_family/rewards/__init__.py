@@ -34,9 +34,8 @@ when most are unreadable.
 ``with_timeout(func, seconds)`` gives any reward function a per-call deadline: a call that never returns scores
 ``None`` for its batch (with a metric and a warning in the trainers) instead of stalling training.
 
-Step judges for SGPO (:mod:`grpo_family.judges`): ``OpenAICompatibleJudge`` (vLLM / hosted APIs),
-``TransformersJudge`` (a local model), ``ProgrammaticJudge`` (the bundled task, exact), ``HeuristicReferenceJudge``
-(numbers checked against the reference solution; crude, for smoke tests and CI).
+SGPO's step judges are not rewards: they live in :mod:`grpo_family.judges`, a higher floor that imports this
+package (``docs/architecture.md`` §1).
 
 This package imports only the standard library, math-verify and its own modules (never TRL, torch or the
 trainers), so the scoring worker subprocesses of :mod:`grpo_family.rewards.timeout` start quickly.
@@ -47,20 +46,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 
-from ..judges import (
-    DEFAULT_PROMPT_PATH,
-    FAIL,
-    HeuristicReferenceJudge,
-    JudgeRequest,
-    JudgeVerdict,
-    OpenAICompatibleJudge,
-    ProgrammaticJudge,
-    PromptTemplate,
-    StepJudge,
-    TransformersJudge,
-    parse_verdict,
-    strip_reasoning,
-)
 from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
 from .code import CodeTestsReward, Sandbox, code_tests_reward, extract_code, parse_test_cases
 from .contract import Reading, read_answer
@@ -160,18 +145,6 @@ __all__ = [
     "solution_gold",
     "too_expensive",
     "with_timeout",
-    "DEFAULT_PROMPT_PATH",
-    "FAIL",
-    "HeuristicReferenceJudge",
-    "JudgeRequest",
-    "JudgeVerdict",
-    "OpenAICompatibleJudge",
-    "ProgrammaticJudge",
-    "PromptTemplate",
-    "StepJudge",
-    "TransformersJudge",
-    "parse_verdict",
-    "strip_reasoning",
     "REWARD_FUNCS",
     "ChoiceAccuracyReward",
     "CodeTestsReward",
