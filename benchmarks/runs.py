@@ -67,7 +67,8 @@ def graded_arithmetic_reward(completions, answer, **kwargs) -> list[float | None
     """Heterogeneous rewards on the bundled task: 1.0 for the right final answer, ``0.5 / (1 + |stated - gold|)``
     (at most 0.25) for a wrong integer answer, 0.0 without one. Same answer contract as ``arithmetic_reward``."""
     from grpo_family.rewards.extract import completion_text
-    from grpo_family.tasks.arithmetic import _to_int, arithmetic_reward, extract_answer
+    from grpo_family.rewards.values import integer_value
+    from grpo_family.tasks.arithmetic import arithmetic_reward, extract_answer
 
     exact = arithmetic_reward(completions, answer)
     out: list[float | None] = []
@@ -76,7 +77,7 @@ def graded_arithmetic_reward(completions, answer, **kwargs) -> list[float | None
             out.append(value)
             continue
         stated = extract_answer("" if completion is None else completion_text(completion))
-        out.append(0.0 if stated is None else 0.5 / (1 + abs(stated - _to_int(str(gold).strip()))))
+        out.append(0.0 if stated is None else 0.5 / (1 + abs(stated - integer_value(str(gold).strip()))))
     return out
 
 

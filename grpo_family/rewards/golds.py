@@ -15,6 +15,7 @@ from .choice import ChoiceAccuracyReward, gold_letter
 from .math import MathAccuracyReward, parse_gold
 from .qa import QAReward, gold_aliases, normalize_answer
 from .timeout import get_runner
+from .values import integer_value
 
 __all__ = ["GoldReport", "check_golds"]
 
@@ -30,9 +31,7 @@ def _math_gold_ok(gold: Any) -> bool:
 
 
 def _arithmetic_gold_ok(gold: Any) -> bool:
-    from grpo_family.tasks.arithmetic import _to_int
-
-    return not isinstance(gold, bool) and _to_int(str(gold).strip()) is not None
+    return not isinstance(gold, bool) and integer_value(str(gold).strip()) is not None
 
 
 def _checker(func: Any):

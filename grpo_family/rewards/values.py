@@ -23,6 +23,7 @@ __all__ = [
     "UNITS",
     "GoldShape",
     "count_numbers",
+    "integer_value",
     "list_separators",
     "normalise_gold",
     "number_from_words",
@@ -234,6 +235,18 @@ def read_number(value: str) -> tuple[Fraction | None, str]:
     if scale.lower() in UNITS or _is_noun(scale):  # a unit or the noun the number counts: "18 apples"
         return number, ""
     return None, f"a word after the number: {scale!r}"
+
+
+_INTEGER = re.compile(r"-?\d+")
+
+
+def integer_value(digits: str) -> int | None:
+    """``int(digits)`` for an integer string (optional minus sign, surrounding whitespace), or None: not a string,
+    not an integer, or longer than ``MAX_NUMBER_CHARS`` (Python refuses > 4300 digits: a ValueError that would make
+    a reward or the step checker raise on a model's runaway number). The bundled task's golds and answers."""
+    if not isinstance(digits, str) or not _INTEGER.fullmatch(digits.strip()):
+        return None
+    return int(digits) if len(digits.strip()) <= MAX_NUMBER_CHARS else None
 
 
 # "2 + 8 = 10", "7 x 6 = 42", "3 \\times 6 = 18": a computation and its result, on one line.

@@ -31,7 +31,7 @@ from datasets import Dataset
 
 from grpo_family.rewards.contract import ANSWER_SLOTS, AnswerReward, read_answer
 from grpo_family.rewards.extract import completion_text
-from grpo_family.rewards.values import read_number
+from grpo_family.rewards.values import integer_value, read_number
 
 __all__ = [
     "DIFFICULTIES",
@@ -92,7 +92,6 @@ _EVAL_BUCKETS = 10
 # No two unbounded whitespace runs side by side: "1+2=3" + 10^5 spaces + "x" would backtrack quadratically.
 _STEP_RE = re.compile(r"^\s*(\d+)\s*([-+*])\s*(\d+)\s*=\s*(\d+)(?:\s*\.)?\s*$")
 _ANSWER_LINE_RE = re.compile(r"^\s*answer\s*:\s*(-?\d+)(?:\s*\.)?\s*$", re.IGNORECASE)
-_INTEGER_RE = re.compile(r"-?\d+")
 _EXPR_RE = re.compile(r"\d+(?:\s*[-+*]\s*\d+)+")
 
 
@@ -213,15 +212,6 @@ def extract_answer(text: str, mode: str = "train") -> int | None:
     return number.numerator if number is not None and number.denominator == 1 else None
 
 
-def _to_int(digits: str) -> int | None:
-    """``int(digits)`` for an integer string (optional minus sign), or None: not an integer, or too long to convert
-    (Python refuses > 4300 digits: a ValueError that would make a reward or the step checker raise on a model's
-    runaway number)."""
-    if not isinstance(digits, str) or not _INTEGER_RE.fullmatch(digits.strip()):
-        return None
-    return int(digits) if len(digits.strip()) <= 1000 else None
-
-
 class ArithmeticReward(AnswerReward):
     """TRL reward function of the bundled task: 1.0 if the completion's one answer (see `read_arithmetic_answer`)
     equals the gold integer, else 0.0.
@@ -241,7 +231,7 @@ class ArithmeticReward(AnswerReward):
         return f"ArithmeticReward(mode={self.mode!r})"
 
     def _gold(self, gold: Any) -> int | None:
-        return None if isinstance(gold, bool) else _to_int(str(gold).strip())
+        return None if isinstance(gold, bool) else integer_value(str(gold).strip())
 
     def _score(self, text: str, gold: int, mode: str) -> tuple[float, bool]:
         number, violation = read_arithmetic_answer(text, mode)
@@ -311,7 +301,7 @@ def check_steps(problem_or_solution, response) -> int | None:
         for j, line in enumerate(steps):
             answer = _ANSWER_LINE_RE.match(line)
             if answer is not None:
-                if _to_int(answer.group(1)) != gold:
+                if integer_value(answer.group(1)) != gold:
                     return j + 1
             elif done >= len(computations) or "".join(line.split()).rstrip(".") != computations[done]:
                 return j + 1
@@ -324,7 +314,7 @@ def check_steps(problem_or_solution, response) -> int | None:
     for j, line in enumerate(steps):
         answer = _ANSWER_LINE_RE.match(line)
         if answer is not None:
-            if _to_int(answer.group(1)) != gold:
+            if integer_value(answer.group(1)) != gold:
                 return j + 1
             continue
         step = _STEP_RE.match(line)
