@@ -133,11 +133,11 @@ def measure_task(label: str) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_family.collator import prepare_dataset
+    from grpo_family.eval import generate_completions
     from grpo_family.models import resolve_model
     from grpo_family.preflight import load_data
     from grpo_family.rewards import reasoning_gym_reward
     from grpo_family.rewards.reasoning_gym import extract_reasoning_gym_answer
-    from grpo_family.tasks import generate_completions
 
     torch.set_num_threads(1)
     start, cpu = time.perf_counter(), time.process_time()

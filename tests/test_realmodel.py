@@ -137,6 +137,7 @@ def test_reward_package_on_the_real_models_own_completions(real_model):
     """Real completions (BPE-decoded natural language, sampled at temperature 1) through every answer reward."""
     import torch
 
+    from grpo_family.eval import generate_completions
     from grpo_family.rewards import (
         boxed_format_reward,
         math_accuracy_reward,
@@ -144,7 +145,6 @@ def test_reward_package_on_the_real_models_own_completions(real_model):
         reasoning_gym_reward,
         think_answer_format_reward,
     )
-    from grpo_family.tasks import generate_completions
 
     model, tokenizer = real_model
     rows = _rows(4, seed=1)

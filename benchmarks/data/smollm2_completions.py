@@ -44,9 +44,9 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_family.collator import SYSTEM_PROMPTS, prepare_dataset
+    from grpo_family.eval import generate_completions
     from grpo_family.models import resolve_model
     from grpo_family.preflight import load_data
-    from grpo_family.tasks import generate_completions
     from grpo_family.tasks.arithmetic import make_arithmetic_dataset
 
     torch.set_num_threads(1)

@@ -29,6 +29,8 @@ _EXPORTS = {
     "problem_metrics": "metrics",
     "GenerateBackend": "generation",
     "VLLMBackend": "generation",
+    "generate_completions": "generation",
+    "evaluate_accuracy": "generation",
     "score_samples": "scoring",
     "BenchmarkResult": "core",
     "evaluate_data": "core",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from .presets import Decoding
 
 __all__ = ["GenerateBackend", "Generation", "Sample", "TrainerVLLMBackend", "VLLMBackend", "chat_prompts",
-           "generate_texts"]  # fmt: skip
+           "evaluate_accuracy", "generate_completions", "generate_texts"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +174,52 @@ def generate_texts(model, tokenizer, prompts: list, decoding: Decoding, *, batch
     """The completion texts, one per prompt and sample in order (``num_samples`` per prompt, flattened)."""
     out = GenerateBackend(model, tokenizer, batch_size=batch_size).generate(prompts, decoding, seed=seed)
     return [s.text for row in out.samples for s in row]
+
+
+def generate_completions(
+    model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
+) -> list[str]:
+    """Decoded assistant completions (special tokens stripped) for conversational prompts, one per prompt: greedy,
+    or sampled from torch's global generator with ``temperature`` / ``top_p`` / ``top_k`` from ``gen``
+    (transformers' defaults 1.0 / 1.0 / 50 where not given). The evaluation package's ``generate`` backend
+    (:class:`GenerateBackend`: batches of ``batch_size``, left padding) does the work."""
+    unknown = set(gen) - {"temperature", "top_p", "top_k"}
+    if unknown:
+        raise TypeError(f"generate_completions: unsupported generation arguments {sorted(unknown)}")
+    decoding = Decoding(max_new_tokens=max_new_tokens)
+    if do_sample:
+        settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, **gen}
+        decoding = Decoding(num_samples=1, max_new_tokens=max_new_tokens, **settings)
+    return generate_texts(model, tokenizer, prompts, decoding, batch_size=batch_size, seed=None)
+
+
+def evaluate_accuracy(
+    model,
+    tokenizer,
+    dataset,
+    *,
+    batch_size: int = 64,
+    max_new_tokens: int | None = None,
+    do_sample: bool = False,
+    **gen,
+) -> float:
+    """Fraction of `dataset` rows of the bundled task (:func:`grpo_family.tasks.make_arithmetic_dataset`) whose
+    generated final answer equals the gold one (greedy by default)."""
+    from grpo_family.tasks.arithmetic import arithmetic_reward  # the task pulls in datasets: only when asked
+
+    if max_new_tokens is None:
+        max_new_tokens = max(len(s) for s in dataset["solution"]) + 8
+    completions = generate_completions(
+        model,
+        tokenizer,
+        list(dataset["prompt"]),
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        **gen,
+    )
+    rewards = arithmetic_reward(completions, list(dataset["answer"]))
+    return sum(r or 0.0 for r in rewards) / max(1, len(rewards))
 
 
 def _checkpoint_dtype(path: str) -> str:

@@ -22,8 +22,6 @@ from .arithmetic import (
 from .tiny_model import (
     build_tiny_model,
     build_tokenizer,
-    evaluate_accuracy,
-    generate_completions,
     load_warm_start,
     teacher_solutions,
     train_warm_start,
@@ -62,9 +60,7 @@ __all__ = [
     "build_tiny_model",
     "build_tokenizer",
     "check_steps",
-    "evaluate_accuracy",
     "extract_answer",
-    "generate_completions",
     "load_warm_start",
     "left_to_right",
     "make_arithmetic_dataset",

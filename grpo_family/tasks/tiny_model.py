@@ -8,7 +8,7 @@ initialised `Qwen2ForCausalLM` from a small config (head_dim 32, which vLLM's CP
 benchmarks: its teacher knew its arithmetic facts but evaluated left to right, ignoring precedence, in 4 of 5
 solutions, so the model computes reliably, orders wrongly when greedy, and orders rightly in about 1 sample in 5:
 a policy that can already solve most problems but does so inconsistently, which is what GRPO-style RL sharpens.
-`evaluate_accuracy` measures held-out greedy accuracy.
+(Its held-out accuracy: :func:`grpo_family.eval.evaluate_accuracy`.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from .arithmetic import (
     DEFAULT_DIFFICULTY,
     _format_solution,
     _parse_problem,
-    arithmetic_reward,
     left_to_right,
     make_arithmetic_dataset,
     solve,
@@ -290,49 +289,3 @@ def load_warm_start(
     return load_cached(
         cache_dir, build, load, what="The tiny model's warm start", timeout=timeout, legacy_complete=_is_complete
     )
-
-
-def generate_completions(
-    model, tokenizer, prompts: list, *, batch_size: int = 64, max_new_tokens: int = 64, do_sample: bool = False, **gen
-) -> list[str]:
-    """Decoded assistant completions (special tokens stripped) for conversational prompts, one per prompt: greedy,
-    or sampled from torch's global generator with ``temperature`` / ``top_p`` / ``top_k`` from ``gen``
-    (transformers' defaults 1.0 / 1.0 / 50 where not given). The evaluation package's ``generate`` backend
-    (:class:`grpo_family.eval.GenerateBackend`: batches of ``batch_size``, left padding) does the work."""
-    from grpo_family.eval.generation import generate_texts
-    from grpo_family.eval.presets import Decoding
-
-    unknown = set(gen) - {"temperature", "top_p", "top_k"}
-    if unknown:
-        raise TypeError(f"generate_completions: unsupported generation arguments {sorted(unknown)}")
-    decoding = Decoding(max_new_tokens=max_new_tokens)
-    if do_sample:
-        settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 50, **gen}
-        decoding = Decoding(num_samples=1, max_new_tokens=max_new_tokens, **settings)
-    return generate_texts(model, tokenizer, prompts, decoding, batch_size=batch_size, seed=None)
-
-
-def evaluate_accuracy(
-    model,
-    tokenizer,
-    dataset,
-    *,
-    batch_size: int = 64,
-    max_new_tokens: int | None = None,
-    do_sample: bool = False,
-    **gen,
-) -> float:
-    """Fraction of `dataset` rows whose generated final answer equals the gold one (greedy by default)."""
-    if max_new_tokens is None:
-        max_new_tokens = max(len(s) for s in dataset["solution"]) + 8
-    completions = generate_completions(
-        model,
-        tokenizer,
-        list(dataset["prompt"]),
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
-        do_sample=do_sample,
-        **gen,
-    )
-    rewards = arithmetic_reward(completions, list(dataset["answer"]))
-    return sum(r or 0.0 for r in rewards) / max(1, len(rewards))
