@@ -26,6 +26,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 # torch.distributed.elastic reads LOGLEVEL when transformers imports it and fails on anything but an upper-case level
 # name (`LOGLEVEL=debug` was "ValueError: Unknown level"): a name is upper-cased here; any other value is kept from
@@ -40,7 +41,7 @@ from transformers import AutoTokenizer, set_seed
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
-from grpo_family.bounds import check_bounds
+from grpo_family.bounds import Bound, OneOf, check_bounds
 from grpo_family.collator import DatasetFormatError
 from grpo_family.eval import EvalData, EvalSetupError, EvaluationCallback
 from grpo_family.integrations.vllm_cpu import shutdown_colocated_vllm
@@ -64,7 +65,11 @@ logger = logging.getLogger("grpo_family.train")
 
 @dataclass
 class TrainScriptArguments(ScriptArguments):
-    """Script arguments on top of TRL's ``ScriptArguments`` (dataset_name, dataset_config, splits, ...)."""
+    """Script arguments on top of TRL's ``ScriptArguments`` (dataset_name, dataset_config, splits, ...); their bounds
+    in ``grpo_family.bounds.SCRIPT_ARGUMENTS``, but for ``--method``, whose names the package root holds (a floor
+    ``bounds`` may not import: ``docs/architecture.md`` §1)."""
+
+    field_bounds: ClassVar[dict[str, Bound]] = {"method": OneOf(tuple(METHODS))}
 
     method: str = field(default="grpo", metadata={"help": f"Training method, one of: {', '.join(METHODS)}."})
     reward_funcs: list[str] = field(

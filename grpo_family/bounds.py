@@ -393,12 +393,6 @@ def _enum_values(module: str, name: str) -> Callable[[], tuple]:
     return values
 
 
-def _methods() -> tuple:
-    from . import METHODS
-
-    return tuple(METHODS)
-
-
 def _estimators() -> tuple:
     from .algorithms.estimators import ESTIMATORS
 
@@ -775,7 +769,6 @@ SCRIPT_ARGUMENTS: dict[str, Bound] = {
     "dataset_test_split": _COLUMN,
     "dataset_streaming": Flag(),
     "ignore_bias_buffers": Flag(),
-    "method": OneOf(_methods),
     "reward_funcs": ListOf(Text(nonempty=True), min_items=1),
     "reward_model_name_or_path": Text(nonempty=True, optional=True),
     "max_unreadable_golds": Float(0, 1),
