@@ -40,10 +40,17 @@ import torch
 from transformers import AutoTokenizer, set_seed
 from trl import DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
-from grpo_family import METHODS, RewardFunctionError, UnlearnableRunError, get_method
+from grpo_family import METHODS, get_method
 from grpo_family.bounds import Bound, OneOf, check_bounds
-from grpo_family.collator import DatasetFormatError
-from grpo_family.eval import EvalData, EvalSetupError, EvaluationCallback
+from grpo_family.errors import (
+    DatasetFormatError,
+    EvalSetupError,
+    PreflightError,
+    RewardFunctionError,
+    RunFinishedError,
+    UnlearnableRunError,
+)
+from grpo_family.eval import EvalData, EvaluationCallback
 from grpo_family.integrations.vllm_cpu import shutdown_colocated_vllm
 from grpo_family.launch import (
     check_config_keys,
@@ -56,8 +63,8 @@ from grpo_family.launch import (
     stop_with_launcher,
 )
 from grpo_family.models import hub_id_of, record_hub_base, resolve_model
-from grpo_family.preflight import PreflightError, split_module_names
-from grpo_family.run_folder import OutputFolderLock, RunFinishedError, check_resume, json_ready, resolve_checkpoint
+from grpo_family.preflight import split_module_names
+from grpo_family.run_folder import OutputFolderLock, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")

@@ -32,16 +32,15 @@ _METHOD_CLASSES: dict[str, tuple[str, str, str]] = {
 # Public name -> (module, attribute), imported on first access.
 _LAZY: dict[str, tuple[str, str]] = {
     "GRPOConfig": ("trl", "GRPOConfig"),
-    "RewardFunctionError": (".runtime.reward_guards", "RewardFunctionError"),
-    "UnlearnableRunError": (".runtime.unlearnable", "UnlearnableRunError"),
+    "RewardFunctionError": (".errors", "RewardFunctionError"),
+    "UnlearnableRunError": (".errors", "UnlearnableRunError"),
     **{name: (module, name) for module, *classes in _METHOD_CLASSES.values() for name in classes},
 }
 
 if TYPE_CHECKING:  # what static tools see (the shared names); at run time __getattr__ imports them on first use
     from trl import GRPOConfig  # noqa: F401 - exported through __all__, which is built from _LAZY
 
-    from .runtime.reward_guards import RewardFunctionError  # noqa: F401
-    from .runtime.unlearnable import UnlearnableRunError  # noqa: F401
+    from .errors import RewardFunctionError, UnlearnableRunError  # noqa: F401
     from .trainers.base import GRPOFamilyConfig, GRPOFamilyTrainer  # noqa: F401
 
     METHODS: dict[str, tuple[type, type]]

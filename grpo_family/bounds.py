@@ -40,7 +40,7 @@ from enum import Enum
 from typing import Any
 from urllib.parse import urlparse
 
-from .preflight import PreflightError
+from .errors import BoundsError
 
 __all__ = [
     "BOUNDS",
@@ -62,10 +62,6 @@ __all__ = [
     "check_unused",
     "unused_options",
 ]
-
-
-class BoundsError(PreflightError):
-    """One or more config values outside their declared bounds; the message names each flag and its allowed values."""
 
 
 _NOT_A_VALUE = object()

@@ -25,16 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from .errors import CacheBuildError
 from .pidlock import PidLock
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "grpo_family_manifest.json"
 T = TypeVar("T")
-
-
-class CacheBuildError(RuntimeError):
-    """A freshly built cache folder that its own loader cannot load (a bug in the builder: rebuilding cannot help)."""
 
 
 def save_model_folder(model, tokenizer, folder: str | os.PathLike) -> None:

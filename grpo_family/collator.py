@@ -73,6 +73,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .errors import DatasetFormatError
 from .rewards.extract import solution_gold
 
 __all__ = [
@@ -202,10 +203,6 @@ _DAPO_PREFIX = re.compile(
 _DAPO_SUFFIX = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
 _GSM8K_CALC = re.compile(r"<<[^<>]*>>")
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-
-class DatasetFormatError(ValueError):
-    """The dataset lacks a column the chosen preset needs (raised before any row is processed)."""
 
 
 def gsm8k_gold(answer: str) -> str | None:

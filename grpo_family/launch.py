@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .preflight import PreflightError
+from .errors import PreflightError
 
 logger = logging.getLogger(__name__)
 

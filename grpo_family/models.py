@@ -22,16 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .preflight import PreflightError
+from .errors import ModelNotInstalledError
 
 __all__ = ["LOCAL_MODELS", "LocalModel", "ModelNotInstalledError", "local_model_path", "resolve_model"]
 
 # Bump when the conversion changes what is written (the cache directory's name carries it).
 CONVERSION_VERSION = "1"
-
-
-class ModelNotInstalledError(PreflightError):
-    """A local model alias whose weights (or converter) are not installed: the message names the install command."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
+from .errors import PreflightError
+
 logger = logging.getLogger(__name__)
 
 # File extension -> the `datasets` builder that reads it.
@@ -25,10 +27,6 @@ DATA_BUILDERS = {
     ".txt": "text",
 }  # fmt: skip
 _TEXT_FORMATS = {".jsonl", ".json", ".csv", ".tsv", ".txt"}
-
-
-class PreflightError(ValueError):
-    """A problem found before training: the message names it and says how to fix it."""
 
 
 def check_vllm(args: Any) -> None:

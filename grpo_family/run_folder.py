@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import PreflightError, RunFinishedError
 from .pidlock import PidLock
-from .preflight import PreflightError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -30,10 +30,6 @@ LAYOUT_SETTINGS = (
     "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
     "num_generations", "num_iterations", "shuffle_dataset", "seed", "data_seed",
 )  # fmt: skip
-
-
-class RunFinishedError(PreflightError):
-    """The checkpoint to resume from already reached the end of the run: there is nothing to train."""
 
 
 # ---------------------------------------------------------------------------------------------------- the lock

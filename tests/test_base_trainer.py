@@ -10,8 +10,9 @@ from conftest import digit_share_reward
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_family import METHODS, GRPOFamilyConfig, GRPOFamilyTrainer, RewardFunctionError, get_method
+from grpo_family import METHODS, GRPOFamilyConfig, GRPOFamilyTrainer, get_method
 from grpo_family.algorithms.grpo import group_advantages
+from grpo_family.errors import RewardFunctionError
 
 TIMING_KEYS = ("time", "runtime", "per_second")
 

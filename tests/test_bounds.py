@@ -20,7 +20,6 @@ from trl import DatasetMixtureConfig, ModelConfig
 from grpo_family import METHODS
 from grpo_family.bounds import (
     AnyOf,
-    BoundsError,
     Flag,
     Float,
     Int,
@@ -35,9 +34,9 @@ from grpo_family.bounds import (
     problems,
     unused_options,
 )
+from grpo_family.errors import BoundsError, PreflightError
 from grpo_family.eval.cli import EvalArguments
 from grpo_family.judges import JudgeConfig
-from grpo_family.preflight import PreflightError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -979,7 +979,8 @@ def trainer_side_cost(reward, completions: list, test_cases: list, deadline_s: f
     import threading
     import tracemalloc
 
-    from grpo_family.rewards.timeout import RewardTimeoutError, with_timeout
+    from grpo_family.errors import RewardTimeoutError
+    from grpo_family.rewards.timeout import with_timeout
 
     gaps, stop = [0.0], threading.Event()
 

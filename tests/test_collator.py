@@ -12,12 +12,12 @@ from grpo_family.collator import (
     CHOICE_SYSTEM_PROMPT,
     MATH_SYSTEM_PROMPT,
     REASONING_SYSTEM_PROMPT,
-    DatasetFormatError,
     detect_preset,
     format_options,
     gsm8k_gold,
     prepare_dataset,
 )
+from grpo_family.errors import DatasetFormatError
 from grpo_family.rewards import (
     choice_accuracy_reward,
     math_accuracy_reward,

@@ -9,8 +9,8 @@ import json
 import pytest
 from datasets import Dataset
 
+from grpo_family.errors import EvalSetupError
 from grpo_family.eval.data import BENCHMARKS, load_eval_data
-from grpo_family.eval.presets import EvalSetupError
 from grpo_family.eval.scoring import score_samples
 from grpo_family.rewards import math_accuracy_reward
 

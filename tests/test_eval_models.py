@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
+from grpo_family.errors import EvalSetupError
 from grpo_family.eval.models import load_model, load_tokenizer, resolve_model
-from grpo_family.eval.presets import EvalSetupError
 
 
 def test_a_model_folder_and_a_training_output_folder(tiny_model_dir, tmp_path):

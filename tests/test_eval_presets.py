@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from grpo_family.errors import EvalSetupError
 from grpo_family.eval.core import check_ks, default_ks
-from grpo_family.eval.presets import PRESETS, Decoding, EvalSetupError, get_preset
+from grpo_family.eval.presets import PRESETS, Decoding, get_preset
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "evaluation.md"
 PAPER = {"gpg": "GPG", "cw_grpo": "CW-GRPO", "ms_grpo": "MS-GRPO", "d3s": "D3S", "sgpo": "SGPO"}

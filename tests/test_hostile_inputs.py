@@ -35,7 +35,8 @@ from hypothesis import strategies as st
 from method_cases import case
 from test_judges import FakeOpenAI, ScriptedLM, completion
 
-from grpo_family import METHODS, RewardFunctionError
+from grpo_family import METHODS
+from grpo_family.errors import RewardFunctionError, RewardTimeoutError
 from grpo_family.judges import (
     JudgeRequest,
     OpenAICompatibleJudge,
@@ -49,7 +50,7 @@ from grpo_family.judges.batch import _clean_verdict
 from grpo_family.judges.steps import split_steps
 from grpo_family.rewards import get_reward_funcs, reward_names
 from grpo_family.rewards.math import MathAccuracyReward
-from grpo_family.rewards.timeout import RewardTimeoutError, get_runner, with_timeout
+from grpo_family.rewards.timeout import get_runner, with_timeout
 from grpo_family.runtime.reward_guards import GuardedReward
 from grpo_family.runtime.setup_checks import is_empty_prompt
 
@@ -747,7 +748,8 @@ def test_a_reward_written_per_sample_is_told_how_trl_calls_it():
 
 def test_a_missing_transformers_judge_model_is_refused_before_the_policy_loads(tmp_path, monkeypatch):
     """It was an HFValidationError after the policy had loaded."""
-    from grpo_family.preflight import PreflightError, check_judge_model
+    from grpo_family.errors import PreflightError
+    from grpo_family.preflight import check_judge_model
     from grpo_family.trainers.sgpo import SGPOConfig
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -17,7 +17,7 @@ import pytest
 from conftest import HANG_GUARD_S
 
 from grpo_family import launch
-from grpo_family.preflight import PreflightError
+from grpo_family.errors import PreflightError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -11,8 +11,8 @@ import torch
 
 from grpo_family import models
 from grpo_family.cache import MANIFEST
-from grpo_family.models import LOCAL_MODELS, LocalModel, ModelNotInstalledError, resolve_model
-from grpo_family.preflight import PreflightError
+from grpo_family.errors import ModelNotInstalledError, PreflightError
+from grpo_family.models import LOCAL_MODELS, LocalModel, resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

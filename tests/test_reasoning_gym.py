@@ -15,7 +15,8 @@ pytest.importorskip("reasoning_gym", reason='reasoning-gym is the [realmodel] ex
 import reasoning_gym  # noqa: E402
 
 from grpo_family.collator import REASONING_GYM_SYSTEM_PROMPT, prepare_dataset  # noqa: E402
-from grpo_family.preflight import PreflightError, load_data  # noqa: E402
+from grpo_family.errors import PreflightError  # noqa: E402
+from grpo_family.preflight import load_data  # noqa: E402
 from grpo_family.rewards import (  # noqa: E402
     ReasoningGymReward,
     check_golds,

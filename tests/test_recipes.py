@@ -52,7 +52,8 @@ def test_recipe_parses_and_validates(recipe, monkeypatch):
 def test_dataset_filters_by_values_range_and_failure(caplog):
     from datasets import Dataset
 
-    from grpo_family.collator import DatasetFormatError, filter_rows
+    from grpo_family.collator import filter_rows
+    from grpo_family.errors import DatasetFormatError
 
     rows = [{"problem": f"p{i}", "level": f"Level {1 + i % 5}", "Year": str(1990 + i)} for i in range(30)]
     data = Dataset.from_list(rows)

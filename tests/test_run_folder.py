@@ -19,17 +19,9 @@ import pytest
 from conftest import HANG_GUARD_S
 
 from grpo_family.cache import MANIFEST, build_once, cache_problem, load_cached
+from grpo_family.errors import PreflightError, RunFinishedError
 from grpo_family.pidlock import Holder, PidLock, process_start
-from grpo_family.preflight import PreflightError
-from grpo_family.run_folder import (
-    LOCK_FILE,
-    OutputFolderLock,
-    RunFinishedError,
-    check_resume,
-    json_ready,
-    plain,
-    write_run_settings,
-)
+from grpo_family.run_folder import LOCK_FILE, OutputFolderLock, check_resume, json_ready, plain, write_run_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": os.environ["PATH"], "HOME": str(Path.home()),

@@ -14,7 +14,7 @@ import pytest
 from datasets import Dataset, IterableDataset
 
 from grpo_family import preflight
-from grpo_family.preflight import PreflightError
+from grpo_family.errors import PreflightError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))

@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import train  # noqa: E402
 
-from grpo_family.preflight import PreflightError  # noqa: E402
+from grpo_family.errors import PreflightError  # noqa: E402
 
 # Offline, and this checkout's package (not whichever one the venv has installed) in the train.py subprocesses.
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home()),

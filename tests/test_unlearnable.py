@@ -13,7 +13,8 @@ from conftest import digit_share_reward
 from transformers import PreTrainedTokenizerFast
 from trl import GRPOConfig
 
-from grpo_family import METHODS, GRPOFamilyConfig, GRPOFamilyTrainer, UnlearnableRunError, get_method
+from grpo_family import METHODS, GRPOFamilyConfig, GRPOFamilyTrainer, get_method
+from grpo_family.errors import UnlearnableRunError
 from grpo_family.rewards import with_timeout
 
 

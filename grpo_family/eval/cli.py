@@ -25,10 +25,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import ClassVar
 
-from grpo_family.bounds import BOUNDS, Bound, BoundsError, Flag, Float, Int, ListOf, OneOf, Text, check_bounds
+from grpo_family.bounds import BOUNDS, Bound, Flag, Float, Int, ListOf, OneOf, Text, check_bounds
 
+from ..errors import BoundsError, EvalSetupError, PreflightError
 from .data import BENCHMARKS, BUNDLED, load_eval_data
-from .presets import PRESETS, EvalSetupError, get_preset
+from .presets import PRESETS, get_preset
 
 logger = logging.getLogger("grpo_family.eval")
 
@@ -206,7 +207,6 @@ def apply_recipe(args: argparse.Namespace) -> None:
     config, columns, system prompt and instruction, dataset options, its reward when it names exactly one, and, for
     the greedy preset, its ``max_completion_length`` as the generation length (what the run was trained to write)."""
     from grpo_family.launch import load_config_file
-    from grpo_family.preflight import PreflightError
 
     if not os.path.isfile(args.recipe):
         raise EvalSetupError(f"--recipe {args.recipe}: no such file. Give a training recipe (examples/recipes/).")

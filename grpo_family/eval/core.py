@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import EvalSetupError
 from . import metrics as M
-from .presets import Decoding, EvalSetupError
+from .presets import Decoding
 from .scoring import extract_answer, math_verify_verdicts, score_samples
 
 __all__ = ["BenchmarkResult", "check_ks", "default_ks", "evaluate_data", "generate_split", "prompt_key"]

@@ -36,7 +36,7 @@ from typing import Any
 
 from grpo_family.preflight import _looks_local
 
-from .presets import EvalSetupError
+from ..errors import DatasetFormatError, EvalSetupError, PreflightError
 
 __all__ = ["BENCHMARKS", "BUNDLED", "Benchmark", "EvalData", "load_eval_data"]
 
@@ -131,7 +131,7 @@ def _hub_load(hub_id: str, config: str | None, split: str, what: str):
 
 def _local_rows(path: str, what: str):
     """Rows of a local data file or directory (its only split, or ``test``, else ``train``)."""
-    from grpo_family.preflight import PreflightError, load_data
+    from grpo_family.preflight import load_data
 
     try:
         data = load_data(path)
@@ -152,7 +152,7 @@ def _bundled(limit: int | None, difficulty: str):
 def _named(name: str, split: str | None, limit: int | None, options: dict | str | None):
     """``reasoning_gym/<task>``: the held-out (``test``) split examples/train.py holds out for the same
     ``--dataset_options`` (its first ``limit`` problems, default 200), or ``split``."""
-    from grpo_family.preflight import PreflightError, load_reasoning_gym
+    from grpo_family.preflight import load_reasoning_gym
 
     try:
         splits = load_reasoning_gym(name, options, eval_size=limit or BUNDLED_DEFAULT_EXAMPLES)
@@ -208,7 +208,7 @@ def load_eval_data(
     ``--dataset_options`` (the same options give the same held-out problems). Raises :class:`EvalSetupError` for an
     unknown name, an unloadable source or no golds at all.
     """
-    from grpo_family.collator import DatasetFormatError, prepare_dataset
+    from grpo_family.collator import prepare_dataset
 
     options = {key: value for key, value in columns.items() if value is not None}
     benchmark, local = None, None

@@ -25,6 +25,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from ..errors import EvalSetupError
 from .presets import Decoding
 
 __all__ = ["GenerateBackend", "Generation", "Sample", "TrainerVLLMBackend", "VLLMBackend", "chat_prompts",
@@ -250,8 +251,6 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError as error:
-            from .presets import EvalSetupError
-
             raise EvalSetupError(
                 '--backend vllm needs vLLM: pip install -e ".[vllm]" on a GPU machine, or on a CPU machine the '
                 "separate environment of README's 'vLLM on a CPU machine'. Or use --backend generate."

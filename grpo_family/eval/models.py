@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .presets import EvalSetupError
+from ..errors import EvalSetupError, ModelNotInstalledError
 
 __all__ = ["ResolvedModel", "load_model", "resolve_model"]
 
@@ -50,7 +50,7 @@ def _local_stand_in(hub_id: str, what: str) -> ResolvedModel | None:
     """The installed local model made from Hub model ``hub_id`` (a LoRA adapter trained on the alias
     ``smollm2-135m-instruct`` names ``HuggingFaceTB/SmolLM2-135M-Instruct`` as its base, so that it works once pushed),
     or None where there is none."""
-    from grpo_family.models import LOCAL_MODELS, ModelNotInstalledError
+    from grpo_family.models import LOCAL_MODELS
     from grpo_family.models import resolve_model as resolve_alias
 
     model = next((m for m in LOCAL_MODELS.values() if m.hub_id.lower() == hub_id.lower()), None)
@@ -92,7 +92,7 @@ def _resolve_hub(given: str, what: str) -> ResolvedModel:
 
 def resolve_model(given: str, what: str = "--model") -> ResolvedModel:
     """Resolve ``given`` without loading weights; :class:`EvalSetupError` when it names nothing usable."""
-    from grpo_family.models import LOCAL_MODELS, ModelNotInstalledError
+    from grpo_family.models import LOCAL_MODELS
     from grpo_family.models import resolve_model as resolve_alias
     from grpo_family.preflight import _looks_local
 

@@ -12,12 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..errors import EvalSetupError
+
 __all__ = ["Decoding", "EvalSetupError", "PRESETS", "Preset", "get_preset"]
-
-
-class EvalSetupError(ValueError):
-    """An evaluation cannot start as asked (unknown preset or dataset, bad settings, missing model or golds); the
-    message names the problem and the fix. Raised before anything is generated."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..errors import EvalSetupError
 from .metrics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, paired_bootstrap
-from .presets import EvalSetupError
 
 __all__ = ["compare", "compare_markdown", "package_versions", "results_markdown", "write_results"]
 

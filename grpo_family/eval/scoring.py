@@ -28,17 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RewardExitError
+
 __all__ = ["RewardExitError", "Scores", "extract_answer", "guard_reward", "math_verify_verdicts", "score_samples"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 600.0  # seconds per reward call, as the trainers' reward_timeout
 MODES = ("eval", "train", "strict")
-
-
-class RewardExitError(RuntimeError):
-    """A reward function called ``sys.exit`` (or raised ``SystemExit``): an error of the reward, not the end of the
-    evaluation."""
 
 
 @dataclass

@@ -46,6 +46,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 
+from ..errors import RewardTimeoutError
 from .choice import ChoiceAccuracyReward, choice_accuracy_reward, extract_choice, gold_letter
 from .code import CodeTestsReward, Sandbox, code_tests_reward, extract_code, parse_test_cases
 from .contract import Reading, read_answer
@@ -72,7 +73,7 @@ from .qa import (
     qa_f1_reward,
 )
 from .reasoning_gym import ReasoningGymReward, reasoning_gym_reward
-from .timeout import RewardTimeoutError, with_timeout
+from .timeout import with_timeout
 
 RewardFunc = Callable[..., list]
 

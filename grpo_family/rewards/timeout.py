@@ -53,6 +53,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import RewardTimeoutError
+
 __all__ = [
     "BACKENDS",
     "InlineRunner",
@@ -418,13 +420,6 @@ def run_with_timeout(
 ) -> Outcome:
     """Run one ``fn(*args)`` under a deadline with the shared runner for ``backend``."""
     return get_runner(backend).map(fn, [tuple(args)], timeout)[0]
-
-
-class RewardTimeoutError(TimeoutError):
-    """A reward function wrapped by :func:`with_timeout` missed its deadline.
-
-    The trainers' reward guard scores every completion of that call ``None`` ("cannot score"), logs
-    ``reward_errors/<name>`` and a warning, and does not retry the call row by row (each row could hang as well)."""
 
 
 def with_timeout(func: Callable, timeout: float) -> Callable:

@@ -13,15 +13,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..rewards.timeout import RewardTimeoutError
+from ..errors import RewardFunctionError, RewardTimeoutError
 
 # What a reward call may raise and the guard contains: any exception, and SystemExit (a reward calling sys.exit() used
 # to end the whole run at that step with exit code 0 and nothing saved). KeyboardInterrupt still stops the run.
 CONTAINED = (Exception, SystemExit)
-
-
-class RewardFunctionError(RuntimeError):
-    """A reward function is unusable (it fails on every completion, or returns the wrong number of values)."""
 
 
 class GuardedReward:

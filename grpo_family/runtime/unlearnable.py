@@ -6,12 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..errors import UnlearnableRunError
+
 logger = logging.getLogger(__name__)
-
-
-class UnlearnableRunError(RuntimeError):
-    """A run cannot learn: for ``max_unscorable_batches`` / ``max_degenerate_batches`` generation batches in a row
-    nothing could be scored, or every advantage was zero (see :class:`GRPOFamilyConfig`)."""
 
 
 class UnlearnableRunPolicy:
