@@ -623,7 +623,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     ``progress.json`` and their CPU times add up (restarts' start-up and redone steps included)."""
     import shutil
 
-    from grpo_family.runtime.resume import latest_complete_checkpoint
+    from grpo_family.runtime.run_folder import latest_complete_checkpoint
 
     values = recipe()
     out = ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}"  # git-ignored

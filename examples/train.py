@@ -64,7 +64,7 @@ from grpo_family.launch import (
 )
 from grpo_family.models import hub_id_of, record_hub_base, resolve_model
 from grpo_family.preflight import split_module_names
-from grpo_family.run_folder import OutputFolderLock, check_resume, json_ready, resolve_checkpoint
+from grpo_family.runtime.run_folder import OutputFolderLock, check_resume, json_ready, resolve_checkpoint
 from grpo_family.tasks.plot import plot_training_curve
 
 logger = logging.getLogger("grpo_family.train")

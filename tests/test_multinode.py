@@ -32,8 +32,8 @@ def test_a_cache_built_by_rank_1_loads_on_every_rank(dist_output):
 def test_a_cache_folder_its_loader_cannot_load_is_not_published(tmp_path):
     """What a rank other than 0 got from ``save_pretrained`` (tokenizer files, no config, no weights) is refused
     before publishing, by the loader itself, with a message; nothing is left at the cache's path."""
-    from grpo_family.cache import load_cached
     from grpo_family.errors import CacheBuildError
+    from grpo_family.runtime.cache import load_cached
     from grpo_family.tasks.tiny_model import build_tokenizer
 
     def build_tokenizer_only(folder: Path) -> None:

@@ -113,7 +113,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
     """The bookkeeping of a run stopped at --stop-at and finished in a later call, with the commands faked (no model):
     the second call resumes the checkpoint, the run file adds up both segments, and a third call after the training
     finished runs only the evaluation."""
-    from grpo_family.runtime.resume import COMPLETE_MARKER
+    from grpo_family.runtime.run_folder import COMPLETE_MARKER
 
     values = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
               "dataset_options": {"size": 100}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],

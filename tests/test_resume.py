@@ -311,7 +311,7 @@ def test_resume_true_skips_a_checkpoint_cut_short(tiny_model_dir, tiny_tokenizer
     """A run killed while writing checkpoint-3 (simulated: a folder with the weights only) used to make
     ``resume_from_checkpoint=True`` pick it and fail ("Can't find a valid checkpoint"); now it warns, skips it and
     resumes from the newest complete one."""
-    from grpo_family.runtime.resume import COMPLETE_MARKER
+    from grpo_family.runtime.run_folder import COMPLETE_MARKER
 
     out = tmp_path / "out"
     first = _trainer("grpo", tiny_model_dir, tiny_tokenizer, dataset, out, max_steps=2, save_strategy="steps",

@@ -1,4 +1,4 @@
-"""A run's lifecycle (grpo_family.run_folder, pidlock, cache): one run per output folder, resumes that must match
+"""A run's lifecycle (grpo_family.runtime: run_folder, pidlock, cache): one run per output folder, resumes that must match
 their checkpoint, a finished run left as it is, and a warm-start cache whose killed builder or corrupt files are
 noticed at once."""
 
@@ -18,10 +18,17 @@ from types import SimpleNamespace
 import pytest
 from conftest import HANG_GUARD_S
 
-from grpo_family.cache import MANIFEST, build_once, cache_problem, load_cached
 from grpo_family.errors import PreflightError, RunFinishedError
-from grpo_family.pidlock import Holder, PidLock, process_start
-from grpo_family.run_folder import LOCK_FILE, OutputFolderLock, check_resume, json_ready, plain, write_run_settings
+from grpo_family.runtime.cache import MANIFEST, build_once, cache_problem, load_cached
+from grpo_family.runtime.pidlock import Holder, PidLock, process_start
+from grpo_family.runtime.run_folder import (
+    LOCK_FILE,
+    OutputFolderLock,
+    check_resume,
+    json_ready,
+    plain,
+    write_run_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": os.environ["PATH"], "HOME": str(Path.home()),
@@ -30,7 +37,7 @@ ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PATH": os.environ["PA
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from grpo_family.pidlock import PidLock
+    from grpo_family.runtime.pidlock import PidLock
     assert PidLock(sys.argv[1]).acquire() is None
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -250,7 +257,7 @@ def test_a_corrupt_cache_is_named_and_rebuilt(tmp_path, caplog):
     assert json.loads((path / MANIFEST).read_text())["files"]["weights.bin"] == 4096
     (path / "weights.bin").write_bytes(b"cut")
     assert cache_problem(path) == "weights.bin is 3 bytes, 4096 when it was written"
-    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+    with caplog.at_level("WARNING", logger="grpo_family.runtime.cache"):
         build_once(path, _build, what="a test cache")
     assert f"a test cache in {path} is incomplete or corrupt (weights.bin is 3 bytes" in caplog.text
     assert (path / "weights.bin").stat().st_size == 4096
@@ -264,7 +271,7 @@ def test_a_corrupt_cache_is_named_and_rebuilt(tmp_path, caplog):
         return (folder / "weights.bin").read_bytes()
 
     caplog.clear()
-    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+    with caplog.at_level("WARNING", logger="grpo_family.runtime.cache"):
         assert len(load_cached(path, _build, load, what="a test cache")) == 4096
     assert "could not be loaded (ValueError: header is corrupt): rebuilding it" in caplog.text
     # the published folder, the rebuilt one before it is published (verified by its loader), the published one again
@@ -282,7 +289,7 @@ def test_the_warm_start_cache_is_rebuilt_when_corrupt(tmp_path, caplog):
     del model
     weights = cache / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with caplog.at_level("WARNING", logger="grpo_family.cache"):
+    with caplog.at_level("WARNING", logger="grpo_family.runtime.cache"):
         again, _ = load_warm_start(cache, **small)
     assert f"warm start in {cache} is incomplete or corrupt (model.safetensors is 1000 bytes" in caplog.text
     assert all((again.state_dict()[k] == v).all() for k, v in expected.items())

@@ -6,51 +6,23 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..run_folder import check_resume, decided_on_main, write_run_settings
+from .cache import save_model_folder
+from .run_folder import COMPLETE_MARKER, check_resume, decided_on_main, latest_complete_checkpoint, write_run_settings
 
 logger = logging.getLogger(__name__)
 
 # Per-process file in each checkpoint with what `ResumableTrainerMixin._resume_state` returns.
 _RESUME_STATE_FILE = "grpo_family_state_{}.pt"
-# Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
-COMPLETE_MARKER = "grpo_family_checkpoint_complete"
 # A checkpoint's model weights (one of them; a DeepSpeed checkpoint has global_step* folders instead).
 WEIGHT_FILES = (
     "model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
     "pytorch_model.bin.index.json", "adapter_model.bin",
 )  # fmt: skip
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-
-def latest_complete_checkpoint(output_dir: str) -> str | None:
-    """The newest ``checkpoint-N`` folder of ``output_dir`` that was written completely, or None.
-
-    Complete means it holds :data:`COMPLETE_MARKER`; folders written before the marker existed (no folder of
-    ``output_dir`` has one) count as complete when they hold ``trainer_state.json``, the Trainer's last write. Newer
-    incomplete folders (a run killed while saving) are skipped with a warning."""
-    if not os.path.isdir(output_dir):
-        return None
-    found = sorted(
-        ((int(m.group(1)), os.path.join(output_dir, name)) for name in os.listdir(output_dir)
-         if (m := _CHECKPOINT_RE.match(name)) and os.path.isdir(os.path.join(output_dir, name))),
-        reverse=True,
-    )  # fmt: skip
-    marked = any(os.path.exists(os.path.join(path, COMPLETE_MARKER)) for _, path in found)
-    required = COMPLETE_MARKER if marked else "trainer_state.json"
-    for _, path in found:
-        if os.path.exists(os.path.join(path, required)):
-            return path
-        logger.warning(
-            "Skipping %s: it was not written completely (no %s; the run was probably stopped while saving). Resuming "
-            "from the newest complete checkpoint instead; delete the folder to silence this.", path, required
-        )  # fmt: skip
-    return None
 
 
 def _holds_weights(folder: str) -> bool:
@@ -125,8 +97,6 @@ class ResumableTrainerMixin:
     def _save_weights_here(self, folder: str) -> None:
         """The model's weights and config written into ``folder`` by this process, whatever its global rank (a plain
         replicated model only: a sharded one is saved by DeepSpeed on every rank already)."""
-        from ..cache import save_model_folder
-
         model = self.accelerator.unwrap_model(self.model)
         sharded = getattr(self, "is_deepspeed_enabled", False) or getattr(self, "is_fsdp_enabled", False)
         if sharded or hasattr(model, "peft_config"):  # an adapter: resume names the missing file on that node
@@ -137,7 +107,7 @@ class ResumableTrainerMixin:
         """Transformers' ``train``; ``resume_from_checkpoint=True`` picks the newest *complete* checkpoint of
         ``output_dir`` (:func:`latest_complete_checkpoint`, on the main process) rather than the newest folder. A checkpoint of another
         method or batch layout, or one that already reached the end of the run, is refused
-        (:func:`grpo_family.run_folder.check_resume`)."""
+        (:func:`grpo_family.runtime.run_folder.check_resume`)."""
         if resume_from_checkpoint is True:  # decided on the main process: every process resumes the same one
             resume_from_checkpoint = decided_on_main(lambda: latest_complete_checkpoint(self.args.output_dir))
             if resume_from_checkpoint is None:

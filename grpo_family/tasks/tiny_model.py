@@ -26,7 +26,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from ..cache import load_cached, save_model_folder
+from ..runtime.cache import load_cached, save_model_folder
 from .arithmetic import (
     DEFAULT_DIFFICULTY,
     _format_solution,
@@ -245,7 +245,7 @@ def _train_warm_start(
 
 
 def _is_complete(path: Path) -> bool:
-    """A cache written before manifests existed (grpo_family.cache): its last files are there."""
+    """A cache written before manifests existed (grpo_family.runtime.cache): its last files are there."""
     return (path / "config.json").exists() and (path / "tokenizer_config.json").exists()
 
 
@@ -261,7 +261,7 @@ def load_warm_start(
 
     `cache_dir` defaults to `$GRPO_FAMILY_CACHE/tiny-arith-<hash>` (else `~/.cache/grpo_family/...`), the hash
     covering the model config, training settings, seed and `WARM_START_VERSION`. `train_overrides` override
-    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Built once across processes (`grpo_family.cache`): the
+    `WARM_START_DEFAULTS` (e.g. `num_steps=20` for tests). Built once across processes (`grpo_family.runtime.cache`): the
     process holding `<cache_dir>.lock` trains and publishes the folder whole; the others wait up to `timeout` seconds
     for it, and take over at once if that process was killed (its PID is gone). A cache that is incomplete or does
     not load is named in a warning and rebuilt.

@@ -47,12 +47,12 @@ from ..integrations.vllm_cpu import check_vllm_settings, install_cpu_weight_sync
 from ..models import resolve_model
 from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
-from ..run_folder import PlainLogHistoryMixin
 from ..runtime.model_card import training_details
 from ..runtime.nonfinite_guard import NonFiniteGradientGuard
 from ..runtime.redaction import _UnpickledSecret
 from ..runtime.resume import ResumableTrainerMixin
 from ..runtime.reward_guards import AsyncGuardedReward, GuardedReward
+from ..runtime.run_folder import PlainLogHistoryMixin
 from ..runtime.setup_checks import check_prompts, check_reward_columns
 from ..runtime.unlearnable import UnlearnableRunPolicy
 from .batch_keys import FORWARD_KEYS, LEFT_PADDED, PER_ROW, RIGHT_PADDED

@@ -15,8 +15,8 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import gather_object
 
-from grpo_family.run_folder import LAYOUT_SETTINGS, check_resume, decided_on_main, resolve_checkpoint, run_settings
-from grpo_family.runtime.resume import COMPLETE_MARKER
+from grpo_family.runtime.run_folder import LAYOUT_SETTINGS, check_resume, decided_on_main, resolve_checkpoint, run_settings
+from grpo_family.runtime.run_folder import COMPLETE_MARKER
 
 
 def complete_checkpoint(folder: Path, args) -> None:

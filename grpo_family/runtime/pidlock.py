@@ -1,8 +1,8 @@
 """A lock file that names the process holding it, so a lock left by a dead process is known at once by its PID (not
 guessed from its age) and a live holder can be named in the message.
 
-:class:`PidLock` is used for the output folder of a run (:mod:`grpo_family.run_folder`) and for caches built once by
-one of several processes (:mod:`grpo_family.cache`, the warm start of the tiny model). The lock file holds JSON: the
+:class:`PidLock` is used for the output folder of a run (:mod:`grpo_family.runtime.run_folder`) and for caches built once by
+one of several processes (:mod:`grpo_family.runtime.cache`, the warm start of the tiny model). The lock file holds JSON: the
 holder's PID, its start time (``/proc/<pid>/stat``, so a reused PID is not mistaken for the holder), the host and
 the command. Taking and releasing it happen under a short ``flock`` on the file, which only serialises those two
 steps; nothing is held across the run but the file's content.

@@ -10,17 +10,21 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import PreflightError, RunFinishedError
+from ..errors import PreflightError, RunFinishedError
 from .pidlock import PidLock
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOCK_FILE = ".grpo_family.lock"
+# Written into a checkpoint once every process has finished writing it: a checkpoint without it was cut short.
+COMPLETE_MARKER = "grpo_family_checkpoint_complete"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Written into every checkpoint: what a resumed run must match.
 RUN_SETTINGS_FILE = "grpo_family_run.json"
 # Settings that decide which completions form which batch and step (and in which order the prompts come): a run
@@ -30,6 +34,31 @@ LAYOUT_SETTINGS = (
     "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
     "num_generations", "num_iterations", "shuffle_dataset", "seed", "data_seed",
 )  # fmt: skip
+
+
+def latest_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest ``checkpoint-N`` folder of ``output_dir`` that was written completely, or None.
+
+    Complete means it holds :data:`COMPLETE_MARKER`; folders written before the marker existed (no folder of
+    ``output_dir`` has one) count as complete when they hold ``trainer_state.json``, the Trainer's last write. Newer
+    incomplete folders (a run killed while saving) are skipped with a warning."""
+    if not os.path.isdir(output_dir):
+        return None
+    found = sorted(
+        ((int(m.group(1)), os.path.join(output_dir, name)) for name in os.listdir(output_dir)
+         if (m := _CHECKPOINT_RE.match(name)) and os.path.isdir(os.path.join(output_dir, name))),
+        reverse=True,
+    )  # fmt: skip
+    marked = any(os.path.exists(os.path.join(path, COMPLETE_MARKER)) for _, path in found)
+    required = COMPLETE_MARKER if marked else "trainer_state.json"
+    for _, path in found:
+        if os.path.exists(os.path.join(path, required)):
+            return path
+        logger.warning(
+            "Skipping %s: it was not written completely (no %s; the run was probably stopped while saving). Resuming "
+            "from the newest complete checkpoint instead; delete the folder to silence this.", path, required
+        )  # fmt: skip
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------- the lock
@@ -186,8 +215,6 @@ def require_checkpoint_everywhere(checkpoint: str | os.PathLike) -> None:
 def missing_checkpoint_files(checkpoint: str | os.PathLike) -> str | None:
     """What this process lacks of ``checkpoint`` (None: it is complete here): the folder, the trainer state or the
     completion marker (written by a process only after the weights, :class:`~grpo_family.runtime.resume.ResumableTrainerMixin`)."""
-    from .runtime.resume import COMPLETE_MARKER
-
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         return f"no folder {checkpoint}"
@@ -251,8 +278,6 @@ def resolve_checkpoint(resume: str | bool | None, output_dir: str) -> str | None
 
 
 def _resolve_checkpoint(resume: str | bool, output_dir: str) -> str:
-    from .runtime.resume import latest_complete_checkpoint
-
     if resume in (True, "true", "True"):
         found = latest_complete_checkpoint(output_dir)
         if found is None:

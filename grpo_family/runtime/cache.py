@@ -1,5 +1,5 @@
 """A folder built once, shared by every process that needs it (the warm start of the tiny model; a converted model):
-one process builds it under a :class:`~grpo_family.pidlock.PidLock` and publishes it whole, the others wait; a
+one process builds it under a :class:`~grpo_family.runtime.pidlock.PidLock` and publishes it whole, the others wait; a
 builder that was killed is noticed at once (its PID is gone) and another process builds instead; a folder that is
 incomplete or corrupt is named and rebuilt.
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .errors import CacheBuildError
+from ..errors import CacheBuildError
 from .pidlock import PidLock
 
 logger = logging.getLogger(__name__)
