@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelNotInstalledError
+from .runtime.cache import cache_root, load_cached, save_model_folder
 
 __all__ = ["LOCAL_MODELS", "LocalModel", "ModelNotInstalledError", "local_model_path", "resolve_model"]
 
@@ -126,15 +127,12 @@ def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, tim
     cache that is incomplete or does not load is named in a warning and converted again (:mod:`grpo_family.runtime.cache`).
     Raises :class:`ModelNotInstalledError` naming the install command when the weights or ``gguf`` are missing.
     """
-    from .runtime.cache import load_cached
-    from .tasks.tiny_model import _default_cache_root
-
     if alias not in LOCAL_MODELS:
         raise ValueError(f"Unknown local model {alias!r}. Known: {', '.join(LOCAL_MODELS)}.")
     spec = LOCAL_MODELS[alias]
     gguf, version = _gguf_path(spec)
     if cache_dir is None:
-        cache_dir = _default_cache_root() / f"{alias}-{version}-v{CONVERSION_VERSION}"
+        cache_dir = cache_root() / f"{alias}-{version}-v{CONVERSION_VERSION}"
     if not _is_complete(Path(cache_dir)) and importlib.util.find_spec("gguf") is None:
         raise ModelNotInstalledError(
             f"Converting {spec.gguf_file} needs the 'gguf' package: `pip install -e \".[realmodel]\"` (or "
@@ -164,8 +162,6 @@ def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from .runtime.cache import save_model_folder
 
     gguf = Path(gguf)
     folder, name = str(gguf.parent), gguf.name

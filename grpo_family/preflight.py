@@ -47,7 +47,7 @@ def check_model_path(name: str | None, what: str = "--model_name_or_path") -> No
     if os.path.isdir(os.path.expanduser(name)):
         check_model_folder(os.path.expanduser(name), what)
         return
-    if _looks_local(name):
+    if looks_local(name):
         problem = "is a file, not a model directory" if os.path.isfile(name) else "no such directory"
         raise PreflightError(
             f"{what} {name}: {problem}. Give the directory holding config.json and the weights (as written by "
@@ -88,7 +88,9 @@ def check_model_folder(folder: str, what: str = "--model_name_or_path") -> None:
         )
 
 
-def _looks_local(name: str) -> bool:
+def looks_local(name: str) -> bool:
+    """Whether ``name`` is meant as a local path (absolute, ``./``, ``~``, two slashes or more, or existing) rather
+    than a Hub id ``org/name``: a missing path is then named as one."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or os.path.exists(name)
 
 
@@ -277,7 +279,7 @@ def load_data(
             if os.path.splitext(file)[1].lower() in _TEXT_FORMATS:
                 check_text_file(file)
         return _load(name, lambda: load_dataset(path, streaming=streaming))
-    if _looks_local(name):  # a path that does not exist: say so, not "Repo id must be in the form ..."
+    if looks_local(name):  # a path that does not exist: say so, not "Repo id must be in the form ..."
         raise PreflightError(
             f"--dataset_name {name}: no such file or directory. Give a data file ({', '.join(DATA_BUILDERS)}), a "
             "directory of them, or a Hub dataset id of the form 'org/name'."

@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_family.preflight import _looks_local
+from grpo_family.preflight import looks_local
 
 from ..errors import DatasetFormatError, EvalSetupError, PreflightError
 
@@ -249,7 +249,7 @@ def load_eval_data(
     elif given.startswith("reasoning_gym/"):  # generated offline, scored by the task's own verifier
         raw, default_reward = _named(given, split, limit, dataset_options), "reasoning_gym"
         source = "grpo_family.tasks.reasoning_gym_splits (the split examples/train.py holds out)"
-    elif os.path.exists(os.path.expanduser(given)) or _looks_local(given):
+    elif os.path.exists(os.path.expanduser(given)) or looks_local(given):
         raw, source = _local_rows(given, f"--dataset {given}"), given
     elif "/" in given:
         raw, source = _hub_load(given, config, split or "test", f"--dataset {given}"), given

@@ -94,7 +94,7 @@ def resolve_model(given: str, what: str = "--model") -> ResolvedModel:
     """Resolve ``given`` without loading weights; :class:`EvalSetupError` when it names nothing usable."""
     from grpo_family.models import LOCAL_MODELS
     from grpo_family.models import resolve_model as resolve_alias
-    from grpo_family.preflight import _looks_local
+    from grpo_family.preflight import looks_local
 
     if given.lower() in LOCAL_MODELS:  # a local alias (smollm2-135m-instruct): its converted checkpoint
         try:
@@ -106,7 +106,7 @@ def resolve_model(given: str, what: str = "--model") -> ResolvedModel:
     if os.path.isfile(path):
         raise EvalSetupError(f"{what} {given}: a file, not a model folder. Give the folder holding config.json.")
     if not os.path.isdir(path):
-        if _looks_local(given):
+        if looks_local(given):
             raise EvalSetupError(
                 f"{what} {given}: no such directory. Give the folder of a saved model (config.json and weights), "
                 "a training output folder, a LoRA adapter folder, or a Hub id of the form org/name."

@@ -34,6 +34,12 @@ MANIFEST = "grpo_family_manifest.json"
 T = TypeVar("T")
 
 
+def cache_root() -> Path:
+    """Where the caches built once live: ``$GRPO_FAMILY_CACHE``, else ``~/.cache/grpo_family``."""
+    root = os.environ.get("GRPO_FAMILY_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "grpo_family"
+
+
 def save_model_folder(model, tokenizer, folder: str | os.PathLike) -> None:
     """Write what ``save_pretrained`` writes for ``model`` and ``tokenizer`` (config, generation config, tokenizer,
     ``model.safetensors`` without tied duplicates), from whichever process calls it.

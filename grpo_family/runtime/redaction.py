@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 
-class _UnpickledSecret(str):
+class UnpickledSecret(str):
     """A token string that works as one in memory but is pickled as ``""`` and shown as ``'<redacted>'``.
 
     Copies (``copy``/``deepcopy``) are the object itself, so only serialisation drops the value."""

@@ -26,7 +26,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from ..runtime.cache import load_cached, save_model_folder
+from ..runtime.cache import cache_root, load_cached, save_model_folder
 from .arithmetic import (
     DEFAULT_DIFFICULTY,
     _format_solution,
@@ -136,11 +136,6 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, seed: int | None = 0, *
     return model
 
 
-def _default_cache_root() -> Path:
-    root = os.environ.get("GRPO_FAMILY_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "grpo_family"
-
-
 def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> str:
     """Hash of everything that determines the warm-start weights (the cache directory's suffix)."""
     payload = {
@@ -156,7 +151,7 @@ def warm_start_key(seed: int = 0, model_overrides: dict | None = None, train_ove
 def warm_start_dir(seed: int = 0, model_overrides: dict | None = None, train_overrides: dict | None = None) -> Path:
     """The warm start's cache folder (a model folder once :func:`load_warm_start` has built it): what
     ``python -m grpo_family.eval --model`` takes to evaluate the demo's starting policy."""
-    return _default_cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
+    return cache_root() / f"tiny-arith-{warm_start_key(seed, model_overrides, train_overrides)}"
 
 
 def teacher_solutions(dataset, left_to_right_share: float, seed: int = 0) -> list[str]:

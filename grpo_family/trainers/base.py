@@ -49,7 +49,7 @@ from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
 from ..runtime.model_card import training_details
 from ..runtime.nonfinite_guard import NonFiniteGradientGuard
-from ..runtime.redaction import _UnpickledSecret
+from ..runtime.redaction import UnpickledSecret
 from ..runtime.resume import ResumableTrainerMixin
 from ..runtime.reward_guards import AsyncGuardedReward, GuardedReward
 from ..runtime.run_folder import PlainLogHistoryMixin
@@ -153,10 +153,10 @@ class GRPOFamilyTrainer(
         )
         if self.is_deepspeed_enabled is False:  # DeepSpeed steps inside its engine, with its own overflow handling
             self.add_callback(NonFiniteGradientGuard(lambda: self.record_metric("skipped_steps", 1.0, mode="train")))
-        if getattr(self.args, "hub_token", None) and not isinstance(self.args.hub_token, _UnpickledSecret):
+        if getattr(self.args, "hub_token", None) and not isinstance(self.args.hub_token, UnpickledSecret):
             # transformers pickles the whole config into training_args.bin of every checkpoint and of the final
             # model (and uploads it with push_to_hub): keep the token usable in memory, never written to disk.
-            self.args.hub_token = _UnpickledSecret(self.args.hub_token)
+            self.args.hub_token = UnpickledSecret(self.args.hub_token)
 
     def _family_arg(self, name: str) -> Any:
         """A :class:`GRPOFamilyConfig` field of ``self.args``, or its default for a plain ``GRPOConfig``."""
