@@ -6,7 +6,8 @@
 A block is the text between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->`` in README.md or a page of
 docs/. The blocks come from the one list of each thing: the stages (``grpo_family.trainers.stages.STAGES``), the
 methods (``grpo_family.METHODS``: each trainer's ``summary``, paper and stages) and the learning benchmark's results
-(``benchmarks/results/learning.json``) and the evaluation presets (``grpo_family.eval.PRESETS``), so adding a stage, a method or a benchmark run never means editing a table.
+(``benchmarks/results/learning.json``), the evaluation presets (``grpo_family.eval.PRESETS``) and the package's floors
+(``grpo_family.layers.FLOORS``), so adding a stage, a method, a benchmark run or a module never means editing a table.
 """
 
 from __future__ import annotations
@@ -134,7 +135,24 @@ def presets_block() -> str:
     return "\n".join(lines)
 
 
+def floors_block() -> str:
+    """docs/architecture.md §1's layer table: each unit's floor (``grpo_family.layers.FLOORS``, the rule
+    tests/test_import_layers.py enforces) and the units it imports, read from the source."""
+    from grpo_family.layers import FLOORS, ROOT, unit_imports
+
+    def name(unit: str) -> str:
+        return "the package itself (`METHODS`, the lazy exports)" if unit == ROOT else f"`{unit}`"
+
+    imports = unit_imports()
+    lines = ["| floor | unit | imports from the package (read from the code) |", "|---|---|---|"]
+    for unit in sorted(FLOORS, key=lambda u: (FLOORS[u], u == ROOT, u)):
+        used = ", ".join(f"`{u}`" for u in sorted(imports.get(unit, ()), key=lambda u: (FLOORS.get(u, -1), u)))
+        lines.append(f"| {FLOORS[unit]} | {name(unit)} | {used or '-'} |")
+    return "\n".join(lines)
+
+
 BLOCKS = {
+    "floors": floors_block,
     "stages": stages_block,
     "methods": methods_block,
     "method-stages": method_stages_block,
