@@ -37,8 +37,8 @@ when most are unreadable.
 SGPO's step judges are not rewards: they live in :mod:`grpo_family.judges`, a higher floor that imports this
 package (``docs/architecture.md`` §1).
 
-This package imports only the standard library, math-verify and its own modules (never TRL, torch or the
-trainers), so the scoring worker subprocesses of :mod:`grpo_family.rewards.timeout` start quickly.
+This package imports only the standard library, math-verify, its own modules and :mod:`grpo_family.errors` (never
+TRL, torch or the trainers), so the scoring worker subprocesses of :mod:`grpo_family.rewards.timeout` start quickly.
 """
 
 from __future__ import annotations
