@@ -54,27 +54,34 @@ def test_a_cache_is_built_whole_while_a_zero3_config_is_live(tmp_path):
     partitioned (parameters of shape [0]): the real model's conversion failed on the first ZeRO-3 launch with a fresh
     cache ("size mismatch ... current model is torch.Size([0])"; the two-node ZeRO-3 test of the multinode lane runs
     that launch). The build and its loader run as the one process they are; the config is live again afterwards."""
-    from transformers.integrations.deepspeed import HfDeepSpeedConfig, is_deepspeed_zero3_enabled
+    from transformers.integrations import deepspeed as hf_deepspeed
 
     from grpo_family.cache import load_cached
 
+    class LiveZero3Config:  # what transformers asks of its live config (HfDeepSpeedConfig needs deepspeed installed)
+        def is_zero3(self) -> bool:
+            return True
+
     seen = []
-    live = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
-    assert is_deepspeed_zero3_enabled()
 
     def build(folder: Path) -> None:
-        seen.append(("build", is_deepspeed_zero3_enabled()))
+        seen.append(("build", hf_deepspeed.is_deepspeed_zero3_enabled()))
         (folder / "weights").write_text("whole")
 
     def load(folder: Path) -> str:
-        seen.append(("load", is_deepspeed_zero3_enabled()))
+        seen.append(("load", hf_deepspeed.is_deepspeed_zero3_enabled()))
         return (folder / "weights").read_text()
 
-    assert load_cached(tmp_path / "cache", build, load, what="A test folder") == "whole"
+    live = LiveZero3Config()
+    hf_deepspeed.set_hf_deepspeed_config(live)
+    try:
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()
+        assert load_cached(tmp_path / "cache", build, load, what="A test folder") == "whole"
+        assert hf_deepspeed.is_deepspeed_zero3_enabled()
+    finally:
+        hf_deepspeed.unset_hf_deepspeed_config()  # never leak a live config into later tests
     # the build and the loader's check of the built folder ran outside ZeRO-3; the published folder is loaded in it
     assert seen == [("build", False), ("load", False), ("load", True)]
-    assert is_deepspeed_zero3_enabled()
-    del live
 
 
 @scenario("resume_decisions")
