@@ -496,6 +496,17 @@ def test_a_span_beside_another_value_is_not_read_as_the_sentences_value(text):
         assert _score(MATH, [text], gold)[0] == [0.0], (text, gold)
 
 
+def test_the_words_around_a_span_in_prose_are_not_read():
+    """No list of words decides a score: a negation in the sentence around the one span is not read, as one written
+    before a box is not (docs/answer_extraction.md §4); the span is the commitment and a policy gains nothing by
+    negating it (the span alone earns the same). Strict mode reads the words and refuses the sentence. Plain text
+    without a span keeps no value ("The answer is not 18." breaks the contract: hand-graded cmath-063)."""
+    for text in ("The answer is not $18$.", "$18$ is not the answer."):
+        assert _score(MATH, [text], "18")[0] == [1.0] == _score(MATH, ["$18$"], "18")[0], text
+        assert _score(MATH, [text], "18", "strict")[0] == [0.0], text
+    assert _score(MATH, ["The answer is not 18."], "18")[0] == [0.0]
+
+
 def test_a_gsm8k_line_ends_its_value_with_its_sentence():
     """``#### 0. Answer: 0`` (hypothesis at 10,000 examples): the ``####`` value ended at the line's end, so the
     slot held "0. Answer: 0" and scored 0 where the same value written alone scores 1. It is two anchors now: the

@@ -91,7 +91,7 @@ def test_sgpo_with_the_real_model_as_step_judge_behind_vllm_serve(real_model_dir
                 assert time.monotonic() < deadline, "vllm serve did not start in 400 s"
                 time.sleep(3)
         steps = _train(tmp_path, "--method", "sgpo", "--judge_type", "openai", "--judge_base_url",
-                       f"http://127.0.0.1:{port}/v1", "--judge_model", "smollm2-judge", "--judge_max_tokens", "256")  # fmt: skip
+                       f"http://127.0.0.1:{port}/v1", "--judge_model", "smollm2-judge", "--judge_max_tokens", "64")  # fmt: skip
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=60)

@@ -21,7 +21,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -63,6 +64,33 @@ def save_model_folder(model, tokenizer, folder: str | os.PathLike) -> None:
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
+
+
+@contextmanager
+def one_process_build() -> Iterator[None]:
+    """Build a cache folder as the one process it is: outside a live ZeRO-3 configuration.
+
+    While ``TrainingArguments`` hold a DeepSpeed ZeRO-3 config, transformers creates every model partitioned across
+    the ranks (``deepspeed.zero.Init``: parameters of shape ``[0]``) and loads weights with collectives. A cache is
+    built by whichever single process holds its lock, so its model must be whole and local: a conversion copying
+    weights into a partitioned model failed with "size mismatch ... current model is torch.Size([0])" on the first
+    ZeRO-3 launch with a fresh cache. transformers keeps that config behind a module-level weak reference, with a
+    public setter and unsetter but no getter, hence the one private read."""
+    try:
+        from transformers.integrations import deepspeed as hf_deepspeed
+    except ImportError:  # transformers without its DeepSpeed integration: nothing can be live
+        yield
+        return
+    live = getattr(hf_deepspeed, "_hf_deepspeed_config_weak_ref", None)
+    config = live() if live is not None else None
+    if config is None:
+        yield
+        return
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed.set_hf_deepspeed_config(config)
 
 
 def write_manifest(folder: Path) -> None:
@@ -143,10 +171,12 @@ def build_once(
                     logger.warning("%s in %s is incomplete or corrupt (%s): rebuilding it.", what, path, problem)
                 tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
                 try:
-                    build(tmp)
+                    with one_process_build():
+                        build(tmp)
                     if verify is not None:
                         try:
-                            verify(tmp)
+                            with one_process_build():
+                                verify(tmp)
                         except Exception as error:  # noqa: BLE001 - any loader's error means the same here
                             raise CacheBuildError(
                                 f"{what} was built but its loader cannot load it ({type(error).__name__}: "
