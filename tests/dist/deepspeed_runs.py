@@ -17,6 +17,7 @@ import os
 import sys
 
 import torch
+from accelerate import PartialState
 from peft import LoraConfig
 from transformers import PreTrainedTokenizerFast
 
@@ -172,3 +173,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # gloo's worker threads stop while the interpreter lives: exiting with the group alive can abort (SIGABRT)

@@ -10,6 +10,7 @@ import json
 import sys
 
 import torch
+from accelerate import PartialState
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from grpo_family import METHODS
@@ -40,3 +41,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # gloo's worker threads stop while the interpreter lives: exiting with the group alive can abort (SIGABRT)

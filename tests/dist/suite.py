@@ -77,3 +77,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    PartialState().destroy_process_group()  # gloo's worker threads stop while the interpreter lives: exiting with the group alive can abort (SIGABRT)
