@@ -57,7 +57,7 @@ def test_a_cache_is_built_whole_while_a_zero3_config_is_live(tmp_path):
     that launch). The build and its loader run as the one process they are; the config is live again afterwards."""
     from transformers.integrations import deepspeed as hf_deepspeed
 
-    from grpo_family.cache import load_cached
+    from grpo_family.runtime.cache import load_cached
 
     class LiveZero3Config:  # what transformers asks of its live config (HfDeepSpeedConfig needs deepspeed installed)
         def is_zero3(self) -> bool:
