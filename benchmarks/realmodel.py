@@ -5,6 +5,7 @@ learn, what the demo gains, and what a step costs. Writes ``benchmarks/results/r
     python benchmarks/realmodel.py --stages tasks   # one stage (tasks, demo, cost, vllm)
     python benchmarks/realmodel.py --redo demo      # measure a stage again
     python benchmarks/realmodel.py --stages learn --stop-at 04:10   # the learning runs still missing, one at a time
+                                                                    # (start it twice to train two runs at once)
     python benchmarks/realmodel.py --report-only    # rewrite realmodel.md and its plot from the results (no run)
 
 Stages (each result is written to ``realmodel.json`` as soon as it exists, so an interrupted run resumes where it
@@ -743,7 +744,11 @@ def held_out_curve(history: list[dict], before: float) -> list[tuple[int, float,
 
 
 def stage_learn(state: dict, stop_at: float | None = None) -> None:
-    """Train every planned run that has no file yet, one at a time, each written as soon as it finishes."""
+    """Train every planned run that has no file yet, one at a time, each written as soon as it finishes. A run is
+    claimed first (a PID lock beside its output folder), so that several ``--stages learn`` processes started at once
+    share the plan, each training the next run nobody else is training."""
+    from grpo_family.runtime.pidlock import PidLock
+
     for job in learn_jobs():
         path = cache_path(LEARN_DIR, job)
         if path.exists():
@@ -751,11 +756,19 @@ def stage_learn(state: dict, stop_at: float | None = None) -> None:
         if stop_at is not None and time.time() >= stop_at:
             print("learn: past --stop-at, no new run started", flush=True)
             return
+        claim = PidLock(ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}.lock")
+        if (holder := claim.acquire()) is not None:
+            print(f"learn: {job['method']} seed {job['seed']} is being trained by {holder.describe()}", flush=True)
+            continue
         try:
+            if path.exists():  # finished by another process between the check above and the claim
+                continue
             run = train_and_evaluate(job, stop_at)
         except Stopped:
             print(f"learn: {job['method']} seed {job['seed']} stopped at --stop-at (not written)", flush=True)
             return
+        finally:
+            claim.release()
         LEARN_DIR.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(run, indent=1) + "\n")
         print(f"learn: {job['method']} seed {job['seed']}: {run['accuracy_before']:.3f} -> "

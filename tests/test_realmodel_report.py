@@ -161,3 +161,47 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
 
     again = realmodel.train_and_evaluate(job, stop_at=None)  # the training is done: only the evaluation runs
     assert "grpo_family.eval" in calls[3] and len(calls) == 4 and again["restarts"] == 1
+
+
+def test_two_learn_processes_share_the_plan(realmodel, tmp_path, monkeypatch):
+    """A run another live process has claimed is skipped (that process trains it); the next one is trained and its
+    claim released; a claim left by a dead process is taken over."""
+    import subprocess
+
+    from grpo_family.runtime.pidlock import PidLock
+
+    jobs = [make_job(realmodel, "grpo", 42), make_job(realmodel, "gpg", 42), make_job(realmodel, "d3s", 42)]
+    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
+    monkeypatch.setattr(realmodel, "LEARN_DIR", tmp_path / "runs")
+    monkeypatch.setattr(realmodel, "learn_jobs", lambda: jobs)
+    trained: list[str] = []
+
+    def fake_train(job, stop_at):
+        lock = tmp_path / "outputs" / f"realmodel-learn-{job['method']}-42.lock"
+        assert PidLock(lock).holder().pid == os.getpid()  # claimed while it trains
+        trained.append(job["method"])
+        return make_run(realmodel, job, 0.4, 0.5, 60.0)
+
+    monkeypatch.setattr(realmodel, "train_and_evaluate", fake_train)
+
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom grpo_family.runtime.pidlock import PidLock\n"
+         "PidLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)",
+         str(tmp_path / "outputs" / "realmodel-learn-grpo-42.lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert sleeper.stdout.readline().strip() == "held"  # grpo is being trained by a live process
+        dead = subprocess.run(
+            [sys.executable, "-c", "import sys\nfrom grpo_family.runtime.pidlock import PidLock\n"
+             "PidLock(sys.argv[1]).acquire()", str(tmp_path / "outputs" / "realmodel-learn-gpg-42.lock")],
+            check=True,
+        )  # fmt: skip
+        assert dead.returncode == 0  # gpg's claim is left by a process that has exited
+        realmodel.stage_learn({})
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert trained == ["gpg", "d3s"]
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()) == ["d3s", "gpg"]
+    assert not (tmp_path / "outputs" / "realmodel-learn-d3s-42.lock").exists()  # released
