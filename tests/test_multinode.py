@@ -231,6 +231,30 @@ def test_a_node_killed_mid_run_stops_the_other(tmp_path):
 
 
 @pytest.mark.multinode
+def test_a_node_that_fails_tells_the_other(tmp_path):
+    """Node 1's process raises as step 2 begins and stays alive (its sockets open, as under a launcher that catches
+    the error: no backend error can reach node 0). Node 0, waiting in that step's first collective, reads the failure
+    from the run's store and exits with node 1's error while node 1 still runs, instead of waiting ``ddp_timeout``."""
+    shared = tmp_path / "shared"
+    script = [str(TESTS / "dist" / "multinode_train.py"), str(shared), str(TESTS), "-", "fail", "grpo"]
+    node0, node1 = two_nodes(script, tmp_path, free_port())
+    try:
+        out0 = node0.communicate(timeout=600)[0]
+        node1_alive = node1.poll() is None
+    finally:
+        shared.mkdir(parents=True, exist_ok=True)
+        (shared / "release").touch()
+        out1 = node1.communicate(timeout=120)[0]
+        if node0.poll() is None:  # timed out waiting: node 1's exit now ends it too
+            node0.kill()
+    assert "node 1: raised node 1: a bug at step 2" in out1, out1[-3000:]
+    assert node0.returncode != 0 and node1_alive, out0[-3000:]
+    assert "trained past the step" not in out0
+    assert re.search(r"rank 1 \(on .*\) failed during training: RuntimeError: node 1: a bug at step 2\. This process "
+                     r"\(rank 0\) stops too", out0), out0[-3000:]  # fmt: skip
+
+
+@pytest.mark.multinode
 def test_zero3_across_two_nodes_trains_the_real_model_as_one_node_does(tmp_path):
     """The real-model recipe (GRPO, LoRA on SmolLM2-135M-Instruct) under DeepSpeed ZeRO-3 across two nodes (one
     process each, each converting the model into its own fresh cache), 2 steps through examples/train.py: the adapter

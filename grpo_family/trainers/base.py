@@ -21,6 +21,7 @@ The base class also contains trouble instead of letting it corrupt a run (:mod:`
 * runs that cannot learn stop or warn (:mod:`~grpo_family.runtime.unlearnable`);
 * a step whose gradients are not finite is skipped (no parameter changes) and counted in ``skipped_steps``
   (:class:`~grpo_family.runtime.nonfinite_guard.NonFiniteGradientGuard`, a TRL callback);
+* a process that fails tells the others, which stop instead of waiting (:mod:`~grpo_family.runtime.peers`);
 * checkpoints resume exactly (:mod:`~grpo_family.runtime.resume`), the hub token never reaches disk
   (:mod:`~grpo_family.runtime.redaction`), and the model card lists the method's hyperparameters
   (:mod:`~grpo_family.runtime.model_card`).
@@ -49,6 +50,7 @@ from ..preflight import check_enough_rows
 from ..rewards.timeout import with_timeout
 from ..runtime.model_card import training_details
 from ..runtime.nonfinite_guard import NonFiniteGradientGuard
+from ..runtime.peers import PeerFailureMixin
 from ..runtime.redaction import UnpickledSecret
 from ..runtime.resume import ResumableTrainerMixin
 from ..runtime.reward_guards import AsyncGuardedReward, GuardedReward
@@ -85,6 +87,7 @@ class _Round:
 
 
 class GRPOFamilyTrainer(
+    PeerFailureMixin,
     ResumableTrainerMixin,
     PlainLogHistoryMixin,
     GenerationRoundsMixin,
@@ -146,11 +149,8 @@ class GRPOFamilyTrainer(
         self._round: _Round | None = None  # the generation round in progress
         self._loss_call: LossCall | None = None  # the loss call in progress
         self._estimator_caches: dict[str, Any] = {}  # work an estimator may reuse across calls, per run
-        self._unlearnable = UnlearnableRunPolicy(
-            self._family_arg("max_unscorable_batches"),
-            self._family_arg("max_degenerate_batches"),
-            self._family_arg("on_unlearnable"),
-        )
+        unlearnable_options = ("max_unscorable_batches", "max_degenerate_batches", "on_unlearnable")
+        self._unlearnable = UnlearnableRunPolicy(*map(self._family_arg, unlearnable_options))
         if self.is_deepspeed_enabled is False:  # DeepSpeed steps inside its engine, with its own overflow handling
             self.add_callback(NonFiniteGradientGuard(lambda: self.record_metric("skipped_steps", 1.0, mode="train")))
         if getattr(self.args, "hub_token", None) and not isinstance(self.args.hub_token, UnpickledSecret):

@@ -9,7 +9,8 @@ For every METHOD (default: all of METHODS), in every layout of the comma-separat
 trains 3 steps and saves ``checkpoint-2``; run B, a new trainer, resumes from it and trains step 3. Rank 0 writes
 RESULT_JSON: per layout and method, a digest of A's and B's final weights and whether every node held checkpoint-2.
 Layout "reference" is "shared" with run A only (the single-node reference); layout "kill" trains the first METHOD
-and kills node 1's process (SIGKILL) as step 2 begins. The model is the bundled tiny model's warm start (2 steps), built by each node into its own cache.
+and kills node 1's process (SIGKILL) as step 2 begins; layout "fail" trains it and raises in node 1's process as
+step 2 begins, which then stays alive until SHARED_DIR/release exists. The model is the bundled tiny model's warm start (2 steps), built by each node into its own cache.
 """
 
 import hashlib
@@ -17,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import torch
 from accelerate import PartialState
@@ -48,6 +50,14 @@ class KillNode1(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class FailOnNode1(TrainerCallback):
+    """Node 1's process raises as step 2 begins, as a bug in its own code would."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == 1 and PartialState().process_index == 1:
+            raise RuntimeError("node 1: a bug at step 2")
+
+
 def train(method, model_dir, tokenizer, output_dir, checkpoint=None, callbacks=None, **overrides) -> str:
     config_cls, trainer_cls = METHODS[method]
     cases = case(method)
@@ -71,6 +81,19 @@ def main():
     _, tokenizer = load_warm_start(num_steps=2)  # built by this node's first process into its own cache
     model_dir = warm_start_dir(0, None, {"num_steps": 2})
     results = {}
+    if layouts == "fail":
+        try:
+            train(methods[0], model_dir, tokenizer, "out/failed", callbacks=[FailOnNode1()], save_strategy="no")
+        except RuntimeError as error:
+            print(f"node 1: raised {error}", flush=True)
+            # Alive with its sockets open, as a process whose launcher catches the error: no backend tells node 0.
+            released = os.path.join(shared_dir, "release")
+            for _ in range(600):
+                if os.path.exists(released):
+                    break
+                time.sleep(0.5)
+            os._exit(3)
+        raise SystemExit("node 0 trained past the step at which node 1 failed")
     if layouts == "kill":
         train(methods[0], model_dir, tokenizer, "out/killed", callbacks=[KillNode1()], save_strategy="no")
         raise SystemExit("node 0 trained past the step at which node 1 was killed")
