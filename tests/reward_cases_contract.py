@@ -267,6 +267,13 @@ MATH = _rows("math_accuracy", "cmath", [
     # issue 40: an inequality read from either side ("5 \geq x" is "x \leq 5"), and only as the same set
     ("mv_relation", r"$5 \geq x$", r"$x \leq 5$", 1, ""),
     ("mv_relation", r"$5 \geq x$", r"$x \geq 5$", 0, ""),
+    # "not equal" in any spelling is one relation (!=, \neq, \ne, U+2260)
+    ("mv_relation", r"$x \neq 3$", "$x != 3$", 1, ""),
+    ("mv_relation", "Answer: $x != 5$", r"$x \neq 5$", 1, ""),
+    ("mv_relation", "$x \u2260 5$", r"$x \ne 5$", 1, ""),
+    ("mv_relation", r"$x \neq 4$", "$x != 3$", 0, ""),
+    ("mv_relation", "$x = 3$", "$x != 3$", 0, "value"),
+    ("mv_relation", r"$x \neq 3$", "$x = 3$", 0, "value"),
 ])
 
 CHOICE = _rows("choice_accuracy", "cchoice", [

@@ -348,9 +348,9 @@ UNITS = frozenset(
 # ---------------------------------------------------------------------------------------------- math values
 
 # Relations at the top level of a value. "=" names a value (x = 5); inequalities in one variable are sets; the rest
-# (approximations, "not equal", arrows) never state one exact value.
+# (approximations, "not equal", arrows) never state one exact value. "!=" is "not equal" (as "\\neq").
 _RELATION_COMMANDS = (
-    r"<=|>=|:=|\\(?:leqslant|geqslant|leq|geq|le|ge|lt|gt|neq|ne|approx|simeq|sim|cong|equiv|propto|to|"
+    r"<=|>=|:=|!=|\\(?:leqslant|geqslant|leq|geq|le|ge|lt|gt|neq|ne|approx|simeq|sim|cong|equiv|propto|to|"
     r"rightarrow|Rightarrow|longrightarrow|implies|iff|mapsto|[A-Za-z]*(?:eq|sim|approx|arrow|Arrow)|prec|succ|"
     r"asymp|models|vdash|dashv|parallel|perp|ll|gg)(?![A-Za-z])"
 )
@@ -367,11 +367,13 @@ _RELATION = re.compile(_RELATION_COMMANDS + f"|[{_SM_RELATIONS}]")
 _EQUALS = {"=", ":="}
 _LESS = {"<", "<=", "\\le", "\\leq", "\\leqslant", "\\lt", "≤", "⩽"}
 _GREATER = {">", ">=", "\\ge", "\\geq", "\\geqslant", "\\gt", "≥", "⩾"}
+_NOT_EQUAL = {"!=", "\\neq", "\\ne", "≠"}
 
 
 def _relation_class(symbol: str) -> str:
-    """``"="``, ``"<"``, ``">"`` or the symbol itself (any other relation is its own class)."""
-    return "=" if symbol in _EQUALS else "<" if symbol in _LESS else ">" if symbol in _GREATER else symbol
+    """``"="``, ``"<"``, ``">"``, ``"≠"`` or the symbol itself (any other relation is its own class)."""
+    classes = ((_EQUALS, "="), (_LESS, "<"), (_GREATER, ">"), (_NOT_EQUAL, "≠"))
+    return next((name for members, name in classes if symbol in members), symbol)
 
 
 # Separators of several values at the top level: "2, 3", "2; 3", "2 \lor 3".
