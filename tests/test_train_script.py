@@ -189,3 +189,11 @@ def test_lora_target_modules_are_checked_against_the_model_and_comma_strings_spl
     recipe.write_text('method: grpo\nlora_target_modules: "q_proj, v_proj"\n')
     _, _, model_args, _ = train.parse_args(["--config", str(recipe), *base])
     assert model_args.lora_target_modules == ["q_proj", "v_proj"]
+    # One plain name: TRL's ModelConfig makes it the string "q_proj", which PEFT reads as a regular expression over
+    # full module names (it failed with PEFT's "Target modules q_proj not found" after the model loaded).
+    _, _, model_args, _ = train.parse_args([*base, "--lora_target_modules", "q_proj"])
+    assert model_args.lora_target_modules == ["q_proj"]
+    _, _, model_args, _ = train.parse_args([*base, "--lora_target_modules", "all-linear"])
+    assert model_args.lora_target_modules == "all-linear"
+    with pytest.raises(PreflightError, match=r"--lora_target_modules: 'nosuch_proj' match no module"):
+        train.main([*base, "--lora_target_modules", "nosuch_proj"])  # one unmatched name is refused by name too
