@@ -374,6 +374,15 @@ def main(argv: list[str] | None = None) -> dict:
                 os.rmdir(training_args.output_dir)
 
 
+def save_trained(trainer, training_args, model_args) -> None:
+    """Save the model (an adapter naming its base by the alias's Hub id, not this machine's cache path) and the
+    trainer state (trainer_state.json: what examples/plot_logs.py reads)."""
+    if getattr(model_args, "hub_base", None):
+        record_hub_base(trainer.accelerator.unwrap_model(trainer.model), model_args.hub_base)
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()
+
+
 def run(script_args, training_args, model_args, trainer_cls) -> dict:
     set_seed(training_args.seed)
     has_data = script_args.dataset_name is not None or bool(getattr(script_args.mixture, "datasets", None))
@@ -439,10 +448,7 @@ def run(script_args, training_args, model_args, trainer_cls) -> dict:
         record_accuracy(trainer.state, _accuracy(after), label)
     results.update(accuracy_after=_accuracy(after), held_out_after=after)
 
-    if getattr(model_args, "hub_base", None):  # the alias's Hub id, not this machine's cache path
-        record_hub_base(trainer.accelerator.unwrap_model(trainer.model), model_args.hub_base)
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json: what examples/plot_logs.py reads
+    save_trained(trainer, training_args, model_args)
     if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
         results = json_ready(results)  # plain numbers; an unscored (NaN) or missing score is null

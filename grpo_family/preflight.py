@@ -11,6 +11,7 @@ import functools
 import importlib
 import logging
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -414,10 +415,14 @@ def check_gsm8k_markers(rows: Any, preset: str, answer_column: str | None = None
 
 def split_module_names(names: Any) -> Any:
     """``--lora_target_modules`` as names: a comma-separated string (``"q_proj, v_proj"`` in a YAML recipe) or list
-    items holding commas are split; PEFT would take ``"q_proj, v_proj"`` as one module name."""
+    items holding commas are split; PEFT would take ``"q_proj, v_proj"`` as one module name. A single plain name
+    (``--lora_target_modules q_proj``, which TRL's ModelConfig turns into the string ``"q_proj"``) becomes a list
+    again: PEFT reads a string as a regular expression over full module names, which ``q_proj`` never matches."""
     if names is None:
         return None
     items = [names] if isinstance(names, str) else list(names)
+    if isinstance(names, str) and names != "all-linear" and re.fullmatch(r"[\w.]+", names):
+        return [names]
     if not any("," in item for item in items):
         return names
     return [part.strip() for item in items for part in item.split(",") if part.strip()]

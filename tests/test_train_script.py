@@ -171,6 +171,23 @@ def test_a_refused_input_prints_one_line_and_leaves_no_empty_folder(tmp_path):
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "clip_cov_lower < clip_cov_upper" in debug.stderr
 
 
+def test_train_py_saves_an_adapter_naming_the_hub_base_of_an_alias(tiny_model_dir, tmp_path):
+    """A model named by a local alias loads from this machine's cache; train.py's saved (and pushed) adapter named
+    that cache path as its base (issue 44). The notebook calls record_hub_base itself; this is train.py's save."""
+    from types import SimpleNamespace
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                              save_model=model.save_pretrained, save_state=lambda: None)  # fmt: skip
+    train.save_trained(trainer, SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(hub_base="org/base"))
+    assert json.loads((tmp_path / "adapter_config.json").read_text())["base_model_name_or_path"] == "org/base"
+
+
 def test_a_bare_debug_flag_is_taken_out_and_transformers_debug_kept():
     argv = ["--method", "grpo", "--debug"]
     assert train.pop_debug_flag(argv) and argv == ["--method", "grpo"]
@@ -189,3 +206,11 @@ def test_lora_target_modules_are_checked_against_the_model_and_comma_strings_spl
     recipe.write_text('method: grpo\nlora_target_modules: "q_proj, v_proj"\n')
     _, _, model_args, _ = train.parse_args(["--config", str(recipe), *base])
     assert model_args.lora_target_modules == ["q_proj", "v_proj"]
+    # One plain name: TRL's ModelConfig makes it the string "q_proj", which PEFT reads as a regular expression over
+    # full module names (it failed with PEFT's "Target modules q_proj not found" after the model loaded).
+    _, _, model_args, _ = train.parse_args([*base, "--lora_target_modules", "q_proj"])
+    assert model_args.lora_target_modules == ["q_proj"]
+    _, _, model_args, _ = train.parse_args([*base, "--lora_target_modules", "all-linear"])
+    assert model_args.lora_target_modules == "all-linear"
+    with pytest.raises(PreflightError, match=r"--lora_target_modules: 'nosuch_proj' match no module"):
+        train.main([*base, "--lora_target_modules", "nosuch_proj"])  # one unmatched name is refused by name too
