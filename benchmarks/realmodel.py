@@ -635,6 +635,9 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         progress = {"job": job, "segments": [], "trained": False}
+        progress_path.write_text(json.dumps(progress, indent=1))  # a run killed outright still resumes
+    if progress.pop("running", None) is not None:  # the last segment was killed outright: its CPU time is lost
+        progress["killed_segments"] = progress.get("killed_segments", 0) + 1
     log = out / "log.txt"
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
@@ -660,6 +663,8 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         if what == "train" and progress["trained"]:
             continue
         load, started = LoadSampler(), time.time()
+        progress["running"] = what  # still here on the next call: this segment was killed (not by --stop-at)
+        progress_path.write_text(json.dumps(progress, indent=1))
         before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         stopped, sampled_cpu_s = False, None
         try:
@@ -668,6 +673,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
             stopped, sampled_cpu_s = True, error.cpu_s  # the killed tree was never reaped: rusage misses it
             raise
         finally:
+            progress.pop("running", None)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             reaped_cpu_s = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
             progress["segments"].append({
@@ -716,6 +722,9 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         "eval_wall_s": round(sum(x["wall_s"] for x in evals), 1),
         "eval_cpu_s": round(sum(x["cpu_s"] for x in evals), 1),
         "restarts": len(train) - 1,  # each resumed the last checkpoint (start-up, held-out 'before', redone steps)
+        # segments killed outright (a signal, not --stop-at): resumed too, but their CPU time is in no segment, so
+        # train_cpu_s / eval_cpu_s are lower bounds when this is not 0
+        "killed_segments": progress.get("killed_segments", 0),
         "segments": segments,
         "load_average": {
             "start": loads[0]["start"],
@@ -996,7 +1005,8 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
                 f"| {run['method'] if i == 0 else ''} | {_options_text(run['options']) if i == 0 else ''} | "
                 f"{run['seed']} | {run['accuracy_before']:.3f} | {run['accuracy_after']:.3f} | "
                 f"{run['accuracy_after'] - run['accuracy_before']:+.3f} | {run[f'pass@{k}_after']:.3f} | "
-                f"{run['train_cpu_s'] / 60:.1f} (+{run['eval_cpu_s'] / 60:.1f}) | {run['tokens'] or '-'} | "
+                f"{'>= ' if run.get('killed_segments') else ''}{run['train_cpu_s'] / 60:.1f} "
+                f"(+{run['eval_cpu_s'] / 60:.1f}) | {run['tokens'] or '-'} | "
                 f"{run['load_average']['mean']:.1f} / {run['load_average']['max']:.1f} | {commit} | "
                 f"{summary if i == 0 else ''} |"
             )

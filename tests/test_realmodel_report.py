@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -205,3 +206,56 @@ def test_two_learn_processes_share_the_plan(realmodel, tmp_path, monkeypatch):
     assert trained == ["gpg", "d3s"]
     assert sorted(p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()) == ["d3s", "gpg"]
     assert not (tmp_path / "outputs" / "realmodel-learn-d3s-42.lock").exists()  # released
+
+
+def test_a_run_killed_outright_resumes_and_says_its_cpu_time_is_a_lower_bound(realmodel, tmp_path, monkeypatch):
+    """A run killed by a signal (not --stop-at: no finally runs) keeps its checkpoints: the progress file is written
+    before training starts; the next call resumes, and the run counts the killed segment, whose CPU time no segment
+    holds, so the table prints its CPU time as a lower bound."""
+    from grpo_family.runtime.run_folder import COMPLETE_MARKER
+
+    values = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
+              "dataset_options": {"size": 100}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
+              "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
+    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
+    monkeypatch.setattr(realmodel, "recipe", lambda: values)
+    monkeypatch.setattr(realmodel, "machine", lambda: "a test machine")
+    job = make_job(realmodel, "gpg", 42)
+    out = tmp_path / "outputs" / "realmodel-learn-gpg-42"
+
+    class Killed(BaseException):  # stands for SIGKILL: the runner's own except/finally clauses must not see it
+        pass
+
+    def killed_run(cmd, env, log, stop_at):
+        progress = json.loads((out / "progress.json").read_text())
+        assert progress["job"] == job and progress["running"] == "train"  # on disk before the command runs
+        (out / "checkpoint-5").mkdir()
+        (out / "checkpoint-5" / COMPLETE_MARKER).write_text("")
+        os.replace(out / "progress.json", out / "progress.kept")  # what a killed process left on disk
+        raise Killed
+
+    monkeypatch.setattr(realmodel, "run_until", killed_run)
+    with pytest.raises(Killed):
+        realmodel.train_and_evaluate(job, stop_at=None)
+    os.replace(out / "progress.kept", out / "progress.json")
+    calls: list[list[str]] = []
+
+    def finishing_run(cmd, env, log, stop_at):
+        calls.append(cmd)
+        if "grpo_family.eval" in cmd:
+            (out / "eval-pass").mkdir()
+            summary = {"pass@8": 0.75, "pass@1": 0.5}
+            (out / "eval-pass" / "results.json").write_text(json.dumps({"benchmarks": {"b": {"summary": summary}}}))
+            return 1.0
+        (out / "results.json").write_text(json.dumps({"accuracy_before": 0.37, "accuracy_after": 0.6}))
+        log_history = [{"step": 1, "reward": 0.5, "num_tokens": 100.0, "completions/mean_length": 10.0}]
+        (out / "trainer_state.json").write_text(json.dumps({"log_history": log_history}))
+        return 2.0
+
+    monkeypatch.setattr(realmodel, "run_until", finishing_run)
+    run = realmodel.train_and_evaluate(job, stop_at=None)
+    assert "--resume_from_checkpoint" in calls[0]  # checkpoint-5 was kept, not deleted as a fresh start would
+    assert run["killed_segments"] == 1 and [s["what"] for s in run["segments"]] == ["train", "eval"]
+    name = realmodel.cache_path(realmodel.LEARN_DIR, job).name
+    table = "\n".join(realmodel.render_learning({name: run}, [job]))
+    assert re.search(r"\| >= [0-9.]+ \(\+[0-9.]+\) \|", table), table
