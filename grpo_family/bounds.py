@@ -1,8 +1,9 @@
 """Every config field's type and allowed values, declared once, and one validator that checks them all.
 
 ``BOUNDS`` maps a field name to a :class:`Bound`: the fields of TRL's ``GRPOConfig`` (with transformers'
-``TrainingArguments``), of ``GRPOFamilyConfig`` and every method's config, of TRL's ``ModelConfig`` and
-``DatasetMixtureConfig``, and the script arguments of ``examples/train.py``. :func:`check_bounds` checks every field of
+``TrainingArguments``), of ``GRPOFamilyConfig``, of TRL's ``ModelConfig`` and ``DatasetMixtureConfig``, and the
+script arguments of ``examples/train.py``: the fields every method shares. A method's own fields are bounded in its
+own file (``field_bounds`` below). :func:`check_bounds` checks every field of
 a config against it and raises :class:`BoundsError` naming each flag, the allowed values and the value given. Every
 method's config calls it first thing in ``__post_init__`` (``GRPOFamilyConfig``), so a bad value is refused before
 TRL's own ``__post_init__`` uses it (``num_generations=0`` used to be a ``ZeroDivisionError`` there) and before any
@@ -10,7 +11,7 @@ model or data loads; ``examples/train.py`` also checks its script and model argu
 
 A config subclass of your own declares its new fields' bounds beside them, in the class attribute ``field_bounds``
 (``field_bounds: ClassVar[dict[str, Bound]] = {"my_field": Int(min=1)}``; read through the class's MRO, before
-``BOUNDS``), so that a method's bounds live in its own file. Not in the fields' metadata: transformers'
+``BOUNDS``), so that a method's bounds live in its own file, as every bundled method's do. Not in the fields' metadata: transformers'
 ``HfArgumentParser`` (TRL's ``TrlParser``) passes every metadata key but ``aliases`` to ``argparse.add_argument``,
 which refuses unknown keywords. A field that mirrors another config's field names that field's flag
 (``metadata={"flag": "judge_type"}``, on a dataclass no parser reads), whose bound and name it then takes.
@@ -389,12 +390,6 @@ def _enum_values(module: str, name: str) -> Callable[[], tuple]:
     return values
 
 
-def _estimators() -> tuple:
-    from .algorithms.estimators import ESTIMATORS
-
-    return tuple(ESTIMATORS)
-
-
 def _report_targets() -> tuple:
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
@@ -419,7 +414,6 @@ _COLUMN = Text(nonempty=True)
 _NAMES = ListOf(Text(nonempty=True), single=True, optional=True)
 _SEED = Int(0, 2**32 - 1)  # numpy's seed range
 _LOG_LEVELS = ("detail", "debug", "info", "warning", "error", "critical", "passive")
-_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 # transformers' TrainingArguments (what GRPOConfig inherits).
 TRAINING_ARGUMENTS: dict[str, Bound] = {
@@ -635,99 +629,6 @@ FAMILY_CONFIG: dict[str, Bound] = {
     "reward_timeout": Float(0, optional=True),  # None or 0: no deadline
 }
 
-# The methods' own fields (their choices are the method modules' constants: tests/test_bounds.py checks they agree).
-METHOD_CONFIGS: dict[str, Bound] = {
-    # MS-GRPO
-    "tau_min": Int(2),
-    "weights": AnyOf(
-        (
-            OneOf(("uniform", "global", "local", "flat")),
-            Text(
-                pattern=r"\s*\d+(\.\d*)?([eE][+-]?\d+)?(\s*,\s*\d+(\.\d*)?([eE][+-]?\d+)?)*\s*",
-                pattern_words="comma-separated non-negative numbers (one per scale)",
-                bad=("1,,2", "-1,2"),
-            ),
-            ListOf(Float(0), min_items=1),
-        )
-    ),
-    "std": OneOf(("population", "sample")),
-    "eps": Float(0),
-    "num_scales": Int(1, optional=True),
-    "subgroups_per_scale": Int(1, optional=True),
-    "partition": OneOf(("bottom", "paper")),
-    "selection": OneOf(("greedy", "random")),
-    "draw": OneOf(("per_group", "per_batch")),
-    "permute_labels": Flag(),
-    # CW-GRPO
-    "cw_scope": OneOf(("group", "batch")),
-    "cw_adv_center": OneOf(("token", "sequence")),
-    "cw_std_ddof": OneOf((0, 1)),
-    "cw_bandwidth_scale": Float(
-        0, min_open=True, infinite=True, hint="1.0 = the paper; to train plain GRPO use method 'grpo' (or inf)."
-    ),
-    "cw_eps": Float(0, min_open=True),
-    "cw_normalize": Flag(),
-    "cw_logps_source": OneOf(("policy", "sampler")),
-    "cw_reuse_loss_logps": Flag(),
-    "cw_base_estimator": OneOf(_estimators),
-    "cw_estimator_options": Mapping(optional=True),
-    # D3S
-    "d3s_samples_start": Int(2, optional=True),
-    "d3s_samples_end": Int(2, optional=True),
-    "d3s_token_ratio_start": Float(0, 1, min_open=True),
-    "d3s_token_ratio_end": Float(0, 1, min_open=True),
-    "d3s_sample_scope": OneOf(("pooled", "group")),
-    "d3s_drop_degenerate_groups": Flag(),
-    "d3s_token_scope": OneOf(("batch", "micro", "sequence")),
-    "d3s_loss_normalization": OneOf(
-        ("token_mean_kept", "literal_eq10", "seq_mean_kept", "seq_mean_kept_all", "mask_only_seq", "mask_only_token")
-    ),
-    "d3s_base_estimator": OneOf(_estimators),
-    "d3s_estimator_options": Mapping(optional=True),
-    # SGPO
-    "sgpo_beta": Float(0, min_open=True),
-    "sgpo_gamma": Float(),
-    "partial_credit_mode": OneOf(("sigmoid", "linear")),
-    "judge_scope": OneOf(("all_negative", "all_incorrect")),
-    "sgpo_no_error_policy": OneOf(("full_credit", "last_step")),
-    "sgpo_num_epochs": Float(0, optional=True),
-    "sgpo_max_steps": Int(0, optional=True),
-    "correctness_reward": Text(nonempty=True, optional=True),
-    "correctness_threshold": Float(),
-    "step_splitter": OneOf(("paragraph", "line", "sentence")),
-    "judge_max_steps": Int(1, optional=True),
-    "require_reference": Flag(),
-    "judge_problem_column": Text(nonempty=True, optional=True),
-    "judge_answer_column": _COLUMN,
-    "judge_reference_column": _COLUMN,
-    "judge_type": OneOf(("programmatic", "openai", "transformers", "heuristic")),
-    "judge_base_url": Url(optional=True),
-    "judge_model": Text(nonempty=True, optional=True),
-    "judge_api_key_env": Text(
-        pattern=f"({_ENV_NAME})?",
-        pattern_words="the NAME of the environment variable holding the key (letters, digits, _), not the key itself",
-        bad=("sk-abc 123",),
-        optional=True,
-        secret=True,
-    ),
-    "num_judge_votes": Int(1),
-    "judge_temperature": Float(0, optional=True),
-    "judge_max_tokens": Int(1),
-    "judge_structured_output": Flag(),
-    "judge_timeout": Float(0, min_open=True),
-    "judge_max_retries": Int(0),
-    "judge_concurrency": Int(1),
-    "judge_batch_timeout": Float(0, min_open=True),
-    "judge_prompt_template_path": Text(nonempty=True, file=True, optional=True),
-    # GPG
-    "use_alpha": Flag(),
-    "beta_th": Float(0, 1, min_open=True, optional=True),
-    "max_generation_rounds": Int(1),
-    "degenerate_tol": Float(0),
-    "max_alpha": Float(1, optional=True),
-    "loss_aggregation": OneOf(("group_token_mean", "global_token_mean", "sequence_mean")),
-}
-
 # TRL's ModelConfig and DatasetMixtureConfig (examples/train.py parses them).
 MODEL_CONFIG: dict[str, Bound] = {
     "model_name_or_path": Text(nonempty=True, optional=True),
@@ -788,7 +689,6 @@ BOUNDS: dict[str, Bound] = {
     **TRAINING_ARGUMENTS,
     **GRPO_CONFIG,
     **FAMILY_CONFIG,
-    **METHOD_CONFIGS,
     **MODEL_CONFIG,
     **SCRIPT_ARGUMENTS,
 }

@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import math
 import sys
+import typing
 from enum import Enum
 from pathlib import Path
 
@@ -80,13 +81,28 @@ def test_every_method_config_parses_from_the_command_line_with_its_bounds(method
     base = ["--output_dir", str(tmp_path), "--bf16", "false", "--use_cpu", "true"]  # this machine has no GPU
     (config,) = TrlParser((cls,)).parse_args_into_dataclasses(base)
     assert type(config) is cls
+    hints = typing.get_type_hints(cls)
+    tried = 0
     for klass in cls.__mro__:
         for name, bound in vars(klass).get("field_bounds", {}).items():
             assert bound_for(cls, name) is bound
-            # a number out of range (a wrong type is argparse's own error)
-            value = next(v for v in bound.bad_values() if isinstance(v, int | float) and not isinstance(v, bool))
+            # a value of the field's own type that the bound refuses (a wrong type is argparse's own error); flags
+            # (bool) and mappings (JSON text) have none a command line can give that argparse itself accepts
+            types = {t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None)}
+            if types & {bool, dict}:
+                continue
+            kind = str if str in types else float if float in types else int
+            value = next(
+                (v for v in bound.bad_values() if isinstance(v, kind) and not isinstance(v, bool)
+                 and (kind is not float or isinstance(v, int | float))), None
+            )  # fmt: skip
+            if value is None and kind is float:
+                value = next((v for v in bound.bad_values() if isinstance(v, int) and not isinstance(v, bool)), None)
+            assert value is not None, f"{method}.{name}: no refused value of type {kind.__name__} to try"
+            tried += 1
             with pytest.raises(BoundsError, match=f"--{name} must be"):
-                TrlParser((cls,)).parse_args_into_dataclasses([*base, f"--{name}", str(value)])
+                TrlParser((cls,)).parse_args_into_dataclasses([*base, f"--{name}={value}"])
+    assert tried >= len(getattr(cls, "field_bounds", {})) // 2  # most of the method's own fields were tried
 
 
 @pytest.mark.parametrize("method", list(METHOD_CONFIGS))

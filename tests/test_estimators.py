@@ -16,7 +16,13 @@ import torch
 from conftest import digit_share_reward
 from test_d3s_trainer import run
 
-from grpo_family.algorithms.estimators import ESTIMATORS, get_estimator, validate_estimator
+from grpo_family.algorithms.estimators import (
+    ESTIMATORS,
+    estimator_names,
+    get_estimator,
+    register_estimator,
+    validate_estimator,
+)
 from grpo_family.algorithms.gpg import gpg_advantages
 from grpo_family.algorithms.grpo import group_advantages
 from grpo_family.algorithms.ms_grpo import multiscale_advantages
@@ -29,7 +35,12 @@ MS_OPTIONS = {"num_scales": 2, "subgroups_per_scale": 2}  # the accelerated (sam
 
 
 def test_registry_names_values_and_option_checks():
-    assert tuple(ESTIMATORS) == ("grpo", "ms_grpo", "gpg")
+    assert estimator_names() == ("gpg", "grpo", "ms_grpo")
+    # each registered itself in its method's module (grpo_family.algorithms imports them)
+    assert {name: e.function.__module__ for name, e in ESTIMATORS.items()} == {
+        "grpo": "grpo_family.algorithms.grpo", "ms_grpo": "grpo_family.algorithms.ms_grpo",
+        "gpg": "grpo_family.algorithms.gpg",
+    }  # fmt: skip
     rewards = torch.rand(3, 4, generator=torch.Generator().manual_seed(0))
     rewards[0] = 1.0  # a degenerate group
     assert torch.equal(get_estimator("grpo")(rewards, scale="batch"), group_advantages(rewards, scale="batch"))
@@ -49,6 +60,17 @@ def test_registry_names_values_and_option_checks():
     with pytest.raises(ValueError, match="tau_min"):
         validate_estimator("ms_grpo", 4, {"tau_min": 5})
     validate_estimator("ms_grpo", 4, MS_OPTIONS)
+
+
+def test_a_second_estimator_under_a_taken_name_is_refused():
+    """The duplicate guard: a new function under a registered name fails at registration (a method's file cannot
+    silently replace another's estimator); registering the same function again (a module reloaded) is allowed."""
+    original = ESTIMATORS["grpo"]
+    with pytest.raises(ValueError, match="An advantage estimator named 'grpo' is already registered"):
+        register_estimator("grpo")(lambda rewards, *, generator=None: rewards)
+    assert ESTIMATORS["grpo"] is original
+    register_estimator("grpo", original.validate)(original.function)
+    assert ESTIMATORS["grpo"].function is original.function
 
 
 def test_one_seeding_helper_keeps_ms_grpos_stream():

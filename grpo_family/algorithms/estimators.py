@@ -6,25 +6,23 @@ deterministic estimators). Methods that filter or reweight advantages rather tha
 selection, CW-GRPO's token weights) take any registered estimator by name (``d3s_base_estimator``,
 ``cw_base_estimator``) and its options as a mapping (``d3s_estimator_options``, ``cw_estimator_options``).
 
-Registered: ``grpo`` (``algorithms.grpo.group_advantages``; option ``scale``), ``ms_grpo``
-(``algorithms.ms_grpo.multiscale_advantages``; options as ``MSGRPOConfig``'s fields ``tau_min``, ``weights``, ``std``,
-``eps``, ``num_scales``, ``subgroups_per_scale``, ``partition``, ``selection``, ``draw``, ``permute_labels``) and
-``gpg`` (``algorithms.gpg.gpg_advantages``; options ``f_norm``, default ``"none"`` as in GPG, and ``tol``).
+An estimator registers itself in its method's module (``@register_estimator``, like loss terms and surrogates; a
+second function under a taken name is refused): ``grpo`` (``algorithms/grpo.py``, ``group_advantages``; option
+``scale``), ``ms_grpo`` (``algorithms/ms_grpo.py``, ``multiscale_advantages``; options as ``MSGRPOConfig``'s fields
+``tau_min``, ``weights``, ``std``, ``eps``, ``num_scales``, ``subgroups_per_scale``, ``partition``, ``selection``,
+``draw``, ``permute_labels``) and ``gpg`` (``algorithms/gpg.py``, ``gpg_advantages``; options ``f_norm``, default
+``"none"`` as in GPG, and ``tol``). ``grpo_family.algorithms`` imports those modules, so the three are registered
+whenever any part of it is imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-
-from .gpg import F_NORMS, gpg_advantages
-from .grpo import group_advantages
-from .ms_grpo import MultiscaleCache, multiscale_advantages, validate_multiscale_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +56,18 @@ def register_estimator(
     as ``cache=``; algorithms/ itself keeps no state between calls."""
 
     def decorate(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        check = validate or _option_names_check(name, function)
+        if name in ESTIMATORS and ESTIMATORS[name].function is not function:
+            raise ValueError(f"An advantage estimator named {name!r} is already registered.")
+        check = validate or option_names_check(name, function)
         ESTIMATORS[name] = Estimator(name, function, check, sampled, new_cache)
         return function
 
     return decorate
+
+
+def estimator_names() -> tuple[str, ...]:
+    """The registered estimators' names (the values ``d3s_base_estimator`` / ``cw_base_estimator`` may take)."""
+    return tuple(sorted(ESTIMATORS))
 
 
 def get_estimator(name: str) -> Estimator:
@@ -76,7 +81,8 @@ def validate_estimator(name: str, num_generations: int, options: Mapping[str, An
     get_estimator(name).validate(num_generations, **dict(options or {}))
 
 
-def _option_names_check(name: str, function: Callable[..., torch.Tensor]) -> Callable[..., None]:
+def option_names_check(name: str, function: Callable[..., torch.Tensor]) -> Callable[..., None]:
+    """A ``validate`` that refuses option names ``function`` does not take (the default check of an estimator)."""
     allowed = [p for p in inspect.signature(function).parameters if p not in ("rewards", "generator", "cache")]
 
     def validate(num_generations: int, **options: Any) -> None:
@@ -87,39 +93,12 @@ def _option_names_check(name: str, function: Callable[..., torch.Tensor]) -> Cal
     return validate
 
 
-def _validate_grpo(num_generations: int, **options: Any) -> None:
-    _option_names_check("grpo", grpo_estimator)(num_generations, **options)
-    if options.get("scale", "group") not in ("group", "batch", "none"):
-        raise ValueError(f"The 'grpo' estimator's scale must be 'group', 'batch' or 'none', got {options['scale']!r}.")
-
-
-def _validate_gpg(num_generations: int, **options: Any) -> None:
-    _option_names_check("gpg", gpg_estimator)(num_generations, **options)
-    if options.get("f_norm", "none") not in F_NORMS:
-        raise ValueError(f"The 'gpg' estimator's f_norm must be one of {F_NORMS}, got {options['f_norm']!r}.")
-    tol = options.get("tol", 0.0)
-    if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
-        raise ValueError(f"The 'gpg' estimator's tol must be a finite number >= 0, got {tol!r}.")
-
-
-@register_estimator("grpo", lambda num_generations, **options: _validate_grpo(num_generations, **options))
-def grpo_estimator(rewards: torch.Tensor, *, scale: str = "group", generator=None) -> torch.Tensor:
-    return group_advantages(rewards, scale=scale)
-
-
-def _validate_multiscale(num_generations: int, **options: Any) -> None:
-    _option_names_check("ms_grpo", multiscale_advantages)(num_generations, **options)
-    validate_multiscale_options(num_generations, **options)
-
-
-@register_estimator("ms_grpo", _validate_multiscale, sampled=True, new_cache=MultiscaleCache)
-def ms_grpo_estimator(rewards: torch.Tensor, *, generator=None, cache=None, **options: Any) -> torch.Tensor:
-    return multiscale_advantages(rewards, generator=generator, cache=cache, **options)
-
-
-@register_estimator("gpg", lambda num_generations, **options: _validate_gpg(num_generations, **options))
-def gpg_estimator(rewards: torch.Tensor, *, f_norm: str = "none", tol: float = 0.0, generator=None) -> torch.Tensor:
-    return gpg_advantages(rewards, f_norm=f_norm, tol=tol)
-
-
-__all__ = ["ESTIMATORS", "Estimator", "get_estimator", "register_estimator", "validate_estimator"]
+__all__ = [
+    "ESTIMATORS",
+    "Estimator",
+    "estimator_names",
+    "get_estimator",
+    "option_names_check",
+    "register_estimator",
+    "validate_estimator",
+]

@@ -16,7 +16,12 @@ when the batch is split over ranks and gradient-accumulation micro-steps (docs/m
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
+
+from .estimators import option_names_check, register_estimator
 
 __all__ = [
     "F_NORMS",
@@ -284,3 +289,21 @@ def assemble_rewards(
 def informative_share(rewards: list[torch.Tensor], num_processes: int, *, tol: float = 0.0) -> float:
     """:func:`informative_fraction` of the batch :func:`plan_assembly` builds from rounds with these rewards."""
     return informative_fraction(assemble_rewards(rewards, num_processes, tol=tol)[1], tol=tol)
+
+
+# --- The "gpg" advantage estimator (the registry: algorithms/estimators.py) ---
+
+
+def _validate_gpg_estimator(num_generations: int, **options: Any) -> None:
+    option_names_check("gpg", gpg_estimator)(num_generations, **options)
+    if options.get("f_norm", "none") not in F_NORMS:
+        raise ValueError(f"The 'gpg' estimator's f_norm must be one of {F_NORMS}, got {options['f_norm']!r}.")
+    tol = options.get("tol", 0.0)
+    if not (isinstance(tol, int | float) and math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"The 'gpg' estimator's tol must be a finite number >= 0, got {tol!r}.")
+
+
+@register_estimator("gpg", lambda num_generations, **options: _validate_gpg_estimator(num_generations, **options))
+def gpg_estimator(rewards: torch.Tensor, *, f_norm: str = "none", tol: float = 0.0, generator=None) -> torch.Tensor:
+    """:func:`gpg_advantages` as the ``gpg`` estimator (``f_norm`` ``"none"`` by default, as in GPG)."""
+    return gpg_advantages(rewards, f_norm=f_norm, tol=tol)

@@ -16,7 +16,11 @@ Anywhere else the operations, and so the bits, are TRL's.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from .estimators import option_names_check, register_estimator
 
 __all__ = [
     "group_advantages",
@@ -164,3 +168,18 @@ def normalize_then_sum_advantages(
     advantages = (summed - torch.nanmean(summed)) / (std + eps)
     advantages = torch.where(is_constant(summed), torch.zeros_like(advantages), advantages)
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+# --- The "grpo" advantage estimator (the registry: algorithms/estimators.py) ---
+
+
+def _validate_grpo_estimator(num_generations: int, **options: Any) -> None:
+    option_names_check("grpo", grpo_estimator)(num_generations, **options)
+    if options.get("scale", "group") not in ("group", "batch", "none"):
+        raise ValueError(f"The 'grpo' estimator's scale must be 'group', 'batch' or 'none', got {options['scale']!r}.")
+
+
+@register_estimator("grpo", lambda num_generations, **options: _validate_grpo_estimator(num_generations, **options))
+def grpo_estimator(rewards: torch.Tensor, *, scale: str = "group", generator=None) -> torch.Tensor:
+    """TRL's group advantages (:func:`group_advantages`) as the ``grpo`` estimator."""
+    return group_advantages(rewards, scale=scale)

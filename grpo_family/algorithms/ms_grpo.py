@@ -27,8 +27,11 @@ import itertools
 import math
 import numbers
 import warnings
+from typing import Any
 
 import torch
+
+from .estimators import option_names_check, register_estimator
 
 __all__ = [
     "MultiscaleCache",
@@ -919,3 +922,17 @@ def multiscale_advantages(
     if perm is not None:
         out = torch.empty_like(out).scatter_(1, perm, out)
     return out.to(dtype)
+
+
+# --- The "ms_grpo" advantage estimator (the registry: algorithms/estimators.py) ---
+
+
+def _validate_multiscale_estimator(num_generations: int, **options: Any) -> None:
+    option_names_check("ms_grpo", multiscale_advantages)(num_generations, **options)
+    validate_multiscale_options(num_generations, **options)
+
+
+@register_estimator("ms_grpo", _validate_multiscale_estimator, sampled=True, new_cache=MultiscaleCache)
+def ms_grpo_estimator(rewards: torch.Tensor, *, generator=None, cache=None, **options: Any) -> torch.Tensor:
+    """:func:`multiscale_advantages` as the ``ms_grpo`` estimator (a run keeps one ``MultiscaleCache``)."""
+    return multiscale_advantages(rewards, generator=generator, cache=cache, **options)

@@ -12,13 +12,44 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ..bounds import check_bounds
+from ..bounds import Bound, Flag, Float, Int, OneOf, Text, Url, check_bounds
 from .step_judges import HeuristicReferenceJudge, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
 
 logger = logging.getLogger(__name__)
 
 JUDGE_TYPES = ("programmatic", "openai", "transformers", "heuristic")  # what make_judge builds
 GRACE_S = 1.0  # beyond batch_timeout, for a judge that honours the deadline itself to hand back its results
+_COLUMN = Text(nonempty=True)
+
+# Each judge setting's bound, by the flag that sets it: declared once, read by JudgeConfig (by field, below) and by
+# SGPOConfig's flat judge_* fields (its field_bounds).
+JUDGE_BOUNDS: dict[str, Bound] = {
+    "judge_type": OneOf(JUDGE_TYPES),
+    "judge_base_url": Url(optional=True),
+    "judge_model": Text(nonempty=True, optional=True),
+    "judge_api_key_env": Text(
+        pattern=r"([A-Za-z_][A-Za-z0-9_]*)?",
+        pattern_words="the NAME of the environment variable holding the key (letters, digits, _), not the key itself",
+        bad=("sk-abc 123",),
+        optional=True,
+        secret=True,
+    ),
+    "num_judge_votes": Int(1),
+    "judge_temperature": Float(0, optional=True),
+    "judge_max_tokens": Int(1),
+    "judge_timeout": Float(0, min_open=True),
+    "judge_max_retries": Int(0),
+    "judge_concurrency": Int(1),
+    "judge_batch_timeout": Float(0, min_open=True),
+    "judge_prompt_template_path": Text(nonempty=True, file=True, optional=True),
+    "step_splitter": OneOf(("paragraph", "line", "sentence")),
+    "judge_max_steps": Int(1, optional=True),
+    "judge_problem_column": Text(nonempty=True, optional=True),
+    "judge_answer_column": _COLUMN,
+    "judge_reference_column": _COLUMN,
+    "require_reference": Flag(),
+    "judge_structured_output": Flag(),
+}
 
 
 def _flag(default, flag: str):
@@ -72,6 +103,9 @@ class JudgeConfig:
             raise ValueError(
                 f"judge_structured_output applies to judge_type='openai' (a served judge), not {self.type!r}."
             )
+
+
+JudgeConfig.field_bounds = {f.name: JUDGE_BOUNDS[f.metadata["flag"]] for f in dataclasses.fields(JudgeConfig)}
 
 
 def make_judge(config: JudgeConfig):

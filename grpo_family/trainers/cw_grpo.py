@@ -37,13 +37,14 @@ import math
 import textwrap
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import gather, pad_across_processes
 
 from ..algorithms.cw_grpo import covariance_stats, covariance_weights
-from ..algorithms.estimators import validate_estimator
+from ..algorithms.estimators import estimator_names, validate_estimator
+from ..bounds import Bound, Flag, Float, Mapping, OneOf
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch, LossCall, estimator_options
 
@@ -55,6 +56,21 @@ LOGPS_SOURCES = ("policy", "sampler")
 @dataclass
 class CWGRPOConfig(GRPOFamilyConfig):
     """``GRPOConfig`` plus CW-GRPO's options (docs/methods/cw_grpo.md §4.1). The paper has none: its defaults are these."""
+
+    field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
+        "cw_scope": OneOf(("group", "batch")),
+        "cw_adv_center": OneOf(("token", "sequence")),
+        "cw_std_ddof": OneOf((0, 1)),
+        "cw_bandwidth_scale": Float(
+            0, min_open=True, infinite=True, hint="1.0 = the paper; to train plain GRPO use method 'grpo' (or inf)."
+        ),
+        "cw_eps": Float(0, min_open=True),
+        "cw_normalize": Flag(),
+        "cw_logps_source": OneOf(("policy", "sampler")),
+        "cw_reuse_loss_logps": Flag(),
+        "cw_base_estimator": OneOf(estimator_names),
+        "cw_estimator_options": Mapping(optional=True),
+    }
 
     cw_scope: str = field(
         default="group",

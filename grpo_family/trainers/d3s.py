@@ -57,7 +57,7 @@ import logging
 import textwrap
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -73,8 +73,9 @@ from ..algorithms.d3s import (
     token_keep_mask_in_rollout_order,
     token_keep_mask_over_parts,
 )
-from ..algorithms.estimators import validate_estimator
+from ..algorithms.estimators import estimator_names, validate_estimator
 from ..algorithms.losses import TOKEN_SUM_LOSS_TYPES  # "token sum / num_items_in_batch": the denominator D3S controls
+from ..bounds import Bound, Flag, Float, Int, Mapping, OneOf
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch, LossCall, MicroBatch, estimator_options, gather_padded
 
@@ -87,6 +88,28 @@ TOKEN_SCOPES = ("batch", "micro", "sequence")
 @dataclass
 class D3SConfig(GRPOFamilyConfig):
     """``GRPOConfig`` plus D3S's options (docs/methods/d3s.md §4.1). ``loss_type`` must be a token-sum one (default "dapo")."""
+
+    field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
+        "d3s_samples_start": Int(2, optional=True),
+        "d3s_samples_end": Int(2, optional=True),
+        "d3s_token_ratio_start": Float(0, 1, min_open=True),
+        "d3s_token_ratio_end": Float(0, 1, min_open=True),
+        "d3s_sample_scope": OneOf(("pooled", "group")),
+        "d3s_drop_degenerate_groups": Flag(),
+        "d3s_token_scope": OneOf(("batch", "micro", "sequence")),
+        "d3s_loss_normalization": OneOf(
+            (
+                "token_mean_kept",
+                "literal_eq10",
+                "seq_mean_kept",
+                "seq_mean_kept_all",
+                "mask_only_seq",
+                "mask_only_token",
+            )
+        ),
+        "d3s_base_estimator": OneOf(estimator_names),
+        "d3s_estimator_options": Mapping(optional=True),
+    }
 
     d3s_samples_start: int | None = field(
         default=None,

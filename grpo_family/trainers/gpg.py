@@ -41,7 +41,7 @@ from ..algorithms.gpg import (
     loss_row_weights,
     scale_grad,
 )
-from ..bounds import Unused
+from ..bounds import Bound, Flag, Float, Int, OneOf, Unused
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch, RoundAssembly, stage_generator
 
@@ -62,6 +62,14 @@ class GPGConfig(GRPOFamilyConfig):
     by ``loss_aggregation``.
     """
 
+    field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
+        "use_alpha": Flag(),
+        "beta_th": Float(0, 1, min_open=True, optional=True),
+        "max_generation_rounds": Int(1),
+        "degenerate_tol": Float(0),
+        "max_alpha": Float(1, optional=True),
+        "loss_aggregation": OneOf(("group_token_mean", "global_token_mean", "sequence_mean")),
+    }
     _NO_RATIO = "GPG's loss is -A * log pi (no importance ratio, so nothing to clip);"
     unused_options: ClassVar[dict[str, Unused]] = {  # read by grpo_family.bounds.check_unused
         "loss_type": Unused(f"{_NO_RATIO} its aggregation is --loss_aggregation.", "grpo"),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ..algorithms.grpo import group_advantages
 from ..algorithms.ms_grpo import num_subgroups, validate_multiscale_options
+from ..bounds import AnyOf, Bound, Flag, Float, Int, ListOf, OneOf, Text
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch
 
@@ -17,6 +18,31 @@ from .stages import GenerationBatch
 @dataclass
 class MSGRPOConfig(GRPOFamilyConfig):
     """[`GRPOConfig`] plus the options of MS-GRPO's multi-scale advantage (`docs/methods/ms_grpo.md`)."""
+
+    # Single values (read by grpo_family.bounds.check_bounds; the choices are algorithms/ms_grpo.py's constants,
+    # tests/test_bounds.py checks they agree); checks across fields are in __post_init__.
+    field_bounds: ClassVar[dict[str, Bound]] = {
+        "tau_min": Int(2),
+        "weights": AnyOf(
+            (
+                OneOf(("uniform", "global", "local", "flat")),
+                Text(
+                    pattern=r"\s*\d+(\.\d*)?([eE][+-]?\d+)?(\s*,\s*\d+(\.\d*)?([eE][+-]?\d+)?)*\s*",
+                    pattern_words="comma-separated non-negative numbers (one per scale)",
+                    bad=("1,,2", "-1,2"),
+                ),
+                ListOf(Float(0), min_items=1),
+            )
+        ),
+        "std": OneOf(("population", "sample")),
+        "eps": Float(0),
+        "num_scales": Int(1, optional=True),
+        "subgroups_per_scale": Int(1, optional=True),
+        "partition": OneOf(("bottom", "paper")),
+        "selection": OneOf(("greedy", "random")),
+        "draw": OneOf(("per_group", "per_batch")),
+        "permute_labels": Flag(),
+    }
 
     tau_min: int = field(
         default=2,

@@ -45,10 +45,10 @@ from ..algorithms.sgpo import (
     trajectory_score,
     verdict_grid,
 )
-from ..bounds import Unused
+from ..bounds import Bound, Float, Int, OneOf, Text, Unused
 from ..judges import JudgeConfig, TransformersJudge, make_judge
 from ..judges.batch import check_judge_columns, judge_item, judge_items
-from ..judges.config import GRACE_S
+from ..judges.config import GRACE_S, JUDGE_BOUNDS
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch
 
@@ -72,6 +72,19 @@ class SGPOConfig(GRPOFamilyConfig):
     only; :attr:`judge` reads them as one :class:`~grpo_family.judges.JudgeConfig`, which is what the judging code
     takes (docs/methods/sgpo.md §14).
     """
+
+    field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
+        **JUDGE_BOUNDS,  # the judge_* fields, declared once beside JudgeConfig
+        "sgpo_beta": Float(0, min_open=True),
+        "sgpo_gamma": Float(),
+        "partial_credit_mode": OneOf(("sigmoid", "linear")),
+        "judge_scope": OneOf(("all_negative", "all_incorrect")),
+        "sgpo_no_error_policy": OneOf(("full_credit", "last_step")),
+        "sgpo_num_epochs": Float(0, optional=True),
+        "sgpo_max_steps": Int(0, optional=True),
+        "correctness_reward": Text(nonempty=True, optional=True),
+        "correctness_threshold": Float(),
+    }
 
     # Refused under the default judge, which a run gets when it never chose one: server or model options there mean
     # a judge type was forgotten. A judge chosen explicitly keeps them harmless (the judge-server recipes' CPU smoke
