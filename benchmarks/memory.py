@@ -24,13 +24,15 @@ The estimate (GB = 1e9 bytes) is the sum of
 * **overhead**: 2 GB of CUDA context, NCCL buffers and allocator fragmentation.
 
 A layout *fits* when the estimate leaves at least ``MARGIN`` (15 %) of the GPU free. The hardware and layout each
-recipe states in its header (process count, ZeRO stage, GPU memory) are in ``LAYOUTS``; the model sizes in
+recipe states in its header (process count, ZeRO stage, GPU memory) are read from its ``# Memory layout:`` line
+(:func:`layout_of`); the model sizes in
 ``MODELS`` (from each model's ``config.json``: hidden size, layers, vocabulary; parameters from the model card).
 The prompt length is ``max_prompt_length`` when a recipe sets it, else ``PROMPT_TOKENS``.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,28 +75,32 @@ class Layout:
     zero: int  # 0: single GPU or DDP; 2 or 3: DeepSpeed ZeRO stage
 
 
-LAYOUTS = {
-    "clip_cov_qwen2.5_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),
-    "clip_cov_small": Layout("1 x 24 GB", 24, 1, 0),
-    "cw_grpo_qwen2.5_math_7b": Layout("4 x H200 (3 train + 1 vLLM server)", 141, 3, 3),
-    "cw_grpo_r1_distill_1.5b": Layout("4 x H200 (3 train + 1 vLLM server)", 141, 3, 2),
-    "cw_grpo_small": Layout("1 x 24 GB", 24, 1, 0),
-    "d3s_qwen2.5_math_7b": Layout("8 x 80 GB, vLLM colocated", 80, 8, 3),
-    "d3s_small": Layout("1 x 40 GB", 40, 1, 0),
-    "gmpo_qwen2.5_math_7b": Layout("8 x 80 GB (7 train + 1 vLLM server)", 80, 7, 3),
-    "gmpo_small": Layout("1 x 24 GB", 24, 1, 0),
-    "gpg_qwen2.5_math_7b": Layout("8 x H20 96 GB (7 train + 1 vLLM server)", 96, 7, 3),
-    "gpg_small": Layout("1 x 24 GB", 24, 1, 0),
-    "gpg_zero_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),
-    "kl_cov_qwen2.5_7b_dapo": Layout("8 x 80 GB (6 train + 2 vLLM server)", 80, 6, 3),
-    "kl_cov_small": Layout("1 x 24 GB", 24, 1, 0),
-    "ms_grpo_qwen2.5_math_1.5b": Layout("8 x 80 GB DDP, vLLM colocated", 80, 8, 0),
-    "ms_grpo_small": Layout("1 x 24 GB", 24, 1, 0),
-    "sgpo_qwen2.5_0.5b_gsm8k": Layout("1 x 24 GB (+ 1 judge GPU)", 24, 1, 0),
-    "sgpo_r1_distill_qwen_7b": Layout("4 x 80 GB H100, vLLM colocated (+ 4 judge GPUs)", 80, 4, 3),
-    "sgpo_small": None,  # the embedded tiny task on CPU
-    "smollm2_reasoning_gym": None,  # SmolLM2-135M on CPU (benchmarks/results/realmodel.md)
-}
+# The line a recipe states its memory layout in, among its header comments: the hardware as written for people, then
+# what the estimate needs. "none" for a recipe that runs on a CPU (no estimate).
+LAYOUT_LINE = re.compile(
+    r"^# Memory layout: (?:(?P<none>none)\b.*|(?P<hardware>.+); (?P<gpu_gb>\d+(?:\.\d+)?) GB per GPU, "
+    r"(?P<processes>\d+) training process(?:es)?, (?:ZeRO-(?P<zero>[23])|no ZeRO))$",
+)
+LAYOUT_FORMAT = (
+    "'# Memory layout: <hardware as stated>; <N> GB per GPU, <P> training processes, ZeRO-<2|3> (or: no ZeRO)', or "
+    "'# Memory layout: none (runs on a CPU)'"
+)
+
+
+def layout_of(path: Path) -> Layout | None:
+    """The layout ``path``'s header states (its ``# Memory layout:`` line); None for a CPU recipe. A recipe without
+    the line, or with a line out of format, is an error that shows the format."""
+    stated = [line for line in path.read_text().splitlines() if line.startswith("# Memory layout:")]
+    if len(stated) != 1:
+        raise KeyError(
+            f"{path.name}: {len(stated)} '# Memory layout:' lines in its header; state one: {LAYOUT_FORMAT}"
+        )
+    match = LAYOUT_LINE.fullmatch(stated[0])
+    if match is None:
+        raise KeyError(f"{path.name}: {stated[0]!r} is not in the format {LAYOUT_FORMAT}")
+    if match["none"]:
+        return None
+    return Layout(match["hardware"], float(match["gpu_gb"]), int(match["processes"]), int(match["zero"] or 0))
 
 
 def weights_gb(params: float, bytes_per_param: float = 2, shards: int = 1) -> float:
@@ -160,11 +166,9 @@ def table(paths: list[Path]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for path in paths:
-        layout = LAYOUTS.get(path.stem, ...)
+        layout = layout_of(path)
         if layout is None:
             continue
-        if layout is ...:
-            raise KeyError(f"{path.name}: no layout in benchmarks/memory.py LAYOUTS: add its stated hardware")
         recipe = yaml.safe_load(path.read_text())
         est = estimate(recipe, layout)["total"]
         batch = (

@@ -141,7 +141,7 @@ def test_the_section_names_every_step():
         "grpo_family/algorithms/<method>.py", "@register_estimator", "@register_loss_term", "@register_surrogate",
         "grpo_family/trainers/<method>.py", "field_bounds", "_METHOD_CLASSES", "docs/methods/<method>.md",
         "tests/test_<method>.py", "tests/method_cases/<method>.py", "examples/recipes/<method>_small.yaml",
-        "`LAYOUTS`", "benchmarks/memory.py", "python docs/generate.py", "benchmarks/learning.py --methods <method>",
+        "# Memory layout:", "benchmarks/memory.py", "python docs/generate.py", "benchmarks/learning.py --methods <method>",
         "benchmarks/compute.py --only <method>", "tests/test_add_a_method.py",
     ):  # fmt: skip
         assert step in section, f"docs/architecture.md §7 does not name {step!r}"
@@ -213,8 +213,8 @@ def test_a_new_method_passes_the_shared_checks(new_method, monkeypatch):
     memory = test_memory_estimator.memory  # benchmarks/memory.py as that test imports it
     recipe = tmp / f"{NAME}_small.yaml"
     recipe.write_text(RECIPE)
-    with pytest.raises(AssertionError, match="add its stated hardware to LAYOUTS"):
+    with pytest.raises(AssertionError, match="state its hardware in its header"):
         test_memory_estimator.test_every_recipe_has_a_layout_and_a_known_model(recipe)
-    monkeypatch.setitem(memory.LAYOUTS, recipe.stem, memory.Layout("1 x 24 GB", 24, 1, 0))
+    recipe.write_text("# Memory layout: 1 x 24 GB; 24 GB per GPU, 1 training process, no ZeRO\n" + RECIPE)
     test_memory_estimator.test_every_recipe_has_a_layout_and_a_known_model(recipe)
     assert re.search(rf"\| `{NAME}_small` \| 1 x 24 GB \|", memory.table([recipe]))

@@ -80,8 +80,10 @@ def test_a_vllm_server_costs_the_training_gpus_nothing():
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
 def test_every_recipe_has_a_layout_and_a_known_model(path):
-    assert path.stem in memory.LAYOUTS, f"{path.name}: add its stated hardware to LAYOUTS in benchmarks/memory.py"
-    layout = memory.LAYOUTS[path.stem]
+    try:
+        layout = memory.layout_of(path)
+    except KeyError as error:
+        raise AssertionError(f"state its hardware in its header: {error}") from None
     if layout is None:  # the embedded CPU task
         return
     recipe = yaml.safe_load(path.read_text())
@@ -91,4 +93,24 @@ def test_every_recipe_has_a_layout_and_a_known_model(path):
 
 def test_the_table_covers_every_gpu_recipe():
     text = memory.table(RECIPES)
-    assert sum(1 for v in memory.LAYOUTS.values() if v is not None) == text.count("\n| `")
+    assert sum(1 for path in RECIPES if memory.layout_of(path) is not None) == text.count("\n| `") > 10
+
+
+def test_a_recipe_states_its_layout_in_its_header(tmp_path):
+    """The header line is what the estimate reads; a missing, doubled or malformed line is refused with the format."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("# Memory layout: 8 x 80 GB (6 train + 2 vLLM server); 80 GB per GPU, 6 training processes, ZeRO-3\n"
+                      "method: grpo\n")  # fmt: skip
+    assert memory.layout_of(recipe) == memory.Layout("8 x 80 GB (6 train + 2 vLLM server)", 80.0, 6, 3)
+    recipe.write_text("# Memory layout: 1 x 24 GB; 24 GB per GPU, 1 training process, no ZeRO\nmethod: grpo\n")
+    assert memory.layout_of(recipe) == memory.Layout("1 x 24 GB", 24.0, 1, 0)
+    recipe.write_text("# Memory layout: none (runs on a CPU)\nmethod: grpo\n")
+    assert memory.layout_of(recipe) is None
+    for text, message in [
+        ("method: grpo\n", "0 '# Memory layout:' lines"),
+        ("# Memory layout: 1 x 24 GB\n# Memory layout: 1 x 24 GB\n", "2 '# Memory layout:' lines"),
+        ("# Memory layout: 1 x 24 GB, one GPU\n", "is not in the format"),
+    ]:
+        recipe.write_text(text)
+        with pytest.raises(KeyError, match=message):
+            memory.layout_of(recipe)
