@@ -141,3 +141,26 @@ def test_two_processes_select_over_the_gathered_rows(dist_output):
         differs |= not torch.equal(per_rank, selected)
     assert any(bool((call["union"][4] != 0).any()) for call in calls), "no loss call was penalised"
     assert differs, "every rank's own top-k equalled the global one: the test could not tell them apart"
+
+
+def test_the_preconditions_are_declared_at_registration_and_checked_once(
+    tiny_model_dir, tiny_tokenizer, arithmetic_train, config_kwargs
+):
+    """KL-Cov's and Clip-Cov's preconditions are their loss terms' registrations (token-level ratios, TRL's
+    clipped-ratio losses), checked by the base config for every config naming the term; a trainer given a config
+    that names none (a plain GRPOFamilyConfig) checks them itself before training."""
+    from grpo_family import GRPOFamilyConfig
+    from grpo_family.algorithms.losses import CLIPPED_RATIO_LOSS_TYPES, loss_term_problems
+
+    for name in ("kl_cov", "clip_cov"):
+        term = get_loss_term(name)
+        assert term.token_level and term.loss_types == CLIPPED_RATIO_LOSS_TYPES
+        assert loss_term_problems(name, loss_type="dapo", importance_sampling_level="token") == []
+        assert len(loss_term_problems(name, loss_type="cispo", importance_sampling_level="sequence")) == 2
+    assert KLCovTrainer.loss_term == KLCovConfig.loss_term == "kl_cov"
+    with pytest.raises(ValueError, match=r"loss_type must be one of TRL's clipped-ratio losses .*got 'sapo'"):
+        KLCovConfig(**config_kwargs(loss_type="sapo"))
+    plain = GRPOFamilyConfig(**config_kwargs(importance_sampling_level="sequence"))  # names no loss term: accepted
+    with pytest.raises(ValueError, match="kl_cov: The kl_cov loss term works on tokens one by one"):
+        KLCovTrainer(model=tiny_model_dir, reward_funcs=[digit_share_reward], args=plain,
+                     train_dataset=arithmetic_train, processing_class=tiny_tokenizer)  # fmt: skip

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .losses import LossTermOutput, covariance, register_loss_term
+from .losses import CLIPPED_RATIO_LOSS_TYPES, LossTermOutput, covariance, register_loss_term
 
 __all__ = ["clip_cov_loss_term", "clip_cov_tokens"]
 
@@ -55,7 +55,7 @@ def clip_cov_tokens(
     return selected
 
 
-@register_loss_term("clip_cov", sampled=True)
+@register_loss_term("clip_cov", sampled=True, token_level=True, loss_types=CLIPPED_RATIO_LOSS_TYPES)
 def clip_cov_loss_term(
     logps: torch.Tensor,
     old_logps: torch.Tensor,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .losses import LossTermOutput, covariance, register_loss_term
+from .losses import CLIPPED_RATIO_LOSS_TYPES, LossTermOutput, covariance, register_loss_term
 
 __all__ = ["kl_cov_loss_term", "kl_cov_tokens"]
 
@@ -38,7 +38,7 @@ def kl_cov_tokens(logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Ten
     return selected
 
 
-@register_loss_term("kl_cov")
+@register_loss_term("kl_cov", token_level=True, loss_types=CLIPPED_RATIO_LOSS_TYPES)
 def kl_cov_loss_term(
     logps: torch.Tensor,
     old_logps: torch.Tensor,

@@ -31,6 +31,8 @@ import torch
 SEQUENCE_MEAN_LOSS_TYPES = ("grpo", "sapo")  # mean over each sequence's tokens, then over sequences
 TOKEN_SUM_LOSS_TYPES = ("dapo", "cispo", "vespo")  # sum over the tokens / the generation batch's token count
 LOSS_TYPES = (*SEQUENCE_MEAN_LOSS_TYPES, "bnpo", "dr_grpo", *TOKEN_SUM_LOSS_TYPES, "luspo")
+# Those whose per-token objective is TRL's clipped ratio surrogate -A min(r, clip(r)) (cispo, sapo and vespo are not).
+CLIPPED_RATIO_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo", "luspo")
 
 
 @dataclasses.dataclass
@@ -46,11 +48,16 @@ class LossTermOutput:
 
 @dataclasses.dataclass(frozen=True)
 class LossTerm:
-    """A registered loss term; ``sampled`` terms draw from the ``generator`` they are given."""
+    """A registered loss term; ``sampled`` terms draw from the ``generator`` they are given. Its preconditions on
+    the run's settings, declared at registration and checked once for every method that applies it (a config that
+    names it in ``loss_term``, :func:`loss_term_problems`): ``token_level``, it reads per-token ratios
+    (``importance_sampling_level='token'``); ``loss_types``, the ``loss_type`` values whose surrogate it works on."""
 
     name: str
     function: Callable[..., LossTermOutput]
     sampled: bool = False
+    token_level: bool = False
+    loss_types: tuple[str, ...] = LOSS_TYPES
 
     def __call__(self, logps, old_logps, advantages, mask, *, generator=None, **options: Any) -> LossTermOutput:
         if self.sampled:
@@ -61,16 +68,41 @@ class LossTerm:
 LOSS_TERMS: dict[str, LossTerm] = {}
 
 
-def register_loss_term(name: str, *, sampled: bool = False):
-    """Decorator: register ``function`` as the loss term ``name`` (see the module docstring for its signature)."""
+def register_loss_term(
+    name: str, *, sampled: bool = False, token_level: bool = False, loss_types: tuple[str, ...] = LOSS_TYPES
+):
+    """Decorator: register ``function`` as the loss term ``name`` (see the module docstring for its signature), with
+    its preconditions (:class:`LossTerm`)."""
 
     def decorate(function: Callable[..., LossTermOutput]) -> Callable[..., LossTermOutput]:
         if name in LOSS_TERMS and LOSS_TERMS[name].function is not function:
             raise ValueError(f"A loss term named {name!r} is already registered.")
-        LOSS_TERMS[name] = LossTerm(name, function, sampled)
+        unknown = sorted(set(loss_types) - set(LOSS_TYPES))
+        if unknown:
+            raise ValueError(f"Loss term {name!r}: unknown loss types {unknown}; TRL's are {LOSS_TYPES}.")
+        LOSS_TERMS[name] = LossTerm(name, function, sampled, token_level, tuple(loss_types))
         return function
 
     return decorate
+
+
+def loss_term_problems(name: str, *, loss_type: str, importance_sampling_level: str) -> list[str]:
+    """One sentence per setting the registered loss term ``name`` cannot work with (its declared preconditions),
+    naming the setting, what it must be and the value given; empty when the settings fit."""
+    term = get_loss_term(name)
+    problems = []
+    if term.token_level and importance_sampling_level != "token":
+        problems.append(
+            f"the {name} loss term works on tokens one by one: importance_sampling_level must be 'token' (the "
+            f"default), got {importance_sampling_level!r}."
+        )
+    if loss_type not in term.loss_types:
+        clipped = " TRL's clipped-ratio losses" if term.loss_types == CLIPPED_RATIO_LOSS_TYPES else ""
+        problems.append(
+            f"the {name} loss term works on the surrogate of some loss types: loss_type must be one of{clipped} "
+            f"{term.loss_types}, got {loss_type!r}."
+        )
+    return problems
 
 
 def get_loss_term(name: str) -> LossTerm:
@@ -128,6 +160,7 @@ def covariance(logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
 
 
 __all__ = [
+    "CLIPPED_RATIO_LOSS_TYPES",
     "LOSS_TERMS",
     "LOSS_TYPES",
     "LossTerm",
@@ -135,5 +168,6 @@ __all__ = [
     "aggregate_token_loss",
     "covariance",
     "get_loss_term",
+    "loss_term_problems",
     "register_loss_term",
 ]

@@ -21,6 +21,7 @@ class ClipCovConfig(GRPOFamilyConfig):
     clip is TRL's ``epsilon`` / ``epsilon_high``, which also decides which tokens are already clipped (never
     detached again)."""
 
+    loss_term: ClassVar[str] = "clip_cov"  # its preconditions: algorithms/clip_cov.py's registration
     field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
         "clip_cov_ratio": Float(0, 1, min_open=True),
         "clip_cov_lower": Float(),
@@ -49,21 +50,11 @@ class ClipCovConfig(GRPOFamilyConfig):
     )
 
     def __post_init__(self):
-        super().__post_init__()  # single values: field_bounds and grpo_family.bounds.BOUNDS
+        super().__post_init__()  # single values (field_bounds) and the loss term's preconditions (GRPOFamilyConfig)
         if not self.clip_cov_lower < self.clip_cov_upper:
             raise ValueError(
                 f"clip_cov_lower < clip_cov_upper is needed (default 1.0 < 5.0), got "
                 f"{(self.clip_cov_lower, self.clip_cov_upper)!r}; an empty band would detach nothing."
-            )
-        if self.importance_sampling_level != "token":
-            raise ValueError(
-                "Clip-Cov detaches tokens one by one: importance_sampling_level must be 'token' (the default), got "
-                f"{self.importance_sampling_level!r}."
-            )
-        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
-            raise ValueError(
-                "Clip-Cov works on the clipped ratio surrogate: loss_type must be one of TRL's clipped-ratio losses "
-                f"('dapo', the default, 'grpo', 'bnpo', 'dr_grpo', 'luspo'), got {self.loss_type!r}."
             )
 
 
@@ -77,7 +68,7 @@ class ClipCovTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "clip_cov"
-    loss_term = "clip_cov"
+    loss_term = ClipCovConfig.loss_term
     summary = "the clipped surrogate with a random few tokens whose log-prob/advantage covariance lies in a band detached (no gradient)"
     reported_result = "Qwen2.5 7B and 32B on math: the entropy no longer collapses and accuracy ends above GRPO's (the abstract); CW-GRPO's paper: 53.6 vs GRPO 52.6 (1.5B)"
     _tag_names = ["trl", "grpo", "grpo_family", "clip_cov"]

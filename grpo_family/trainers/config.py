@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trl import GRPOConfig
 
+from ..algorithms.losses import loss_term_problems
 from ..bounds import check_bounds, check_unused
 from ..launch import check_distributed_launch
 
@@ -25,6 +27,10 @@ class GRPOFamilyConfig(GRPOConfig):
     batch that reaches the limit; with ``"warn"`` it logs a warning at the limit (and again every further limit's
     worth of batches) and trains on.
     """
+
+    # The registered loss term (grpo_family.algorithms.losses) the method's trainer applies, if any: its
+    # preconditions, declared at its registration, are checked here once for every such method.
+    loss_term: ClassVar[str | None] = None
 
     max_unscorable_batches: int = dataclasses.field(
         default=3,
@@ -63,6 +69,12 @@ class GRPOFamilyConfig(GRPOConfig):
     def __post_init__(self):
         check_bounds(self)  # every field, TRL's included, before TRL's __post_init__ uses any (grpo_family.bounds)
         check_unused(self)  # options the method inherits but does not use (its unused_options)
+        if self.loss_term is not None:
+            problems = loss_term_problems(
+                self.loss_term, loss_type=self.loss_type, importance_sampling_level=self.importance_sampling_level
+            )
+            if problems:
+                raise ValueError(f"{type(self).__name__}: " + " ".join(p[0].upper() + p[1:] for p in problems))
         super().__post_init__()
         check_distributed_launch(self)  # several processes launched, one seen: they would train independently
 

@@ -21,6 +21,7 @@ class KLCovConfig(GRPOFamilyConfig):
     for Reasoning Language Models", arXiv 2505.22617; ``docs/methods/kl_cov.md`` §4). KL-Cov has no ratio clipping,
     so ``epsilon`` defaults to ``inf`` here; its penalty replaces the clip on the tokens that matter."""
 
+    loss_term: ClassVar[str] = "kl_cov"  # its preconditions: algorithms/kl_cov.py's registration
     field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
         "epsilon": AnyOf((Float(0, 1, max_open=True), OneOf((math.inf,)))),
         "kl_cov_ratio": Float(0, 1, min_open=True),
@@ -50,17 +51,7 @@ class KLCovConfig(GRPOFamilyConfig):
     )
 
     def __post_init__(self):
-        super().__post_init__()  # single values: field_bounds and grpo_family.bounds.BOUNDS
-        if self.importance_sampling_level != "token":
-            raise ValueError(
-                "KL-Cov penalises tokens one by one: importance_sampling_level must be 'token' (the default), got "
-                f"{self.importance_sampling_level!r}."
-            )
-        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
-            raise ValueError(
-                "KL-Cov trains the ratio surrogate -A r: loss_type must be one of TRL's clipped-ratio losses "
-                f"('dapo', the default, 'grpo', 'bnpo', 'dr_grpo', 'luspo'), got {self.loss_type!r}."
-            )
+        super().__post_init__()  # single values (field_bounds) and the loss term's preconditions (GRPOFamilyConfig)
         if self.steps_per_generation == self.gradient_accumulation_steps and self.num_iterations == 1:
             warnings.warn(
                 "KL-Cov with one update per generation batch: logp == logp_old on it, so the penalty and its gradient "
@@ -79,7 +70,7 @@ class KLCovTrainer(GRPOFamilyTrainer):
     """
 
     method_name = "kl_cov"
-    loss_term = "kl_cov"
+    loss_term = KLCovConfig.loss_term
     summary = "no ratio clip, and a KL penalty \\|logp - logp_old\\| on the few tokens whose log-prob/advantage covariance is largest"
     reported_result = (
         "Qwen2.5 7B and 32B on math: the entropy no longer collapses and accuracy ends above GRPO's (the abstract)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..algorithms.losses import LOSS_TYPES, get_loss_term
+from ..algorithms.losses import LOSS_TYPES, get_loss_term, loss_term_problems
 from .stages import LossCall, gather_padded
 
 __all__ = ["LossTermStageMixin"]
@@ -23,6 +23,12 @@ class LossTermStageMixin:
         if self.loss_term is None:
             return
         get_loss_term(self.loss_term)  # registered
+        if getattr(type(self.args), "loss_term", None) != self.loss_term:  # a config that did not check them
+            unmet = loss_term_problems(
+                self.loss_term, loss_type=self.loss_type, importance_sampling_level=self.args.importance_sampling_level
+            )
+            if unmet:
+                raise ValueError(f"{self.method_name}: " + " ".join(p[0].upper() + p[1:] for p in unmet))
         problems = []
         if self.loss_type not in LOSS_TYPES:
             problems.append(f"loss_type={self.loss_type!r} (one of {LOSS_TYPES})")
