@@ -674,3 +674,27 @@ def test_cached_value_set_tables_follow_group_size_and_value_set():
         # roundings amplified by max|r| / sd (<= ~15 for these rewards), averaged over <= a few hundred subgroups:
         # ~1e-13, under 1e-9 (allclose adds its default rtol 1e-5 where rtol is not given).
         assert torch.allclose(got, multiscale_advantages(rows, method="enumerate"), atol=1e-10, rtol=0)
+
+
+def test_the_option_defaults_are_stated_once():
+    """multiscale_advantages's signature is the one statement of the options' defaults: MSGRPOConfig's fields take
+    theirs from MULTISCALE_DEFAULTS, and every other function's keyword default of the same option agrees."""
+    import dataclasses
+    import inspect
+
+    from grpo_family.algorithms import ms_grpo
+    from grpo_family.trainers.ms_grpo import MSGRPOConfig
+
+    defaults = ms_grpo.MULTISCALE_DEFAULTS
+    assert set(defaults) == {"tau_min", "weights", "std", "eps", "num_scales", "subgroups_per_scale", "partition",
+                             "selection", "draw", "permute_labels"}  # fmt: skip
+    fields = {f.name: f.default for f in dataclasses.fields(MSGRPOConfig)}
+    assert {name: fields[name] for name in defaults} == defaults
+    checked = 0
+    for function in (ms_grpo.scale_weights, ms_grpo.validate_multiscale_options, ms_grpo.draw_scales,
+                     ms_grpo.num_subgroups, ms_grpo.dss_intervals):  # fmt: skip
+        for name, parameter in inspect.signature(function).parameters.items():
+            if name in defaults and parameter.default is not inspect.Parameter.empty:
+                assert parameter.default == defaults[name], (function.__name__, name)
+                checked += 1
+    assert checked >= 15

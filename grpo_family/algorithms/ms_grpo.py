@@ -23,6 +23,7 @@ the prompt is treated as the group of its scorable completions (docs/methods/ms_
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import numbers
@@ -34,6 +35,7 @@ import torch
 from .estimators import option_names_check, register_estimator
 
 __all__ = [
+    "MULTISCALE_DEFAULTS",
     "MultiscaleCache",
     "diverse_subgroups",
     "draw_scales",
@@ -922,6 +924,15 @@ def multiscale_advantages(
     if perm is not None:
         out = torch.empty_like(out).scatter_(1, perm, out)
     return out.to(dtype)
+
+
+# The options' defaults, stated once: multiscale_advantages's signature. MSGRPOConfig's fields take theirs from here,
+# and tests/test_ms_grpo_algorithm.py checks that the other functions' keyword defaults agree.
+MULTISCALE_DEFAULTS: dict[str, Any] = {
+    name: parameter.default
+    for name, parameter in inspect.signature(multiscale_advantages).parameters.items()
+    if parameter.kind is parameter.KEYWORD_ONLY and name not in ("generator", "method", "cache")
+}
 
 
 # --- The "ms_grpo" advantage estimator (the registry: algorithms/estimators.py) ---

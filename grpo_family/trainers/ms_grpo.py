@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..algorithms.grpo import group_advantages
-from ..algorithms.ms_grpo import num_subgroups, validate_multiscale_options
+from ..algorithms.ms_grpo import MULTISCALE_DEFAULTS, num_subgroups, validate_multiscale_options
 from ..bounds import AnyOf, Bound, Flag, Float, Int, ListOf, OneOf, Text
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch
@@ -45,11 +45,11 @@ class MSGRPOConfig(GRPOFamilyConfig):
     }
 
     tau_min: int = field(
-        default=2,
+        default=MULTISCALE_DEFAULTS["tau_min"],
         metadata={"help": "Smallest subgroup size (scale). Default 2, the paper's value; 2 <= tau_min <= G."},
     )
     weights: str = field(
-        default="uniform",
+        default=MULTISCALE_DEFAULTS["weights"],
         metadata={
             "help": "Scale weights: 'uniform' (paper default), 'global' (larger scales weigh more), 'local' (smaller "
             "scales weigh more), 'flat' (every subgroup equal: the paper's no-hierarchy ablation), or "
@@ -57,47 +57,47 @@ class MSGRPOConfig(GRPOFamilyConfig):
         },
     )
     std: str = field(
-        default="population",
+        default=MULTISCALE_DEFAULTS["std"],
         metadata={"help": "Std inside a subgroup: 'population' (1/tau, the paper's definition, default) or 'sample'."},
     )
     eps: float = field(
-        default=1e-6,
+        default=MULTISCALE_DEFAULTS["eps"],
         metadata={"help": "Added to each subgroup's std. Default 1e-6 (VeRL's; the paper does not report it)."},
     )
     num_scales: int | None = field(
-        default=None,
+        default=MULTISCALE_DEFAULTS["num_scales"],
         metadata={
             "help": "M, scales drawn per step by dilated scale sampling (accelerated mode). None = every scale "
             "(exact). The paper uses 4."
         },
     )
     subgroups_per_scale: int | None = field(
-        default=None,
+        default=MULTISCALE_DEFAULTS["subgroups_per_scale"],
         metadata={
             "help": "K, Jaccard-diverse subgroups per drawn scale (accelerated mode). None = every subgroup "
             "(exact). The paper uses 8."
         },
     )
     partition: str = field(
-        default="bottom",
+        default=MULTISCALE_DEFAULTS["partition"],
         metadata={
             "help": "How DSS cuts the scale range into M intervals: 'bottom' (default; matches the paper's reported "
             "subgroup counts and always keeps the full group) or 'paper' (the printed formula)."
         },
     )
     selection: str = field(
-        default="greedy",
+        default=MULTISCALE_DEFAULTS["selection"],
         metadata={"help": "Subgroups per scale: 'greedy' Jaccard-diverse (paper) or 'random' (its ablation)."},
     )
     draw: str = field(
-        default="per_group",
+        default=MULTISCALE_DEFAULTS["draw"],
         metadata={
             "help": "Granularity of the dilated scale draw (accelerated mode, num_scales set): 'per_group' (default, "
             "each prompt draws its own scales) or 'per_batch' (one draw shared by every prompt of the batch)."
         },
     )
     permute_labels: bool = field(
-        default=False,
+        default=MULTISCALE_DEFAULTS["permute_labels"],
         metadata={
             "help": "Accelerated mode: shuffle the completion labels of each prompt before the index-based subgroups "
             "are applied (docs/methods/ms_grpo.md §2.8b, optional). No effect in the exact mode, which is permutation-equivariant."
@@ -135,17 +135,8 @@ class MSGRPOConfig(GRPOFamilyConfig):
 
     def multiscale_kwargs(self, with_scales: bool = True) -> dict[str, Any]:
         """Keyword arguments for `multiscale_advantages` (without the generator)."""
-        kwargs = dict(tau_min=self.tau_min, weights=self.weights, std=self.std, eps=self.eps)
-        if with_scales:
-            kwargs.update(
-                num_scales=self.num_scales,
-                subgroups_per_scale=self.subgroups_per_scale,
-                partition=self.partition,
-                selection=self.selection,
-                draw=self.draw,
-                permute_labels=self.permute_labels,
-            )
-        return kwargs
+        names = MULTISCALE_DEFAULTS if with_scales else ("tau_min", "weights", "std", "eps")
+        return {name: getattr(self, name) for name in names}
 
 
 class MSGRPOTrainer(GRPOFamilyTrainer):
