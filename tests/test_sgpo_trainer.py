@@ -236,6 +236,7 @@ def test_judge_settings_are_one_object_read_from_the_flat_fields(tmp_path):
         flag = field.metadata["flag"]
         assert flag in sgpo_fields, flag
         assert sgpo_fields[flag].default == field.default, flag
+        assert sgpo_fields[flag].metadata["help"] == field.metadata["help"], flag  # declared once, in JudgeConfig
     assert config.judge == JudgeConfig()
     config.judge_answer_column, config.num_judge_votes = "final_answer", 3
     assert (config.judge.answer_column, config.judge.num_votes) == ("final_answer", 3)

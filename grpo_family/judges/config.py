@@ -1,16 +1,20 @@
 """SGPO's judge settings as one object (:class:`JudgeConfig`) and the judge they describe (:func:`make_judge`).
 
-``SGPOConfig`` keeps the settings as flat ``judge_*`` fields, because TRL's ``TrlParser`` (transformers'
-``HfArgumentParser``) makes command-line flags and recipe keys from flat dataclass fields only (a dataclass-typed
-field's flag is handed whole, as one string, to the class); ``SGPOConfig.judge`` is a :class:`JudgeConfig` built from them on each read, which is all the
-judging code reads. The settings are checked against their flags' bounds (:mod:`grpo_family.bounds`), with
-messages that name the flags a user sets.
+Each setting is declared once, here: its default, its help text, the flag that sets it and its bound
+(:data:`JUDGE_BOUNDS`). ``SGPOConfig`` holds the settings as flat ``judge_*`` fields made from these
+(:func:`judge_flag_fields`), because TRL's ``TrlParser`` (transformers' ``HfArgumentParser``) makes command-line flags
+and recipe keys from flat dataclass fields only (a dataclass-typed field's flag is handed whole, as one string, to the
+class); ``SGPOConfig.judge`` is a :class:`JudgeConfig` built from them on each read, which is all the judging code
+reads. The settings are checked against their flags' bounds (:mod:`grpo_family.bounds`), with messages that name the
+flags a user sets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import typing
+from typing import Any
 
 from ..bounds import Bound, Flag, Float, Int, OneOf, Text, Url, check_bounds
 from .step_judges import HeuristicReferenceJudge, OpenAICompatibleJudge, ProgrammaticJudge, TransformersJudge
@@ -52,8 +56,10 @@ JUDGE_BOUNDS: dict[str, Bound] = {
 }
 
 
-def _flag(default, flag: str):
-    return dataclasses.field(default=default, metadata={"flag": flag})
+def _flag(default, flag: str, help: str):
+    """A judge setting: its default, the ``SGPOConfig`` field (and command-line flag) that sets it, and its help text.
+    Declared here once: ``SGPOConfig``'s flat ``judge_*`` fields are made from these (``judge_flag_fields``)."""
+    return dataclasses.field(default=default, metadata={"flag": flag, "help": help})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,25 +77,115 @@ class JudgeConfig:
     * the data: ``problem_column``, ``answer_column``, ``reference_column``, ``require_reference``.
     """
 
-    type: str = _flag("programmatic", "judge_type")
-    base_url: str | None = _flag(None, "judge_base_url")
-    model: str | None = _flag(None, "judge_model")
-    api_key_env: str = _flag("JUDGE_API_KEY", "judge_api_key_env")
-    num_votes: int = _flag(1, "num_judge_votes")
-    temperature: float | None = _flag(None, "judge_temperature")
-    max_tokens: int = _flag(16384, "judge_max_tokens")
-    timeout: float = _flag(600.0, "judge_timeout")
-    max_retries: int = _flag(2, "judge_max_retries")
-    concurrency: int = _flag(64, "judge_concurrency")
-    batch_timeout: float = _flag(900.0, "judge_batch_timeout")
-    prompt_template_path: str | None = _flag(None, "judge_prompt_template_path")
-    step_splitter: str = _flag("paragraph", "step_splitter")
-    max_steps: int | None = _flag(None, "judge_max_steps")
-    problem_column: str | None = _flag(None, "judge_problem_column")
-    answer_column: str = _flag("answer", "judge_answer_column")
-    reference_column: str = _flag("solution", "judge_reference_column")
-    require_reference: bool = _flag(False, "require_reference")
-    structured_output: bool = _flag(False, "judge_structured_output")
+    type: str = _flag(
+        "programmatic",
+        "judge_type",
+        "'programmatic' (exact checker of the bundled arithmetic task; offline; default), 'openai' (any "
+        "OpenAI-compatible endpoint, e.g. `vllm serve`; the paper's setting), 'transformers' (a local model) or "
+        "'heuristic' (HeuristicReferenceJudge: flags the first stated result that is not a number of the "
+        "reference solution or gold answer; crude, CPU only, for smoke tests and CI). A judge object passed to "
+        "the trainer (judge=...) overrides this.",
+    )
+    base_url: str | None = _flag(
+        None,
+        "judge_base_url",
+        "OpenAI-compatible API root, e.g. 'http://judge-host:8000/v1' (judge_type='openai').",
+    )
+    model: str | None = _flag(
+        None,
+        "judge_model",
+        "Served model name (openai; paper: o4-mini, Claude 3.7, DeepSeek-V3-0324, Qwen3-235B-A22B, "
+        "QwQ-32B) or model path / Hub id (transformers).",
+    )
+    api_key_env: str = _flag(
+        "JUDGE_API_KEY",
+        "judge_api_key_env",
+        "Environment variable holding the judge API key (never put the key itself in a config). Unset = "
+        "no Authorization header. Default 'JUDGE_API_KEY'.",
+    )
+    num_votes: int = _flag(
+        1,
+        "num_judge_votes",
+        "Independent judge votes per completion, majority on the error position. Default 1 (paper: 1; 4 in Table 4).",
+    )
+    temperature: float | None = _flag(
+        None,
+        "judge_temperature",
+        "Judge sampling temperature; None = 0.0 for one vote, 0.6 for several.",
+    )
+    max_tokens: int = _flag(
+        16384,
+        "judge_max_tokens",
+        "Judge completion budget per vote (reasoning judges need many). Default 16384.",
+    )
+    timeout: float = _flag(
+        600.0,
+        "judge_timeout",
+        "Seconds for one judge HTTP request. Default 600 (reasoning judges).",
+    )
+    max_retries: int = _flag(
+        2,
+        "judge_max_retries",
+        "Retries of a failed / unparseable judge request, with exponential backoff (judge_type='openai' "
+        "only: the local 'transformers' judge does not retry). Default 2.",
+    )
+    concurrency: int = _flag(
+        64,
+        "judge_concurrency",
+        "Judge requests in flight at once. Default 64.",
+    )
+    batch_timeout: float = _flag(
+        900.0,
+        "judge_batch_timeout",
+        "Deadline in seconds for judging one generation batch; what is still pending becomes a failure "
+        "(NaN reward, advantage 0) and training goes on. Default 900.",
+    )
+    prompt_template_path: str | None = _flag(
+        None,
+        "judge_prompt_template_path",
+        "Judge prompt template file ([system] / [user] sections, placeholders {problem}, "
+        "{reference_solution}, {gold_answer}, {steps}, {num_steps}); None = the library's "
+        "grpo_family/judges/judge_prompt.txt.",
+    )
+    step_splitter: str = _flag(
+        "paragraph",
+        "step_splitter",
+        "Where the step splitter's fallback chain starts: 'paragraph' (blank lines; default), 'line' or "
+        "'sentence' (docs/methods/sgpo.md §2.2).",
+    )
+    max_steps: int | None = _flag(
+        None,
+        "judge_max_steps",
+        "Merge steps into at most this many blocks before judging (bounds prompts). Default None.",
+    )
+    problem_column: str | None = _flag(
+        None,
+        "judge_problem_column",
+        "Dataset column with the problem text; None = the last user message of the prompt.",
+    )
+    answer_column: str = _flag(
+        "answer",
+        "judge_answer_column",
+        "Dataset column with the gold final answer (default 'answer').",
+    )
+    reference_column: str = _flag(
+        "solution",
+        "judge_reference_column",
+        "Dataset column with the reference solution shown to the judge (default 'solution').",
+    )
+    require_reference: bool = _flag(
+        False,
+        "require_reference",
+        "Judge only prompts with a reference solution (others keep GRPO's binary reward). Default False: "
+        "the gold answer stands in for a missing reference (docs/methods/sgpo.md §12 A13).",
+    )
+    structured_output: bool = _flag(
+        False,
+        "judge_structured_output",
+        "judge_type='openai': constrain each verdict to the JSON {\"first_error_step\": j or null} "
+        "(j within the response's steps) with the OpenAI API's response_format JSON schema, enforced by vLLM's "
+        "structured outputs; no unparseable verdicts, but no written reasoning before the verdict. Default off.",
+    )
 
     @classmethod
     def from_flags(cls, config) -> JudgeConfig:
@@ -106,6 +202,20 @@ class JudgeConfig:
 
 
 JudgeConfig.field_bounds = {f.name: JUDGE_BOUNDS[f.metadata["flag"]] for f in dataclasses.fields(JudgeConfig)}
+
+
+def judge_flag_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    """``SGPOConfig``'s flat judge fields, one per :class:`JudgeConfig` field: its flag as the name, its type, its
+    default and its help text (for ``dataclasses.make_dataclass``; TRL's parser makes flags of flat fields only)."""
+    types = typing.get_type_hints(JudgeConfig)
+    return [
+        (
+            f.metadata["flag"],
+            types[f.name],
+            dataclasses.field(default=f.default, metadata={"help": f.metadata["help"]}),
+        )
+        for f in dataclasses.fields(JudgeConfig)
+    ]
 
 
 def make_judge(config: JudgeConfig):
@@ -149,4 +259,4 @@ def make_judge(config: JudgeConfig):
     )
 
 
-__all__ = ["GRACE_S", "JUDGE_TYPES", "JudgeConfig", "make_judge"]
+__all__ = ["GRACE_S", "JUDGE_BOUNDS", "JUDGE_TYPES", "JudgeConfig", "judge_flag_fields", "make_judge"]

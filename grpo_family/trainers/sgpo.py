@@ -29,6 +29,7 @@ and turns into NaN rewards (zero advantage) with a warning and the ``sgpo/judge_
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import textwrap
@@ -48,15 +49,22 @@ from ..algorithms.sgpo import (
 from ..bounds import Bound, Float, Int, OneOf, Text, Unused
 from ..judges import JudgeConfig, TransformersJudge, make_judge
 from ..judges.batch import check_judge_columns, judge_item, judge_items
-from ..judges.config import GRACE_S, JUDGE_BOUNDS
+from ..judges.config import GRACE_S, JUDGE_BOUNDS, judge_flag_fields
 from .base import GRPOFamilyConfig, GRPOFamilyTrainer
 from .stages import GenerationBatch
 
 logger = logging.getLogger(__name__)
 
 
+# The judge's flat flags (judge_type, judge_base_url, ..., step_splitter, require_reference), declared once with their
+# defaults and help in grpo_family.judges.JudgeConfig; SGPOConfig inherits them from this generated base.
+_SGPOJudgeFlags = dataclasses.make_dataclass(
+    "_SGPOJudgeFlags", judge_flag_fields(), bases=(GRPOFamilyConfig,), namespace={"__module__": __name__}
+)
+
+
 @dataclass
-class SGPOConfig(GRPOFamilyConfig):
+class SGPOConfig(_SGPOJudgeFlags):
     r"""Configuration for :class:`SGPOTrainer` (fields below; every ``GRPOConfig`` field works too).
 
     Partial credit: ``sigmoid(sgpo_beta * (RTS - sgpo_gamma))``. The paper says its two parameters are "taken as 10
@@ -69,8 +77,9 @@ class SGPOConfig(GRPOFamilyConfig):
     (TRL's default): truncated but sound negatives are where SGPO's signal comes from.
 
     The judge's settings are flat ``judge_*`` fields because TRL's parser makes flags and recipe keys from flat fields
-    only; :attr:`judge` reads them as one :class:`~grpo_family.judges.JudgeConfig`, which is what the judging code
-    takes (docs/methods/sgpo.md §14).
+    only; they are declared once, in :class:`~grpo_family.judges.JudgeConfig` (default, help, flag, bound), and
+    inherited from a base made from it. :attr:`judge` reads them as one ``JudgeConfig``, which is what the judging
+    code takes (docs/methods/sgpo.md §14).
     """
 
     field_bounds: ClassVar[dict[str, Bound]] = {  # read by grpo_family.bounds.check_bounds
@@ -166,110 +175,6 @@ class SGPOConfig(GRPOFamilyConfig):
         default=1.0,
         metadata={
             "help": "A completion is correct iff the correctness reward is >= this (NaN = incorrect). Default 1.0."
-        },
-    )
-    step_splitter: str = field(
-        default="paragraph",
-        metadata={
-            "help": "Where the step splitter's fallback chain starts: 'paragraph' (blank lines; default), 'line' or "
-            "'sentence' (docs/methods/sgpo.md §2.2)."
-        },
-    )
-    judge_max_steps: int | None = field(
-        default=None,
-        metadata={"help": "Merge steps into at most this many blocks before judging (bounds prompts). Default None."},
-    )
-    require_reference: bool = field(
-        default=False,
-        metadata={
-            "help": "Judge only prompts with a reference solution (others keep GRPO's binary reward). Default False: "
-            "the gold answer stands in for a missing reference (docs/methods/sgpo.md §12 A13)."
-        },
-    )
-    judge_problem_column: str | None = field(
-        default=None,
-        metadata={"help": "Dataset column with the problem text; None = the last user message of the prompt."},
-    )
-    judge_answer_column: str = field(
-        default="answer", metadata={"help": "Dataset column with the gold final answer (default 'answer')."}
-    )
-    judge_reference_column: str = field(
-        default="solution",
-        metadata={"help": "Dataset column with the reference solution shown to the judge (default 'solution')."},
-    )
-    judge_type: str = field(
-        default="programmatic",
-        metadata={
-            "help": "'programmatic' (exact checker of the bundled arithmetic task; offline; default), 'openai' (any "
-            "OpenAI-compatible endpoint, e.g. `vllm serve`; the paper's setting), 'transformers' (a local model) or "
-            "'heuristic' (HeuristicReferenceJudge: flags the first stated result that is not a number of the "
-            "reference solution or gold answer; crude, CPU only, for smoke tests and CI). A judge object passed to "
-            "the trainer (judge=...) overrides this."
-        },
-    )
-    judge_base_url: str | None = field(
-        default=None,
-        metadata={"help": "OpenAI-compatible API root, e.g. 'http://judge-host:8000/v1' (judge_type='openai')."},
-    )
-    judge_model: str | None = field(
-        default=None,
-        metadata={
-            "help": "Served model name (openai; paper: o4-mini, Claude 3.7, DeepSeek-V3-0324, Qwen3-235B-A22B, "
-            "QwQ-32B) or model path / Hub id (transformers)."
-        },
-    )
-    judge_api_key_env: str = field(
-        default="JUDGE_API_KEY",
-        metadata={
-            "help": "Environment variable holding the judge API key (never put the key itself in a config). Unset = "
-            "no Authorization header. Default 'JUDGE_API_KEY'."
-        },
-    )
-    num_judge_votes: int = field(
-        default=1,
-        metadata={
-            "help": "Independent judge votes per completion, majority on the error position. Default 1 (paper: 1; 4 in Table 4)."
-        },
-    )
-    judge_temperature: float | None = field(
-        default=None, metadata={"help": "Judge sampling temperature; None = 0.0 for one vote, 0.6 for several."}
-    )
-    judge_max_tokens: int = field(
-        default=16384,
-        metadata={"help": "Judge completion budget per vote (reasoning judges need many). Default 16384."},
-    )
-    judge_structured_output: bool = field(
-        default=False,
-        metadata={
-            "help": "judge_type='openai': constrain each verdict to the JSON {\"first_error_step\": j or null} "
-            "(j within the response's steps) with the OpenAI API's response_format JSON schema, enforced by vLLM's "
-            "structured outputs; no unparseable verdicts, but no written reasoning before the verdict. Default off."
-        },
-    )
-    judge_timeout: float = field(
-        default=600.0, metadata={"help": "Seconds for one judge HTTP request. Default 600 (reasoning judges)."}
-    )
-    judge_max_retries: int = field(
-        default=2,
-        metadata={
-            "help": "Retries of a failed / unparseable judge request, with exponential backoff (judge_type='openai' "
-            "only: the local 'transformers' judge does not retry). Default 2."
-        },
-    )
-    judge_concurrency: int = field(default=64, metadata={"help": "Judge requests in flight at once. Default 64."})
-    judge_batch_timeout: float = field(
-        default=900.0,
-        metadata={
-            "help": "Deadline in seconds for judging one generation batch; what is still pending becomes a failure "
-            "(NaN reward, advantage 0) and training goes on. Default 900."
-        },
-    )
-    judge_prompt_template_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Judge prompt template file ([system] / [user] sections, placeholders {problem}, "
-            "{reference_solution}, {gold_answer}, {steps}, {num_steps}); None = the library's "
-            "grpo_family/judges/judge_prompt.txt."
         },
     )
 
