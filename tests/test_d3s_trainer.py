@@ -180,7 +180,7 @@ def assert_grads_close(actual, expected):
         ("d3s_sample_scope", "intra", r"d3s_sample_scope must be one of \('pooled', 'group'\)"),
         ("d3s_token_scope", "token", r"d3s_token_scope must be one of \('batch', 'micro', 'sequence'\)"),
         ("d3s_loss_normalization", "mean", "d3s_loss_normalization must be one of"),
-        ("d3s_base_estimator", "ppo", r"d3s_base_estimator must be one of \('grpo', 'ms_grpo', 'gpg'"),
+        ("d3s_base_estimator", "ppo", r"d3s_base_estimator must be one of \('gpg', 'grpo', 'ms_grpo'"),
         ("d3s_drop_degenerate_groups", True, "needs d3s_sample_scope='group'"),
         ("loss_type", "grpo", r"loss_type must be one of \('dapo', 'cispo', 'vespo'\).*mask_only_seq"),
         ("top_entropy_quantile", 0.2, "top_entropy_quantile must be 1.0 with D3S"),
