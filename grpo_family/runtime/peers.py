@@ -95,7 +95,15 @@ class _FailureWatch:
             logger.debug("could not record the failure for the other processes: %s", store_error)
 
     def stop(self) -> None:
+        """End the polling before train() returns: the thread is joined and the store let go, so no thread of ours
+        is inside a store call, or keeps the store alive, when the process group is destroyed and the process exits
+        (a store outliving ``destroy_process_group`` is torn down at interpreter exit, where a C++ thread it still
+        owns aborts the process: "terminate called without an active exception", exit code -6, seen after a
+        finished run)."""
         self.left.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=POLL_S + 30.0)  # at most one store call in flight: a local round trip
+        self.store = None
 
 
 class PeerFailureMixin:
