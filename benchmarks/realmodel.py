@@ -107,7 +107,7 @@ def load_state() -> dict:
 
 def save_state(state: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    tmp = STATE.with_suffix(".json.tmp")
+    tmp = STATE.with_name(f"{STATE.name}.{os.getpid()}.tmp")  # one per process: two learn processes may end together
     tmp.write_text(json.dumps(state, indent=2))
     os.replace(tmp, STATE)
 
