@@ -93,13 +93,13 @@ def loss_term_problems(name: str, *, loss_type: str, importance_sampling_level: 
     problems = []
     if term.token_level and importance_sampling_level != "token":
         problems.append(
-            f"the {name} loss term works on tokens one by one: importance_sampling_level must be 'token' (the "
+            f"The {name} loss term works on tokens one by one: importance_sampling_level must be 'token' (the "
             f"default), got {importance_sampling_level!r}."
         )
     if loss_type not in term.loss_types:
         clipped = " TRL's clipped-ratio losses" if term.loss_types == CLIPPED_RATIO_LOSS_TYPES else ""
         problems.append(
-            f"the {name} loss term works on the surrogate of some loss types: loss_type must be one of{clipped} "
+            f"The {name} loss term works on the surrogate of some loss types: loss_type must be one of{clipped} "
             f"{term.loss_types}, got {loss_type!r}."
         )
     return problems

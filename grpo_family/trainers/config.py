@@ -74,7 +74,7 @@ class GRPOFamilyConfig(GRPOConfig):
                 self.loss_term, loss_type=self.loss_type, importance_sampling_level=self.importance_sampling_level
             )
             if problems:
-                raise ValueError(f"{type(self).__name__}: " + " ".join(p[0].upper() + p[1:] for p in problems))
+                raise ValueError(f"{type(self).__name__}: " + " ".join(problems))
         super().__post_init__()
         check_distributed_launch(self)  # several processes launched, one seen: they would train independently
 

@@ -28,7 +28,7 @@ class LossTermStageMixin:
                 self.loss_term, loss_type=self.loss_type, importance_sampling_level=self.args.importance_sampling_level
             )
             if unmet:
-                raise ValueError(f"{self.method_name}: " + " ".join(p[0].upper() + p[1:] for p in unmet))
+                raise ValueError(f"{self.method_name}: " + " ".join(unmet))
         problems = []
         if self.loss_type not in LOSS_TYPES:
             problems.append(f"loss_type={self.loss_type!r} (one of {LOSS_TYPES})")
