@@ -12,6 +12,7 @@ and show that they do succeed then, so the protection tests are not passing by a
 # difference a wrong count or formula makes here (one part in the denominators, at most a few hundred).
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -1368,6 +1369,114 @@ def test_only_the_standard_library_is_readable_inside(tmp_root, full_isolation):
     result = run_bounded(_guard_off(tmp_root), probe)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [x for d in dirs for x in (d, "0")], result.stdout
+
+
+# Listed packages (issue 42, item 5): ``packages=("numpy",)`` exposes what numpy installed in site-packages, to the
+# program only, in each view a run can get. ``packaging`` is the unlisted control: pure Python, installed wherever
+# pytest is (a dependency of it), and not needed by numpy.
+NUMPY_SUM = "import numpy as np\nprint(int(np.arange(4).sum()))\n"
+VIEWS = ("private view", "shared view", "minimal")
+
+
+def _in_view(view: str, full_isolation: dict, monkeypatch) -> dict:
+    """The Sandbox settings that put a run in ``view`` (skipping where this machine cannot): the private view,
+    the shared-view fallback (an impossible pty limit makes the private view's devpts mount fail, as in
+    ``test_without_the_private_root_the_host_tree_is_read_only_and_said_so``), or no mounts at all (``minimal``:
+    a directory of symlinks)."""
+    pytest.importorskip("numpy")
+    if view == "minimal":
+        return {"isolation": "minimal", "outer_sandbox": True}
+    needs(full_isolation, namespaces=("mnt",))
+    if view == "shared view":
+        import grpo_family.rewards.code as code
+
+        monkeypatch.setattr(code, "_MAX_PTYS", -1)
+    return {}
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_package_is_importable_only_when_listed(tmp_root, full_isolation, monkeypatch, view):
+    """Before: only the standard library was importable whatever the reward's config said (there was no
+    ``packages``); a program using numpy scored 0. Now it scores 1 when numpy is listed, and still 0 when not."""
+    settings = _in_view(view, full_isolation, monkeypatch)
+    unlisted = run_bounded(Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), **settings), NUMPY_SUM)
+    assert "ModuleNotFoundError: No module named 'numpy'" in unlisted.stderr, unlisted.stderr
+    completions, tests = [fenced(NUMPY_SUM)], [[{"input": "", "output": "6\n"}]]
+    assert CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), **settings)(completions, tests) == [0.0]
+    listed = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), packages=("numpy",), **settings)
+    assert listed(completions, tests) == [1.0]
+
+
+UNLISTED = (
+    "import os, sys\ntry:\n    import packaging\n    print('IMPORTED packaging')\nexcept ImportError as e:\n"
+    "    print(type(e).__name__)\nprint(sorted(os.listdir(sys.path[-1])))\nfor d in {dirs!r}:\n    try:\n"
+    "        print(d, len(os.listdir(d)))\n    except OSError:\n        print(d, 0)\n"
+)
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_only_what_a_listed_package_installed_is_exposed(tmp_root, full_isolation, monkeypatch, view):
+    """With numpy listed, the program's extra ``sys.path`` entry holds numpy's own top-level paths and nothing
+    else: ``packaging``, installed beside it, still cannot be imported, and in the private view the site-packages
+    directories themselves stay empty or absent. (Exposing numpy's whole site-packages directory instead, bound or
+    on ``sys.path``, imports ``packaging`` and lists every installed package.)"""
+    settings = _in_view(view, full_isolation, monkeypatch)
+    assert importlib.util.find_spec("packaging") is not None  # the control is installed here
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), packages=("numpy",), **settings)
+    names = sorted(os.path.basename(p) for p in sandbox.package_paths)
+    assert "numpy" in names and all(n.startswith("numpy") for n in names), names  # numpy, numpy.libs, its dist-info
+    dirs = _installed_package_dirs() if view == "private view" else []  # the host tree is readable in the others
+    result = run_bounded(sandbox, UNLISTED.format(dirs=dirs))
+    assert result.isolation["private_root"] is (view == "private view"), result.isolation["notes"]
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["ModuleNotFoundError", repr(names)], result.stdout + result.stderr
+    assert lines[2:] == [f"{d} 0" for d in dirs], result.stdout
+
+
+def test_a_listed_native_package_starts_no_thread_pool(tmp_root):
+    """numpy's OpenBLAS starts a thread per core when numpy is imported. With more cores than ``max_processes``
+    (here 1 process: no thread at all) RLIMIT_NPROC refused them and the import died (OpenBLAS's
+    ``pthread_create failed``, then a KeyboardInterrupt). Listed packages now run with one BLAS / OpenMP thread."""
+    pytest.importorskip("numpy")
+    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), packages=("numpy",), max_processes=1)
+    result = run_bounded(sandbox, NUMPY_SUM)
+    assert result.stdout == "6\n", result.stderr
+
+
+def test_the_judge_keeps_the_standard_library(tmp_root):
+    """Listed packages are the program's: its functions may use numpy under an assert test, but the judge, which
+    decides the verdict, does not get them (a test that imports numpy fails whatever the program does)."""
+    pytest.importorskip("numpy")
+    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), packages=("numpy",))
+    program = fenced("import numpy as np\ndef f(n):\n    return int(np.arange(n).sum())\n")
+    assert reward([program], test_cases=["assert f(4) == 6"]) == [1.0]
+    assert reward([program], test_cases=["import numpy\nassert f(4) == 6"]) == [0.0]
+
+
+@pytest.mark.parametrize("name", ["grpo-no-such-package", "numpy/../packaging", "../numpy", "", "numpy "])
+def test_a_package_that_cannot_be_listed_is_refused_at_construction(name):
+    """Before any run (any training): a name not installed in the sandbox's interpreter names itself and the fix;
+    a name that is no package name (a path, a space) is refused as such."""
+    with pytest.raises(ValueError) as refused:
+        CodeTestsReward(packages=(name,))
+    message = str(refused.value)
+    if name == "grpo-no-such-package":
+        assert repr(name) in message and "install it, or remove it from packages" in message, message
+    else:
+        assert f"{name!r} is not a package name" in message, message
+
+
+def test_packages_are_resolved_in_the_sandboxs_interpreter(tmp_root):
+    """Another ``python`` is asked itself (here this interpreter, spelled differently, so that it is run): the same
+    paths as this process finds, the same refusal with the fix; the reward stays picklable with them."""
+    pytest.importorskip("numpy")
+    here = Sandbox(packages=("numpy",)).package_paths
+    other = os.path.join(os.path.dirname(sys.executable), ".", os.path.basename(sys.executable))
+    assert Sandbox(packages=("numpy",), python=other).package_paths == here
+    with pytest.raises(ValueError, match="install it, or remove it from packages"):
+        Sandbox(packages=("grpo-no-such-package",), python=other)
+    reward = pickle.loads(pickle.dumps(CodeTestsReward(packages=("numpy",), tmp_root=str(tmp_root))))
+    assert reward.sandbox.packages == ("numpy",) and reward.sandbox.package_paths == here
 
 
 # Siblings of one prompt: HOLDER solves the task and leaves a mark in state every run shares (the interpreter's

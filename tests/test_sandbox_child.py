@@ -72,6 +72,7 @@ def run_child(tmp_path: Path, program: str, *, test: str | None = None, helpers:
         **fds, "helpers": list(helpers), "stubs": [], "syscall_filter": None, "tmpfs_inodes": 64, "max_ptys": 1,
         "os_layers": False, "uid": None, "judge_uid": None, "cpu_s": 10, "memory_mb": 1024, "disk_mb": 8,
         "max_processes": 64, "max_message_bytes": 1 << 20, "python_guard": guard, "allow_subprocesses": False,
+        "packages": [],
     }  # fmt: skip
     (tmp_path / "sandbox.json").write_text(json.dumps(settings), encoding="utf-8")
     (tmp_path / "program.py").write_text(program, encoding="utf-8")

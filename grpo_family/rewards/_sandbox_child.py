@@ -14,6 +14,10 @@ code module's docstring lists (namespaces, the private filesystem view: :func:`p
   (:class:`TestNamespace`): the prompt's helpers, standard modules imported here, and stand-ins for the program's
   names whose calls go to the program. Its verdict goes to the parent on a pipe of its own.
 
+The packages a reward lists (``Sandbox(packages=...)``) arrive as ``cfg["packages"]``, the paths the parent chose;
+they are bound read-only into one directory (:func:`bind_packages`; symlinked where nothing can be mounted:
+:func:`link_packages`) that only the program's ``sys.path`` gets: the judge keeps the standard library.
+
 Pass or fail is decided by the judge, never by the program's interpreter. Standard library only, and nothing of
 the package is imported: ``-I -S`` keep site-packages (and the package) out of reach, and the rewards directory
 must never be on ``sys.path`` (its ``code.py`` and ``math.py`` would shadow the standard library for the program),
@@ -30,12 +34,17 @@ import time
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
+READONLY = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV  # a bind made read-only, nosuid, nodev
 CLONE = {"net": 0x40000000, "mnt": 0x00020000, "pid": 0x20000000, "ipc": 0x08000000, "uts": 0x04000000}
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 4, 38, 22, 2
 # Only where the number is known to be right.
 SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 DEVICES = ("null", "zero", "full", "random", "urandom")
+# Where the listed packages' paths (``Sandbox(packages=...)``, decided by the parent) appear: in the private view a
+# directory of the read-only skeleton; in the shared view one in the private /tmp; without mounts the run's
+# directory holds symlinks. Only the program's sys.path gets it.
+PACKAGES_DIR, SHARED_PACKAGES_DIR, LINKED_PACKAGES_DIR = "/packages", "/tmp/.packages", ".packages"
 # In the run's own IPC namespace: no System V queue, semaphore set or shared memory segment, no POSIX queue (the
 # syscall filter refuses them too; these hold where it is off).
 IPC_LIMITS = (("kernel/msgmni", "0"), ("kernel/sem", "0 0 0 0"), ("kernel/shmmni", "0"), ("fs/mqueue/queues_max", "0"))
@@ -183,6 +192,35 @@ def copy_links(root, path):
             current = candidate
 
 
+def bind_readonly(os_tools, path, inside):
+    """Bind ``path`` at ``inside`` (created: a directory, or an empty file for a file) read-only, nosuid and
+    nodev. Not noexec: the interpreter and native extensions are mapped executable from these binds."""
+    if os.path.isdir(path):
+        os.makedirs(inside, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(inside), mode=0o755, exist_ok=True)
+        open(inside, "a").close()
+    mount(os_tools, path, inside, None, MS_BIND)
+    mount(os_tools, None, inside, None, READONLY)
+
+
+def bind_packages(os_tools, paths, target):
+    """Bind each listed package path (``/site-packages/numpy``) read-only into ``target`` under its own name
+    (``<target>/numpy``): one directory holding exactly those paths, so one ``sys.path`` entry finds them, and a
+    native library found relative to its extension (``numpy.libs`` beside ``numpy``) is where it expects."""
+    os.makedirs(target, mode=0o755, exist_ok=True)
+    for path in paths:
+        bind_readonly(os_tools, path, os.path.join(target, os.path.basename(path)))
+
+
+def link_packages(paths, target):
+    """Without a mount namespace: ``target``, a directory of symlinks to the listed package paths. The host's tree
+    is the program's view then anyway; this only decides what its ``sys.path`` finds."""
+    os.mkdir(target, mode=0o755)
+    for path in paths:
+        os.symlink(path, os.path.join(target, os.path.basename(path)))
+
+
 def private_root(os_tools, cfg, workdir, report, in_pid_ns, exposed):
     """Build a new root holding only ``exposed`` (read-only), a private ``/tmp`` with the run's directory, ``/dev``
     with a few devices and a devpts instance of its own, and ``/proc`` of the PID namespace; then ``pivot_root``
@@ -190,17 +228,12 @@ def private_root(os_tools, cfg, workdir, report, in_pid_ns, exposed):
     bound, linked = exposed
     root = workdir  # its files were read already; a tmpfs over it is the new root's skeleton
     mount(os_tools, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
-    readonly = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
     for path in bound:
-        inside = root + path
-        if os.path.isdir(path):
-            os.makedirs(inside, mode=0o755, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(inside), mode=0o755, exist_ok=True)
-            open(inside, "a").close()
-        mount(os_tools, path, inside, None, MS_BIND)
-        mount(os_tools, None, inside, None, readonly)
+        bind_readonly(os_tools, path, root + path)
     hide_installed_packages(os_tools, root)
+    if cfg["packages"]:
+        bind_packages(os_tools, cfg["packages"], root + PACKAGES_DIR)
+        report["packages"] = PACKAGES_DIR
     for path in linked:
         copy_links(root, path)
     size = f"size={cfg['disk_mb']}m,nr_inodes={cfg['tmpfs_inodes']}"
@@ -239,7 +272,7 @@ def private_root(os_tools, cfg, workdir, report, in_pid_ns, exposed):
     if os_tools["libc"].umount2(b"/.old", MNT_DETACH) != 0:
         fail_with_errno(ctypes, "umount the host's tree")
     os.rmdir("/.old")
-    mount(os_tools, None, "/", None, readonly)  # the skeleton itself: nothing can be created in it
+    mount(os_tools, None, "/", None, READONLY)  # the skeleton itself: nothing can be created in it
     report["private_root"] = True
     report["exposed"] = bound
     report["private_tmp"] = True
@@ -276,6 +309,12 @@ def shared_view(os_tools, cfg, workdir, report, in_pid_ns):
         os.makedirs(workdir, mode=0o700)
     report["private_tmp"] = True
     report["tmpfs_inodes"] = cfg["tmpfs_inodes"]
+    if cfg["packages"]:
+        try:  # before the hiding, which may cover where they are; a failure leaves them to link_packages
+            bind_packages(os_tools, cfg["packages"], SHARED_PACKAGES_DIR)
+            report["packages"] = SHARED_PACKAGES_DIR
+        except OSError as e:
+            report["notes"].append(f"packages not bound: {e}")
     hide_installed_packages(os_tools, "")
     if in_pid_ns:
         mount(os_tools, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -794,6 +833,8 @@ def run_program(cfg, os_tools, report, workdir, program, fds):
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
         os._exit(1)
     sys.argv[:] = ["program.py"]  # as `python program.py` would set it (not this file's path)
+    if report["packages"]:  # after the standard library, so a listed package cannot shadow a standard module
+        sys.path.append(report["packages"])
     namespace = {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__}
     define_helpers(cfg["helpers"], namespace)
     status = 0
@@ -881,6 +922,7 @@ def main():
         "readonly_root": False,
         "private_tmp": False,
         "exposed": [],
+        "packages": None,
         "uid": None,
         "judge_uid": None,
         "nproc_limit": None,
@@ -949,6 +991,9 @@ def main():
                 except OSError as e:
                     report["notes"].append(str(e))
     os.chdir(workdir)
+    if cfg["packages"] and report["packages"] is None:  # no mount namespace (or its binds failed)
+        link_packages(cfg["packages"], LINKED_PACKAGES_DIR)
+        report["packages"] = os.path.join(workdir, LINKED_PACKAGES_DIR)
     report["judge_uid"] = cfg["judge_uid"] if "test" in fds else None
     supervise(cfg, os_tools, report, workdir, program, fds, in_pid_ns)
 

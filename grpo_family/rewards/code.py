@@ -42,9 +42,10 @@ Test cases: the ``test_cases`` dataset column, one value per row, in either of t
     fails that test case.
 
 The sandbox (:class:`Sandbox`), in layers; each run reports which layers were actually applied
-    * A fresh interpreter (``python -I -S -B -X utf8``, standard library only) started with a **minimal
-      environment** (``PATH``, ``LANG``, ``HOME`` / ``TMPDIR`` set to the run's directory) in a **fresh temporary
-      directory**, removed afterwards.
+    * A fresh interpreter (``python -I -S -B -X utf8``, standard library only unless ``packages`` lists some: then
+      exactly what each listed distribution installed in site-packages, read-only, on the program's ``sys.path``)
+      started with a **minimal environment** (``PATH``, ``LANG``, ``HOME`` / ``TMPDIR`` set to the run's directory;
+      with ``packages``, one BLAS / OpenMP thread) in a **fresh temporary directory**, removed afterwards.
     * **Resource limits** per process: ``RLIMIT_CPU``, ``RLIMIT_AS`` (``memory_mb``), ``RLIMIT_FSIZE``
       (``disk_mb``), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0, ``RLIMIT_MSGQUEUE`` 0, ``RLIMIT_NPROC``
       (``max_processes``) and ``PR_SET_NO_NEW_PRIVS``; a **wall-clock timeout** (``timeout_s``, from when the
@@ -52,9 +53,10 @@ The sandbox (:class:`Sandbox`), in layers; each run reports which layers were ac
       stderr at ``max_output_bytes``, the report and the verdict at a few kB).
     * As **root with namespaces** (``CAP_SYS_ADMIN``): new network, mount, PID, IPC and UTS namespaces, and a
       **private filesystem view** (``pivot_root``): a tree holding only the interpreter's read-only files (its
-      binary, loader, shared libraries and standard library), a private size- and inode-limited ``/tmp``, ``/dev``
-      with a few devices and a devpts of its own (4 ptys), and the PID namespace's ``/proc``. Host sockets, FIFOs,
-      checkouts and datasets do not exist in it. The program and the judge each drop to a fresh uid of their own.
+      binary, loader, shared libraries and standard library; the listed ``packages`` in ``/packages``), a private
+      size- and inode-limited ``/tmp``, ``/dev`` with a few devices and a devpts of its own (4 ptys), and the PID
+      namespace's ``/proc``. Host sockets, FIFOs, checkouts and datasets do not exist in it. The program and the
+      judge each drop to a fresh uid of their own.
     * A **seccomp filter** (every mode, built by libseccomp through ``pyseccomp``), an allow-list of what a test
       program needs (``_ALLOWED_SYSCALLS``, with ``fcntl`` and ``madvise`` limited by argument): everything else
       (locks, page-cache advice and probes, AIO and ``io_uring``, ``setsid``, namespaces, mounts, IPC, sockets,
@@ -460,6 +462,9 @@ _CLONE_NAMESPACE_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10
 # readahead, mincore, madvise's WILLNEED / COLD / PAGEOUT, preadv2 / pwritev2 and their RWF flags), AIO and
 # io_uring, setsid / setpgid (a scheduler group of one's own), namespaces, mounts, keyrings, bpf, perf, ptrace,
 # System V and POSIX IPC, memfd, inotify, timers, chown, mknod, xattrs writes, and whatever the kernel adds later.
+# Importing and using a listed native package (numpy with OpenBLAS: its .so files mapped, sched_getaffinity, a thread
+# pool, traced the same way) needs nothing more; OpenBLAS's mbind (a NUMA placement hint for its buffers) stays
+# refused, and OpenBLAS goes on without it.
 _ALLOWED_SYSCALLS = (
     # files: read, write, metadata, directories (within the run's view: read-only binds and its own tmpfs)
     "read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "open", "openat", "openat2",
@@ -539,6 +544,33 @@ def syscall_filter_program(allow_subprocesses: bool) -> tuple[bytes | None, str]
 
 
 _STARTUP_TIMEOUT_S = 30.0  # for the sandbox to get ready (not charged to the program's timeout_s)
+
+_PACKAGES_PATH = str(Path(__file__).resolve().with_name("_sandbox_packages.py"))
+# With listed packages, native libraries that start a thread pool per core (OpenBLAS, OpenMP, MKL, numexpr) start
+# none: a pool per core would meet RLIMIT_NPROC (max_processes) and multiply RLIMIT_AS's per-thread buffers on a
+# large machine, failing the import for reasons that are not the program's.
+_ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                      "NUMEXPR_NUM_THREADS")}  # fmt: skip
+
+
+def _package_paths(names: list[str], python: str) -> tuple[str, ...]:
+    """What the sandbox exposes for the listed ``packages`` (:mod:`._sandbox_packages`), as ``python`` has them:
+    asked in this process when ``python`` is this interpreter, else by running the resolver with ``python``.
+    Raises ValueError for a name it lacks, with the fix."""
+    if python == sys.executable:
+        from ._sandbox_packages import package_paths
+
+        return tuple(package_paths(names, python))
+    try:
+        done = subprocess.run(
+            [python, "-I", "-B", _PACKAGES_PATH, *names], capture_output=True, text=True, timeout=120, check=True
+        )
+        answer = json.loads(done.stdout.splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        raise ValueError(f"packages: cannot ask {python} which packages it has ({type(e).__name__}: {e})") from None
+    if "error" in answer:
+        raise ValueError(answer["error"])
+    return tuple(answer["paths"])
 
 
 @dataclass
@@ -621,6 +653,15 @@ class Sandbox:
         allow_subprocesses: let the guard allow process creation (still bounded by ``max_processes``).
         python: interpreter to run (default: this one).
         tmp_root: where run directories are created (default: :func:`tempfile.gettempdir`).
+        packages: installed packages the program may import besides the standard library: distribution names
+            (``"numpy"``, ``"PyYAML"``) or their import names (``"yaml"``), checked here against ``python``
+            (ValueError for one it lacks). For each, exactly what that distribution installed directly in its
+            site-packages directory (``numpy/``, ``numpy.libs/``, its ``.dist-info``) is shown read-only in one
+            directory on the program's ``sys.path`` (after the standard library's), and nothing else of
+            site-packages; dependencies are not followed (list them too). The judge's ``sys.path`` stays the
+            standard library's. A listed package's code runs with the program's limits and layers, but a native
+            extension is C code the audit hook does not see, driven by the program's inputs: each one enlarges the
+            attack surface (see ``docs/code_sandbox.md``, "Listed packages"); list only what the task needs.
     """
 
     def __init__(
@@ -638,6 +679,7 @@ class Sandbox:
         allow_subprocesses: bool = False,
         python: str | None = None,
         tmp_root: str | None = None,
+        packages: Sequence[str] = (),
     ):
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATION_MODES)}, got {isolation!r}")
@@ -665,11 +707,18 @@ class Sandbox:
         self.allow_subprocesses = allow_subprocesses
         self.python = python or sys.executable
         self.tmp_root = tmp_root
+        if isinstance(packages, str):
+            raise ValueError(f"packages must be a sequence of names, got the string {packages!r}")
+        self.packages = tuple(packages)
+        # Decided here, once, before any run (and any training): every run binds exactly these paths.
+        self.package_paths = _package_paths(list(self.packages), self.python) if self.packages else ()
 
     def __repr__(self) -> str:
+        listed = f", packages={self.packages!r}" if self.packages else ""
         return (
             f"Sandbox(timeout_s={self.timeout_s}, memory_mb={self.memory_mb}, max_processes={self.max_processes}, "
-            f"isolation={self.isolation!r}, syscall_filter={self.syscall_filter}, python_guard={self.python_guard})"
+            f"isolation={self.isolation!r}, syscall_filter={self.syscall_filter}, python_guard={self.python_guard}"
+            f"{listed})"
         )
 
     def _settings(self, fds: dict[str, int], helpers: str, stubs: Sequence[str]) -> dict:
@@ -697,6 +746,7 @@ class Sandbox:
             "max_message_bytes": max(_MESSAGE_CAP, self.max_output_bytes),
             "python_guard": self.python_guard,
             "allow_subprocesses": self.allow_subprocesses,
+            "packages": list(self.package_paths),
         }
 
     def run(
@@ -748,6 +798,8 @@ class Sandbox:
             with open(stdin_path, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(stdin)
             env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+            if self.package_paths:
+                env.update(_ONE_THREAD)
             with open(stdin_path, "rb") as stdin_file:
                 proc = subprocess.Popen(
                     [self.python, "-I", "-S", "-B", "-X", "utf8", "-c", _BOOTSTRAP, os.path.dirname(_CHILD_PATH)],
@@ -1024,6 +1076,10 @@ class CodeTestsReward:
     Args:
         timeout_s, memory_mb, max_processes, max_output_bytes, disk_mb, isolation, outer_sandbox, syscall_filter,
         python_guard, allow_subprocesses, python, tmp_root: the :class:`Sandbox` settings.
+        packages: installed packages the program may import besides the standard library (``("numpy",)``),
+            checked at construction (ValueError for one ``python`` lacks); only what each listed distribution
+            installed in site-packages is exposed, to the program only (not the judge). Their code runs with the
+            program's limits, but native extensions enlarge the attack surface: see :class:`Sandbox`.
         max_workers: test cases run at once (each is a subprocess); default ``min(4, cpu count)``.
         max_tests: use at most this many test cases per row (the first ones); None for all.
         skip_after_timeout: once a program times out on a test case, count its not-yet-started ones as failed.
@@ -1051,6 +1107,7 @@ class CodeTestsReward:
         allow_subprocesses: bool = False,
         python: str | None = None,
         tmp_root: str | None = None,
+        packages: Sequence[str] = (),
         name: str = "code_tests",
     ):
         self.sandbox = Sandbox(
@@ -1066,6 +1123,7 @@ class CodeTestsReward:
             allow_subprocesses=allow_subprocesses,
             python=python,
             tmp_root=tmp_root,
+            packages=packages,
         )
         if max_workers is not None and max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
