@@ -467,7 +467,8 @@ def stage_vllm(state: dict, python: str | None) -> None:
 # Every method on the demo's task and budget, one run per (method, seed), each kept as its own JSON file in
 # LEARN_DIR (committed), so the table accumulates across sessions: a run whose file exists is not trained again.
 LEARN_DIR = RESULTS / "realmodel_runs"
-LEARN_METHODS = ("ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg", "kl_cov", "clip_cov", "grpo")  # the order they run in
+# Every method of grpo_family.METHODS (tests/test_realmodel_report.py checks), in the order they run.
+LEARN_METHODS = ("ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg", "kl_cov", "clip_cov", "grpo", "gmpo")
 LEARN_SEEDS = (42, 43)
 # The options each paper would use at this scale, stated in the table's row (the rest: each method's defaults).
 LEARN_OPTIONS: dict[str, dict] = {

@@ -36,6 +36,13 @@ def make_run(realmodel, job: dict, before: float, after: float, cpu_s: float) ->
             "train_cpu_s": cpu_s, "eval_cpu_s": 120.0, "load_average": {"start": 2, "end": 3, "mean": 2.5, "max": 4.0}}  # fmt: skip
 
 
+def test_every_method_is_planned(realmodel):
+    """The table covers every method the package ships (a new method is a new row, not a silent omission)."""
+    from grpo_family import METHODS
+
+    assert sorted(realmodel.LEARN_METHODS) == sorted(METHODS)
+
+
 @pytest.mark.parametrize(
     ("gains", "verdict"),
     [
