@@ -52,6 +52,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import harness  # noqa: E402
 from grpo_family.algorithms import cw_grpo, d3s, gpg, grpo, ms_grpo, sgpo  # noqa: E402
 
 MODULES = {"grpo": grpo, "ms_grpo": ms_grpo, "cw_grpo": cw_grpo, "d3s": d3s, "sgpo": sgpo, "gpg": gpg}
@@ -425,7 +426,7 @@ class Step:
 
 def measured_step(quick: bool, steps: int, workdir: Path) -> Step:
     """One grpo (``GRPOFamilyTrainer``) training step: median CPU and wall time over ``steps`` after a dropped first."""
-    from transformers import PreTrainedTokenizerFast, TrainerCallback
+    from transformers import PreTrainedTokenizerFast
     from trl import GRPOConfig
 
     from grpo_family import METHODS
@@ -462,21 +463,13 @@ def measured_step(quick: bool, steps: int, workdir: Path) -> Step:
         train_dataset=make_arithmetic_dataset("train", 200, seed=0),
         processing_class=PreTrainedTokenizerFast.from_pretrained(path),
     )
-    cpu_times: list[float] = []
-
-    class StepCPU(TrainerCallback):  # generation, rewards, loss, backward and optimizer all lie inside a step
-        def on_step_begin(self, *_, **__):
-            self.start = time.process_time()
-
-        def on_step_end(self, *_, **__):
-            cpu_times.append(time.process_time() - self.start)
-
-    trainer.add_callback(StepCPU())
+    cpu = harness.step_timer()  # generation, rewards, loss, backward and optimizer all lie inside a step
+    trainer.add_callback(cpu)
     trainer.train()
     wall = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
     G = args["num_generations"]
     B = args["per_device_train_batch_size"] // G
-    return Step(statistics.median(cpu_times[1:]), statistics.median(wall), B, G, args["max_completion_length"], what)
+    return Step(statistics.median(cpu.times[1:]), statistics.median(wall), B, G, args["max_completion_length"], what)
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -491,13 +484,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--quick", action="store_true", help="tiny sizes and a random tiny model (< 20 s)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 7; 2 with --quick)")
     parser.add_argument("--steps", type=int, default=None, help="timed training steps (default 5; 2 with --quick)")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "advantages.md"))
+    parser.add_argument("--output", default=str(harness.RESULTS / "advantages.md"))
     args = parser.parse_args(argv)
     reps = args.reps or (2 if args.quick else 7)
     steps = args.steps or (2 if args.quick else 5)
     torch.set_num_threads(1)
-    load_start = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
-    started = time.perf_counter()
+    load_start, run = harness.load_average(), harness.Timer()
     with tempfile.TemporaryDirectory(prefix="grpo-family-advantages-") as tmp:  # first: the part most likely to fail
         step = measured_step(args.quick, steps, Path(tmp))
     step_seconds, eB, eG, eT = step.cpu, step.B, step.G, step.T
@@ -534,22 +526,20 @@ def main(argv: list[str] | None = None) -> str:
     missing = sorted(set(public_functions()) - covered)
     if missing:
         raise RuntimeError(f"functions without a benchmark case: {missing}")
-    load_end = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
-
-    command = "python benchmarks/advantages.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    load_end = harness.load_average()
     lines = [
         "# Algorithm functions: time, ratio to `group_advantages`, share of a training step",
         "",
-        f"Command: `{command}` (regenerates this file; `--quick` is the CI smoke run).",
+        f"Command: `{harness.command_line(__file__, argv)}` (regenerates this file; `--quick` is the CI smoke run).",
         "",
-        f"Machine: {platform.platform()}, {platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}, torch {torch.__version__}, CPU, **1 torch thread** (`torch.set_num_threads(1)`). "
+        f"Machine: {platform.platform()}, {harness.machine_line(torch=False)}, Python {platform.python_version()}, torch "
+        f"{torch.__version__}, CPU, **1 torch thread** (`torch.set_num_threads(1)`). "
         f"Load average (1/5/15 min, as `uptime` prints it) at start {load_start[0]:.2f} / {load_start[1]:.2f} / "
         f"{load_start[2]:.2f}, at end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f} on {os.cpu_count()} cores: "
         "the machine is shared, so every time below is **CPU time** of the work itself (`time.thread_time` for the "
         "functions, `time.process_time` for the step), not wall-clock; contention still perturbs it (caches, "
         f"memory bandwidth), and function and baseline are timed in alternation. {reps} repetitions per "
-        f"figure; whole run {time.perf_counter() - started:.0f} s of wall-clock.",
+        f"figure; whole run {run.wall:.0f} s of wall-clock.",
         "",
     ]
     lines += reading(rows, embedded_rows, step_seconds)
@@ -600,11 +590,7 @@ def main(argv: list[str] | None = None) -> str:
         lines.append(
             f"| `{name}` | {case} | {fmt(t.seconds * 1e3)} | {fmt(t.ratio)} | {t.seconds / step_seconds * 100:.2g} |"
         )
-    text = "\n".join(lines) + "\n"
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(text)
-    print(text)
-    return text
+    return harness.write_report(args.output, "\n".join(lines) + "\n")
 
 
 def reading(rows, embedded_rows, step_seconds) -> list[str]:

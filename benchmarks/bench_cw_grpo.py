@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -38,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from grpo_family import GRPOFamilyTrainer  # noqa: E402
 from grpo_family.tasks import (  # noqa: E402
     DEFAULT_GRPO_ARGS,
@@ -95,9 +94,9 @@ def train(method: str, model: str, dataset, steps: int, seed: int, workdir: Path
 
     def timed(fn, key):
         def wrapper(*a):
-            start = time.perf_counter()
-            out = fn(*a)
-            batches[-1][key] += time.perf_counter() - start
+            with harness.Timer() as timer:
+                out = fn(*a)
+            batches[-1][key] += timer.wall
             if key == "forward" and not out[1]:  # no forward: old_per_token_logps or the sampler's
                 batches[-1][key] = 0.0
             batches[-1]["weighted"] |= key != "hook"
@@ -118,9 +117,9 @@ def train(method: str, model: str, dataset, steps: int, seed: int, workdir: Path
     rows = [h for h in trainer.state.log_history if "step_time" in h]
     logps_s = []
     for _ in range(3 if retime else 0):
-        start = time.perf_counter()
-        CWGRPOTrainer._rollout_logps(trainer, last["batch"])
-        logps_s.append(time.perf_counter() - start)
+        with harness.Timer() as timer:
+            CWGRPOTrainer._rollout_logps(trainer, last["batch"])
+        logps_s.append(timer.wall)
     return {"rows": rows, "batches": batches, "cycle": extra.get("num_iterations", 1), "logps_s": logps_s}
 
 
@@ -165,13 +164,8 @@ def spread(values: list[float]) -> dict:
 
 
 def plot(curves: dict[str, list[list[float]]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colors = {"grpo": "tab:blue", "cw_grpo": "tab:red"}
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = harness.pyplot().subplots(figsize=(7, 4))
     for method, runs in curves.items():
         for run in runs:
             ax.plot(range(1, len(run) + 1), run, color=colors[method], alpha=0.3, lw=1)
@@ -180,9 +174,7 @@ def plot(curves: dict[str, list[list[float]]], path: Path, title: str) -> None:
     ax.set(xlabel="training step", ylabel="policy entropy (nats / token)", title=title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -192,11 +184,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--timing-reps", type=int, default=3)
     parser.add_argument("--timing-steps", type=int, default=5, help="timed generation cycles per run (+1 warm-up)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the tiny model gains nothing more)")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "cw_grpo.md"))
+    parser.add_argument("--output", default=str(harness.RESULTS / "cw_grpo.md"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cpu_started = time.process_time()
-    started = time.perf_counter()
+    run = harness.Timer()
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-cw-"))
     model, tokenizer = load_warm_start(seed=0)
     model_dir = workdir / "warm-start"
@@ -239,17 +230,15 @@ def main(argv: list[str] | None = None) -> str:
     settings = grpo_args()
     source = "DEFAULT_GRPO_ARGS" if DEFAULT_GRPO_ARGS else "the benchmark's fallback settings"
     curves = {m: [[r["entropy"] for r in run["rows"]] for run in runs] for m, runs in entropy_runs.items()}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     png = Path(args.output).with_name(Path(args.output).stem + "_entropy.png")
     plot(curves, png, f"Policy entropy, warm-started tiny model, arithmetic task ({len(args.seeds)} seeds)")
 
     lines = [
         "# CW-GRPO vs GRPO on the embedded default",
         "",
-        f"Command: `python benchmarks/bench_cw_grpo.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip()
-        + f" ({time.perf_counter() - started:.0f} s wall, {time.process_time() - cpu_started:.0f} s CPU)",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (shared with other jobs: "
-        f"timings are noisy), torch {torch.__version__} with {args.threads} thread(s), CPU, fp32.",
+        f"Command: `{harness.command_line(__file__, argv)}` ({run.wall:.0f} s wall, {run.cpu:.0f} s CPU)",
+        f"Machine: {harness.machine_line(torch=False)} (shared with other jobs: timings are noisy), torch "
+        f"{torch.__version__} with {args.threads} thread(s), CPU, fp32.",
         f"Model: the warm-started tiny Qwen2 (`load_warm_start(seed=0)`); data: bundled arithmetic task; reward: "
         f"`arithmetic_reward`; settings from {source}: "
         + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in FIXED_ARGS)
@@ -357,10 +346,7 @@ def main(argv: list[str] | None = None) -> str:
         "forward pass over the generation batch, the cost in the second row. Its share grows with the model and "
         "shrinks as completions get longer (generation is sequential, the forward is one batched pass).",
     ]
-    table = "\n".join(lines) + "\n"
-    Path(args.output).write_text(table)
-    print(table)
-    return table
+    return harness.write_report(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -32,18 +32,17 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import platform
-import resource
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks import harness  # noqa: E402
 
 MODEL_SIZES = {  # Qwen2 architectures, random-initialised: enough for throughput
     "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
@@ -63,24 +62,6 @@ def digit_share_reward(completions, **kwargs):
     """Dense reward (share of digit characters): a random model's groups are not degenerate."""
     texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
     return [sum(ch.isdigit() for ch in t) / max(1, len(t)) for t in texts]
-
-
-def proc_status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def reset_peak_rss() -> bool:
-    """Reset the process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0); False where not permitted."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def build_trainer(name: str, model: str, options: dict):
@@ -132,21 +113,19 @@ def interleaved_fwd_bwd(model: str, options: dict, rounds: int) -> dict:
     out = {n: {"time": [], "rows": int(b["completion_mask"].any(1).sum())} for n, b in batches.items()}
     names = list(METHODS)
     for r in range(rounds + 1):  # round 0 is a warm-up
-        for name in names[r % len(names) :] + names[: r % len(names)]:
+        for name in harness.rotation(names, r):
             trainer, inputs = trainers[name], batches[name]
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             hooks, saved = saved_activation_bytes()
-            sync()
-            start = time.perf_counter()
+            timer = harness.Timer(sync=sync)
             with hooks:
                 loss = trainer.compute_loss(trainer.model, inputs)
             trainer.accelerator.backward(loss)
-            sync()
-            elapsed = time.perf_counter() - start
+            timer.stop()
             trainer.model.zero_grad(set_to_none=True)
             if r:
-                out[name]["time"].append(elapsed)
+                out[name]["time"].append(timer.wall)
                 out[name]["saved_mib"] = saved[0] / 2**20
                 if device == "cuda":
                     out[name]["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -163,19 +142,17 @@ def run_once(name: str, model: str, options: dict, queue) -> None:
     trainer = build_trainer(name, model, options)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    reset = reset_peak_rss()
-    baseline = proc_status_kib("VmRSS")
+    reset = harness.reset_peak_rss()
+    baseline = harness.rss_mib("VmRSS")
     trainer.train()
-    # Peak RSS during train() only; without the reset, the process's lifetime peak (ru_maxrss, KiB on Linux).
-    peak_rss = proc_status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Peak RSS during train() only; without the reset, the process's lifetime peak.
+    peak_rss = harness.rss_mib("VmHWM") if reset else harness.max_rss_mib()
     step_time = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
     queue.put(
         {
             "step": statistics.median(step_time),
             "step_min": min(step_time),
-            "peak_mib": torch.cuda.max_memory_allocated() / 2**20
-            if device == "cuda"
-            else (peak_rss - baseline) / 1024,
+            "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else peak_rss - baseline,
         }
     )
 
@@ -206,7 +183,7 @@ def main(argv: list[str] | None = None) -> str:
         help="torch threads (default 1: on a loaded shared CPU, multi-threaded ops wait for every thread to be "
         "scheduled, which makes the cost per op nearly size-independent and hides the effect of fewer rows)",
     )
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "d3s.md"))
+    parser.add_argument("--output", default=str(harness.RESULTS / "d3s.md"))
     args = parser.parse_args(argv)
 
     import torch
@@ -244,7 +221,7 @@ def main(argv: list[str] | None = None) -> str:
     print("part A: " + ", ".join(f"{n} {median(part_a[n]['time']):.3f}s" for n in names), flush=True)
     part_b: dict[str, list[dict]] = {n: [] for n in names}
     for rep in range(args.reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+        for name in harness.rotation(names, rep):
             part_b[name].append(spawn(name, str(model_dir), options))
         print(f"part B rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {part_b[n][-1]['step']:.2f}s" for n in names))
 
@@ -256,10 +233,10 @@ def main(argv: list[str] | None = None) -> str:
     lines = [
         "# D3S vs grpo: cost of a training step at both ends of the schedule",
         "",
-        f"Command: `python benchmarks/bench_d3s.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip(),
+        f"Command: `{harness.command_line(__file__, argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores ({args.threads} torch "
-        f"threads), device {args.device}; model {args.model_size} (random init); {args.prompts} prompts x G = {group} "
+        f"Machine: {harness.machine_line(torch=False)} ({args.threads} torch threads), device {args.device}; model "
+        f"{args.model_size} (random init); {args.prompts} prompts x G = {group} "
         f"= {args.prompts * group} rollouts per step, {args.new_tokens} new tokens, beta 0, one micro-step per "
         "optimizer step. `d3s_start` / `d3s_end`: D3S pinned at p = 0 (8 of 32 rollouts, 5 % of tokens) / p = 1 "
         "(32 of 32, 20 %).",
@@ -303,11 +280,7 @@ def main(argv: list[str] | None = None) -> str:
         "interleaves the three passes round by round so that outside load hits them alike; part B's runs are minutes "
         "apart and vary more.",
     ]
-    table = "\n".join(lines) + "\n"
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(table)
-    print(table)
-    return table
+    return harness.write_report(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -50,6 +48,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from speed import BASE_ARGS, MODEL_SIZES, model_path  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from grpo_family import GRPOFamilyTrainer  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset  # noqa: E402
 from grpo_family.trainers.gpg import GPGConfig, GPGTrainer  # noqa: E402
@@ -62,21 +61,12 @@ RUNS = {
 }
 
 
-class CPUStepTime(TrainerCallback):
-    """Process CPU time (all threads) of every optimizer step; reseeds at the start of training so that every run
-    samples from the same random state whatever its set-up consumed (e.g. building a reference model)."""
-
-    def __init__(self):
-        self.times, self._start = [], None
+class Reseed(TrainerCallback):
+    """Reseeds at the start of training, so that every run samples from the same random state whatever its set-up
+    consumed (e.g. building a reference model)."""
 
     def on_train_begin(self, args, state, control, **kwargs):
         set_seed(args.seed)
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.process_time()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.process_time() - self._start)
 
 
 def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, lr: float) -> dict:
@@ -85,15 +75,13 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
         output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda",
         **{**BASE_ARGS, "learning_rate": lr, **extra},
     )  # fmt: skip
-    cpu = CPUStepTime()
+    cpu = harness.step_timer()  # process CPU time (all threads) of every optimizer step
     trainer = trainer_cls(
-        model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, callbacks=[cpu]
+        model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, callbacks=[Reseed(), cpu]
     )
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
     trainer.train()
-    wall = time.perf_counter() - start
     logs = [h for h in trainer.state.log_history if "step_time" in h][1:]
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
     rounds = [h["gpg/rounds"] for h in logs if "gpg/rounds" in h]
@@ -102,7 +90,6 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
         "tokens": [h["num_tokens"] for h in logs],
         "step_time": statistics.median(cpu.times[1:]) if device == "cpu" else wall_step,
         "wall_step_time": wall_step,
-        "wall": wall,
         "peak_mib": peak,
         "rounds": statistics.mean(rounds) if rounds else 1.0,
         "alpha": statistics.mean(h["gpg/alpha"] for h in logs) if "gpg/alpha" in logs[0] else None,
@@ -117,7 +104,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--model-size", default="tiny", choices=["tiny", *MODEL_SIZES])
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU device only)")
     parser.add_argument("--learning-rate", type=float, default=0.0, help="0 keeps every run's completions alike")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "gpg.md"))
+    parser.add_argument("--output", default=str(harness.RESULTS / "gpg.md"))
     args = parser.parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
@@ -128,8 +115,7 @@ def main(argv: list[str] | None = None) -> str:
     names = list(RUNS)
     results: dict[str, list[dict]] = {n: [] for n in names}
     for rep in range(args.reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
-        for name in order:
+        for name in harness.rotation(names, rep):
             results[name].append(
                 run_once(name, model, dataset, args.steps + 1, args.device, workdir, args.learning_rate)
             )
@@ -140,14 +126,12 @@ def main(argv: list[str] | None = None) -> str:
 
     clock = "process CPU time per step" if args.device == "cpu" else "wall time per step"
 
-    command = " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
         "# GPG training-step time vs GRPO",
         "",
-        f"Command: `python benchmarks/bench_gpg.py {command}`".replace(" `", " `").rstrip(),
+        f"Command: `{harness.command_line(__file__, argv)}`",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch "
-        f"{torch.__version__}, device {args.device}, model {args.model_size}; {args.reps} interleaved repetitions of "
+        f"Machine: {harness.machine_line()}, device {args.device}, model {args.model_size}; {args.reps} interleaved repetitions of "
         f"{args.steps} timed steps (batch {BASE_ARGS['per_device_train_batch_size']}, G={BASE_ARGS['num_generations']}, "
         f"{BASE_ARGS['max_completion_length']} new tokens, bundled arithmetic task, learning rate "
         f"{args.learning_rate}). Clock: {clock}"
@@ -185,11 +169,7 @@ def main(argv: list[str] | None = None) -> str:
         "completion masks per step. gpg_beta_th adds whole generation rounds (the cost of the threshold, not of the "
         "loss).",
     ]
-    table = "\n".join(lines) + "\n"
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(table)
-    print(table)
-    return table
+    return harness.write_report(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -32,20 +31,19 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import harness  # noqa: E402
 from grpo_family.algorithms.grpo import group_advantages  # noqa: E402
 from grpo_family.algorithms.ms_grpo import MultiscaleCache, multiscale_advantages, num_subgroups  # noqa: E402
 
 
 def timed(fn, device, inner):
+    """Wall seconds of the fastest of ``inner`` calls (CUDA synchronised at both ends)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
     best = float("inf")
     for _ in range(inner):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
+        with harness.Timer(sync=sync) as timer:
+            fn()
+        best = min(best, timer.wall)
     return best
 
 
@@ -71,12 +69,12 @@ def main():
     parser.add_argument("--inner", type=int, default=3, help="calls per timing; the fastest counts")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ms_grpo_kernels.md"))
+    parser.add_argument("--out", default=str(harness.RESULTS / "ms_grpo_kernels.md"))
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = harness.load_average()[0]
 
     rows = []
     for name, rewards_kind, rewards, kwargs in cases(args.prompts, device):
@@ -109,7 +107,7 @@ def main():
     lines = [
         "# MS-GRPO advantage kernels vs GRPO group normalisation",
         "",
-        f"`python benchmarks/bench_ms_grpo_kernels.py` — B = {args.prompts} prompts, device {device}, "
+        f"`{harness.command_line(__file__)}` — B = {args.prompts} prompts, device {device}, "
         f"torch threads: {torch.get_num_threads()}, {os.cpu_count()} CPUs (1-min load average at start: {load:.1f}), "
         f"torch {torch.__version__}, Python {platform.python_version()}, {platform.machine()}. Median over {args.reps} repetitions of "
         f"(MS time / `group_advantages` time on the same rewards), best of {args.inner} calls each; caches warm "
@@ -129,10 +127,7 @@ def main():
         "the value-class tables compute the same exact result from at most prod(n_d + 1) count vectors per prompt,",
         "for every prompt at once, tables of the batch's value set cached across calls.",
     ]
-    text = "\n".join(lines) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    harness.write_report(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import sys
@@ -45,6 +44,7 @@ from speed import BASE_ARGS, model_path  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from grpo_family import GRPOFamilyTrainer  # noqa: E402
 from grpo_family.judges import JudgeRequest, OpenAICompatibleJudge, ProgrammaticJudge  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, check_steps, make_arithmetic_dataset  # noqa: E402
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--difficulty", default="hard", choices=["easy", "default", "hard"])
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 100.0], help="loopback judge latencies")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "sgpo.md"))
+    parser.add_argument("--output", default=str(harness.RESULTS / "sgpo.md"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-sgpo-"))
@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> str:
     results: dict[str, list[dict]] = {n: [] for n in names}
     try:
         for rep in range(args.reps):
-            order = names[rep % len(names) :] + names[: rep % len(names)]
-            for name in order:
+            for name in harness.rotation(names, rep):
                 results[name].append(run_once(name, model, dataset, args.steps + 1, args.device, workdir, servers))
             print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {results[n][-1]['step_time']:.3f}s" for n in names))
     finally:
@@ -164,9 +163,9 @@ def main(argv: list[str] | None = None) -> str:
     lines = [
         "# SGPO judge overhead vs `grpo`",
         "",
-        f"Command: `python benchmarks/bench_sgpo.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip(),
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-        f"device {args.device}; warm-started tiny model, bundled arithmetic task ({args.difficulty} problems); "
+        f"Command: `{harness.command_line(__file__, argv)}`",
+        f"Machine: {harness.machine_line()}, device {args.device}; warm-started tiny model, bundled arithmetic task "
+        f"({args.difficulty} problems); "
         f"{args.reps} interleaved repetitions of {args.steps} timed steps ({bsz} completions per step, G={gens}, "
         f"{BASE_ARGS['max_completion_length']} new tokens). Judging on during the whole run; loopback judge = "
         "OpenAI-compatible HTTP server on 127.0.0.1 answering with the exact verdict after the stated latency.",
@@ -200,11 +199,7 @@ def main(argv: list[str] | None = None) -> str:
         "judge the wall time is about one request's latency, not the sum over requests (requests run concurrently, "
         "up to judge_concurrency). CPU timings on a shared 2-core machine are noisy.",
     ]
-    table = "\n".join(lines) + "\n"
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(table)
-    print(table)
-    return table
+    return harness.write_report(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

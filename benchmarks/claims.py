@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import statistics
 import sys
@@ -50,6 +49,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import harness  # noqa: E402
 from benchmarks.runs import _mean, _std, finite, run_all  # noqa: E402 - the training runs, shared with learning.py
 from grpo_family import METHODS  # noqa: E402 - light: the trainers load on first use
 
@@ -709,9 +709,7 @@ def write_markdown(result: dict, path: Path) -> str:
                 f"{v['entropy_first_last'][1]:.3f}" + "".join(f" | {_num(v.get(k))}" for k in extra) + " |"
             )
         lines.append("")
-    text = "\n".join(lines) + "\n"
-    path.write_text(text)
-    return text
+    return harness.write_report(path, "\n".join(lines) + "\n", echo=False)
 
 
 def _ranges(seeds: list[int]) -> str:
@@ -732,17 +730,12 @@ def _num(value) -> str:
 
 
 def plot(runs: list[dict], setting: Setting, batch_size: int, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     mine = [r for r in runs if r["setting"] == setting.name]
     if not mine:
         return
     second = {"d3s": "tokens", "cw_grpo": "entropy", "sgpo": "no_signal"}.get(setting.claim.split("+")[0], "cpu")
     panels = ["step", second] + (["cpu"] if second == "tokens" else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4))
+    fig, axes = harness.pyplot().subplots(1, len(panels), figsize=(5.5 * len(panels), 4))
     for index, arm in enumerate(setting.arms):
         runs_of = [r for r in mine if r["arm"] == arm.name]
         if not runs_of:
@@ -774,13 +767,11 @@ def plot(runs: list[dict], setting: Setting, batch_size: int, path: Path) -> Non
     for ax in axes:
         ax.legend(fontsize=8)
     fig.suptitle(f"{setting.name}: {setting.claim}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=100)
 
 
 # ----------------------------------------------------------------------------------------------- real model
-def real_model_text(path: Path = ROOT / "benchmarks" / "results" / "realmodel.json") -> str:
+def real_model_text(path: Path = harness.RESULTS / "realmodel.json") -> str:
     """Why the real-model rows (grpo vs D3S, grpo vs GPG on SmolLM2-135M) are not run: their cost, estimated from
     ``benchmarks/realmodel.py``'s measurements (its demo runs' CPU time and its per-step cost of each method)."""
     if not path.exists():
@@ -864,8 +855,6 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: benchmarks/results (full), outputs/claims_quick (--quick)")  # fmt: skip
     args = parser.parse_args(argv)
 
-    import torch
-
     from grpo_family.tasks import DEFAULT_GRPO_ARGS, load_warm_start
 
     all_settings = settings()
@@ -876,8 +865,8 @@ def main(argv: list[str] | None = None) -> dict:
     grpo_args = {**DEFAULT_GRPO_ARGS, **(QUICK_ARGS if args.quick else {})}
     batch_size = grpo_args["per_device_train_batch_size"]
     cache = None if args.quick else ROOT / "outputs" / "claims_runs"  # quick: every run trained, every time
-    start, load_start = time.perf_counter(), os.getloadavg()[0]
-    deadline = None if args.report_only else start + 60 * args.budget_minutes
+    clock, load_start = harness.Timer(), harness.load_average()[0]
+    deadline = None if args.report_only else time.perf_counter() + 60 * args.budget_minutes
     if not args.report_only:
         load_warm_start(seed=0)  # build the cache once, before the workers race for it
 
@@ -900,9 +889,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     shown = ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta")
     meta = {
-        "command": " ".join(["python benchmarks/claims.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": harness.command_line(__file__, argv),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "wall_minutes": (time.perf_counter() - start) / 60,
+        "wall_minutes": clock.wall / 60,
         "cpu_minutes": sum(r.get("cpu_total", 0.0) for r in done) / 60,
         "runs": len(jobs),
         "runs_finished": len(done),
@@ -911,8 +900,8 @@ def main(argv: list[str] | None = None) -> dict:
         "not_run": not_run(jobs, runs),
         "budget_minutes": None if args.report_only else args.budget_minutes,
         "workers": args.workers,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}",
-        "load": [load_start, os.getloadavg()[0]],
+        "machine": harness.machine_line(),
+        "load": [load_start, harness.load_average()[0]],
         "grpo_args": ", ".join(f"{k}={grpo_args[k]}" for k in shown),
         "steps": steps,
         "eval_every": eval_every,
@@ -929,17 +918,14 @@ def main(argv: list[str] | None = None) -> dict:
         "real_model": real_model_text(),
         "runs": done,
     }
-    out_dir = Path(
-        args.output_dir or (ROOT / "outputs" / "claims_quick" if args.quick else ROOT / "benchmarks" / "results")
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(args.output_dir or (ROOT / "outputs" / "claims_quick" if args.quick else harness.RESULTS))
     for s in plan:
         plot(done, s, batch_size, out_dir / f"claims_{s.name}.png")
-    write_markdown(result, out_dir / "claims.md")
-    (out_dir / "claims.json").write_text(json.dumps(result, indent=1))
+    text = write_markdown(result, out_dir / "claims.md")
+    harness.write_json(out_dir / "claims.json", result)
     if not args.quick and args.output_dir is None:
         update_readme(result)
-    print((out_dir / "claims.md").read_text())
+    print(text)
     return result
 
 

@@ -77,11 +77,11 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 from transformers import PreTrainedTokenizerFast, PrinterCallback, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from grpo_family import METHODS  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, build_tiny_model, build_tokenizer, make_arithmetic_dataset  # noqa: E402
 from grpo_family.trainers.d3s import D3SConfig, default_samples_start  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
 D3S_DEFAULTS = {f.name: f.default for f in dataclasses.fields(D3SConfig)}
 # Config values of every measured run that do not change the work counted (bf16 off: on CPU it means autocast).
 RUN_ARGS = dict(learning_rate=1e-3, logging_steps=1, report_to="none", use_cpu=True, seed=0, save_strategy="no",
@@ -975,7 +975,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", nargs="+", default=None, help="methods whose recipe settings to measure")
     parser.add_argument("--completion-length", type=int, default=8)
     parser.add_argument("--no-scale", action="store_true", help="skip the scale checks")
-    parser.add_argument("--output-dir", default=str(RESULTS))
+    parser.add_argument("--output-dir", default=str(harness.RESULTS))
     parser.add_argument("--processes", action="store_true", help="also the 2-process check (slow: ~1 min)")
     parser.add_argument("--process-worker", default=None, help=argparse.SUPPRESS)  # internal: one rank
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md files from the stored .json")
@@ -993,10 +993,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         process_worker(Path(args.process_worker))
         return {}
     torch.set_num_threads(1)
-    command = "python benchmarks/compute.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = harness.command_line(__file__, argv)
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-compute-"))
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     for setting in all_settings():
         if args.only and setting.method not in args.only:
@@ -1019,16 +1018,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{setting.name}: {setting.method} fwd+bwd {counts['forward_backward_tokens']:g} vs grpo "
               f"{grpo['forward_backward_tokens']:g}; syncs {counts['host_syncs']:g} / grpo {grpo['host_syncs']:g} "
               f"/ stock {stock['host_syncs']:g}; {'ok' if not mismatches else mismatches}", flush=True)  # fmt: skip
-    (output_dir / "compute.json").write_text(json.dumps({"command": command, "runs": runs}, indent=1) + "\n")
-    (output_dir / "compute.md").write_text(compute_report(runs, command))
+    harness.write_json(output_dir / "compute.json", {"command": command, "runs": runs})
+    harness.write_report(output_dir / "compute.md", compute_report(runs, command), echo=False)
     result = {"runs": runs}
     if not args.no_scale:
         scale = scale_check(list(METHODS), workdir)
         processes = processes_check(workdir) if args.processes else None
-        (output_dir / "scale.json").write_text(
-            json.dumps({"command": command, "scale": scale, "processes": processes}, indent=1) + "\n"
-        )
-        (output_dir / "scale.md").write_text(scale_report(scale, command, processes))
+        harness.write_json(output_dir / "scale.json", {"command": command, "scale": scale, "processes": processes})
+        harness.write_report(output_dir / "scale.md", scale_report(scale, command, processes), echo=False)
         result["scale"], result["processes"] = scale, processes
     return result
 

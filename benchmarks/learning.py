@@ -27,16 +27,15 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import harness  # noqa: E402
 from benchmarks.runs import _mean, _std, run_all  # noqa: E402 - the training runs, shared with claims.py
 from grpo_family import METHODS  # noqa: E402 - the one method list (light: the trainers load on first use)
 
@@ -119,12 +118,7 @@ def _steps_cell(reached: list[int | None]) -> str:
 
 
 def plot(runs: list[dict], setting: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_acc, ax_ent) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (ax_acc, ax_ent) = harness.pyplot().subplots(1, 2, figsize=(12, 4.2))
     for index, method in enumerate(dict.fromkeys(r["method"] for r in runs)):
         mine = [r for r in runs if r["setting"] == setting and r["method"] == method]
         if not mine:
@@ -149,9 +143,7 @@ def plot(runs: list[dict], setting: str, path: Path) -> None:
     )
     ax_acc.legend(fontsize=8)
     ax_ent.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=110)
 
 
 def demo_curve(runs: list[dict], path: Path) -> None:
@@ -286,9 +278,8 @@ def write_markdown(runs: list[dict], table: dict, meta: dict, path: Path) -> str
         *[f"| {m} | {METHODS[m][1].reported_result} |" for m in METHOD_NAMES],
         "",
     ]
-    text = "\n".join(lines) + "\n"  # only what this run produced; readings live in learning_reading.md
-    path.write_text(text)
-    return text
+    # only what this run produced; readings live in learning_reading.md
+    return harness.write_report(path, "\n".join(lines) + "\n", echo=False)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -322,8 +313,6 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         overrides = QUICK_ARGS
         args.eval_every, args.eval_examples = 1, 4
-    import torch
-
     from grpo_family.tasks import DEFAULT_GRPO_ARGS, load_warm_start
 
     jobs = [
@@ -347,19 +336,18 @@ def main(argv: list[str] | None = None) -> dict:
         runs, meta = stored["runs"], {k: v for k, v in stored["meta"].items() if k != "reading"}
     else:
         load_warm_start(seed=0)  # build the cache once, before the workers race for it
-        start = time.perf_counter()
+        run = harness.Timer()
         ceiling = {setting: warm_start_pass_at_k(SETTINGS[setting][0], args) for setting in args.settings}
         cache = None if args.fresh or args.quick else ROOT / "outputs" / "learning_runs"
         runs, runs_trained = run_all(jobs, args.workers, cache, label="learning")
         grpo_args = {**DEFAULT_GRPO_ARGS, **overrides}
         shown = ("per_device_train_batch_size", "num_generations", "max_completion_length", "learning_rate", "beta")
         meta = {
-            "command": " ".join(["python benchmarks/learning.py", *(sys.argv[1:] if argv is None else argv)]),
-            "wall_minutes": (time.perf_counter() - start) / 60,
+            "command": harness.command_line(__file__, argv),
+            "wall_minutes": run.wall / 60,
             "workers": args.workers,
             "runs_trained": runs_trained,
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-            "1 thread per worker",
+            "machine": f"{harness.machine_line()}, 1 thread per worker",
             "grpo_args": ", ".join(f"{k}={grpo_args[k]}" for k in shown),
             "seeds": args.seeds,
             "eval_examples": args.eval_examples,
@@ -369,16 +357,14 @@ def main(argv: list[str] | None = None) -> dict:
             "warm_start_pass_at_k": ceiling,
         }
 
-    default_dir = ROOT / "outputs" / "learning_quick" if meta["quick"] else ROOT / "benchmarks" / "results"
-    out_dir = Path(args.output_dir or default_dir)
+    out_dir = Path(args.output_dir or (ROOT / "outputs" / "learning_quick" if meta["quick"] else harness.RESULTS))
     out_dir.mkdir(parents=True, exist_ok=True)
     table = summarise(runs, meta["threshold_gain"])
     for setting in table:
         plot(runs, setting, out_dir / f"learning_{setting}.png")
     demo_curve(runs, out_dir / "demo_grpo.png")
-    write_markdown(runs, table, meta, out_dir / "learning.md")
-    (out_dir / "learning.json").write_text(json.dumps({"meta": meta, "summary": table, "runs": runs}, indent=1))
-    print((out_dir / "learning.md").read_text())
+    print(write_markdown(runs, table, meta, out_dir / "learning.md"))
+    harness.write_json(out_dir / "learning.json", {"meta": meta, "summary": table, "runs": runs})
     return {"meta": meta, "summary": table, "runs": runs}
 
 

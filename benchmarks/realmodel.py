@@ -38,8 +38,6 @@ import argparse
 import json
 import math
 import os
-import platform
-import resource
 import shlex
 import subprocess
 import sys
@@ -50,10 +48,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import harness  # noqa: E402
 from benchmarks.runs import _mean, _std, cache_path  # noqa: E402 - the run files' naming, shared with learning.py
 
-RESULTS = ROOT / "benchmarks" / "results"
-STATE = RESULTS / "realmodel.json"
+STATE = harness.RESULTS / "realmodel.json"
 RESULT = "RESULT "  # prefix of a child process's result line
 MODEL = "smollm2-135m-instruct"
 STAGES = ("tasks", "demo", "cost", "vllm", "learn")
@@ -95,18 +93,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def machine() -> str:
-    import torch
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
-
-
 def load_state() -> dict:
     return json.loads(STATE.read_text()) if STATE.exists() else {}
 
 
 def save_state(state: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
     tmp = STATE.with_name(f"{STATE.name}.{os.getpid()}.tmp")  # one per process: two learn processes may end together
     tmp.write_text(json.dumps(state, indent=2))
     os.replace(tmp, STATE)
@@ -114,16 +106,15 @@ def save_state(state: dict) -> None:
 
 def child(args: list[str], env: dict | None = None, timeout: int = 3600) -> dict:
     """Run this script's ``--child`` mode in a fresh process; its RESULT line, plus the child's CPU time."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, __file__, "--child", *args]
-    result = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                            timeout=timeout)  # fmt: skip
+    with harness.Timer() as timer:
+        result = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                                timeout=timeout)  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} failed:\n{result.stderr[-4000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     (line,) = [line for line in result.stdout.splitlines() if line.startswith(RESULT)]
     out = json.loads(line.removeprefix(RESULT))
-    out["process_cpu_s"] = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
+    out["process_cpu_s"] = round(timer.children_cpu, 1)
     return out
 
 
@@ -141,7 +132,7 @@ def measure_task(label: str) -> dict:
     from grpo_family.rewards.reasoning_gym import extract_reasoning_gym_answer
 
     torch.set_num_threads(1)
-    start, cpu = time.perf_counter(), time.process_time()
+    timer = harness.Timer()
     path = resolve_model(MODEL)
     tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     task, options, system_prompt = TASKS[label]
@@ -171,8 +162,8 @@ def measure_task(label: str) -> dict:
         "example_question": prompts[0][-1]["content"],
         "example_gold": rows[0]["answer"],
         "example_completions": sampled[:3],
-        "wall_s": round(time.perf_counter() - start, 1),
-        "cpu_s": round(time.process_time() - cpu, 1),
+        "wall_s": round(timer.wall, 1),
+        "cpu_s": round(timer.cpu, 1),
     }
 
 
@@ -188,7 +179,7 @@ def stage_tasks(state: dict) -> None:
         same = (entry.get("task"), entry.get("options"), entry.get("system_prompt"), entry.get("settings"))
         if same == (task, options, system_prompt, task_settings()):
             continue
-        load = os.getloadavg()[0]
+        load = harness.load_average()[0]
         print(f"tasks: {label}: {task} {options}", flush=True)
         done[label] = {**child(["task", label], env={"OMP_NUM_THREADS": "1"}), "load_average": round(load, 2)}
         print(f"  pass@1 {done[label]['pass@1']:.3f}  pass@8 {done[label]['pass@8']:.3f}", flush=True)
@@ -216,13 +207,12 @@ def stage_demo(state: dict) -> None:
         out = ROOT / "outputs" / f"realmodel-demo-{seed}"  # git-ignored
         cmd = [*shlex.split(DEMO_COMMAND), "--seed", str(seed), "--output_dir", str(out)]
         print(f"demo: {shlex.join(cmd)}", flush=True)
-        load, before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=4 * 3600)
-        wall = time.perf_counter() - start
+        load = harness.load_average()[0]
+        with harness.Timer() as timer:
+            result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=4 * 3600)
+        wall = timer.wall
         if result.returncode != 0:
             raise RuntimeError(f"{shlex.join(cmd)} failed:\n{result.stderr[-4000:]}")
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         results = json.loads((out / "results.json").read_text())
         log = json.loads((out / "trainer_state.json").read_text())["log_history"]
         demo["seeds"][str(seed)] = {
@@ -231,9 +221,9 @@ def stage_demo(state: dict) -> None:
             "held_out_curve": [(h["step"], h["held_out_accuracy"]) for h in log if "held_out_accuracy" in h],
             "reward_curve": [(h["step"], h["reward"]) for h in log if "reward" in h],
             "wall_s": round(wall, 1),
-            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+            "cpu_s": round(timer.children_cpu, 1),
             "load_average_start": round(load, 2),
-            "load_average_end": round(os.getloadavg()[0], 2),
+            "load_average_end": round(harness.load_average()[0], 2),
         }
         print(f"  {results['accuracy_before']:.3f} -> {results['accuracy_after']:.3f} in {wall:.0f} s", flush=True)
         save_state(state)
@@ -343,11 +333,9 @@ def measure_cost(label: str) -> dict:
     its steps (``trainer_settings``)."""
     import statistics
 
-    from speed import StepCPUTime
-
     entry = COST_ENTRIES[label]
     trainer = build_cost_trainer(label)
-    cpu = StepCPUTime()
+    cpu = harness.step_timer()
     trainer.add_callback(cpu)
     parts: dict[str, list] = {}
 
@@ -355,11 +343,12 @@ def measure_cost(label: str) -> dict:
         inner = getattr(owner, name)
 
         def wrapper(*a, **k):
-            start, cpu_start = time.perf_counter(), time.process_time()
+            timer = harness.Timer()
             try:
                 return inner(*a, **k)
             finally:
-                parts.setdefault(part, []).append((time.perf_counter() - start, time.process_time() - cpu_start))
+                timer.stop()
+                parts.setdefault(part, []).append((timer.wall, timer.cpu))
 
         setattr(owner, name, wrapper)
 
@@ -398,8 +387,8 @@ def stage_cost(state: dict) -> None:
             if (rep, label) in done:
                 continue
             print(f"cost: repetition {rep + 1}/{COST_REPS}, {label}", flush=True)
-            load = os.getloadavg()[0]
-            env = {"OMP_NUM_THREADS": str(entry["threads"]), "PYTHONPATH": str(ROOT / "benchmarks")}
+            load = harness.load_average()[0]
+            env = {"OMP_NUM_THREADS": str(entry["threads"])}
             cost["runs"].append({"rep": rep, **child(["cost", label], env=env), "load_average": round(load, 2)})
             save_state(state)
 
@@ -447,7 +436,7 @@ def stage_vllm(state: dict, python: str | None) -> None:
     from grpo_family.models import resolve_model
 
     path, env = resolve_model(MODEL), engine_env(kv_cache_gib="2")
-    row = {"run": True, "python": python, "shape": VLLM_SHAPE, "load_average": round(os.getloadavg()[0], 2)}
+    row = {"run": True, "python": python, "shape": VLLM_SHAPE, "load_average": round(harness.load_average()[0], 2)}
     for what in ("generate", "vllm"):
         cmd = [python, str(ROOT / "benchmarks" / "vllm_cpu.py"), "--measure", what, "--path", path, "--n",
                str(VLLM_SHAPE[0]), "--new-tokens", str(VLLM_SHAPE[1])]  # fmt: skip
@@ -466,7 +455,7 @@ def stage_vllm(state: dict, python: str | None) -> None:
 # ------------------------------------------------------------------------------------------------- 5. learn
 # Every method on the demo's task and budget, one run per (method, seed), each kept as its own JSON file in
 # LEARN_DIR (committed), so the table accumulates across sessions: a run whose file exists is not trained again.
-LEARN_DIR = RESULTS / "realmodel_runs"
+LEARN_DIR = harness.RESULTS / "realmodel_runs"
 # Every method of grpo_family.METHODS (tests/test_realmodel_report.py checks), in the order they run.
 LEARN_METHODS = ("ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg", "kl_cov", "clip_cov", "grpo", "gmpo")
 LEARN_SEEDS = (42, 43)
@@ -508,10 +497,8 @@ def learn_jobs() -> list[dict]:
 
 def code_commit() -> dict:
     """The commit the run trains with, and whether the training code differed from it."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "grpo_family", "examples"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
-    return {"commit": head or None, "training_code_modified": bool(dirty)}
+    dirty = harness.git("status", "--porcelain", "--", "grpo_family", "examples", cwd=ROOT)
+    return {"commit": harness.git_commit(cwd=ROOT), "training_code_modified": bool(dirty)}
 
 
 class LoadSampler:
@@ -520,18 +507,18 @@ class LoadSampler:
     def __init__(self):
         import threading
 
-        self.samples = [round(os.getloadavg()[0], 2)]
+        self.samples = [round(harness.load_average()[0], 2)]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.wait(LOAD_EVERY_S):
-            self.samples.append(round(os.getloadavg()[0], 2))
+            self.samples.append(round(harness.load_average()[0], 2))
 
     def stop(self) -> dict:
         self._stop.set()
-        self.samples.append(round(os.getloadavg()[0], 2))
+        self.samples.append(round(harness.load_average()[0], 2))
         return {"start": self.samples[0], "end": self.samples[-1], "mean": round(sum(self.samples) / len(self.samples), 2),
                 "max": max(self.samples)}  # fmt: skip
 
@@ -666,7 +653,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         load, started = LoadSampler(), time.time()
         progress["running"] = what  # still here on the next call: this segment was killed (not by --stop-at)
         progress_path.write_text(json.dumps(progress, indent=1))
-        before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        timer = harness.Timer()
         stopped, sampled_cpu_s = False, None
         try:
             sampled_cpu_s = run_until(cmd, env, log, stop_at)  # the sampler sees every process of the tree
@@ -675,11 +662,11 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
             raise
         finally:
             progress.pop("running", None)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            reaped_cpu_s = round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)
+            timer.stop()
+            reaped_cpu_s = round(timer.children_cpu, 1)
             progress["segments"].append({
                 "what": what, "resumed_from": Path(checkpoint).name if checkpoint and what == "train" else None,
-                "wall_s": round(time.perf_counter() - start, 1),
+                "wall_s": round(timer.wall, 1),
                 "cpu_s": reaped_cpu_s if sampled_cpu_s is None else max(reaped_cpu_s, sampled_cpu_s),
                 "load_average": load.stop(), "started": round(started, 1), "stopped": stopped,
             })  # fmt: skip
@@ -739,7 +726,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
         },  # fmt: skip
         "started": segments[0]["started"],
         "finished": round(time.time(), 1),
-        "machine": machine(),
+        "machine": harness.machine_line(),
     }
 
 
@@ -1037,12 +1024,7 @@ def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = N
     rows, _, _ = learning_rows(runs, jobs)
     if not rows:
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = harness.pyplot().subplots(figsize=(7, 4.5))
     for index, row in enumerate(rows):
         color = f"C{index % 10}"
         for i, run in enumerate(row["runs"]):
@@ -1059,9 +1041,7 @@ def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = N
     ax.set_title("SmolLM2-135M-Instruct, one-digit +/-, LoRA, 40 steps")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    harness.save_figure(fig, path, dpi=100)
     return True
 
 
@@ -1092,14 +1072,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         kind, *rest = args.child
         result = {"task": lambda: measure_task(rest[0]), "cost": lambda: measure_cost(rest[0])}[kind]()
-        result["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+        result["max_rss_gib"] = round(harness.max_rss_mib() / 1024, 2)
         print(RESULT + json.dumps(result), flush=True)
         return
     state = load_state()
     for stage in args.redo:
         state.pop(stage, None)
     if not args.render:
-        state.setdefault("runs", []).append({"date": str(date.today()), "machine": machine(), "stages": args.stages})
+        state.setdefault("runs", []).append(
+            {"date": str(date.today()), "machine": harness.machine_line(), "stages": args.stages}
+        )
         for stage in args.stages:
             if stage == "vllm":
                 stage_vllm(state, args.vllm_python)
@@ -1108,9 +1090,9 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 {"tasks": stage_tasks, "demo": stage_demo, "cost": stage_cost}[stage](state)
         save_state(state)
-    (RESULTS / "realmodel.md").write_text(render(state))
-    plot_learning(load_learning_runs(), RESULTS / "realmodel_learning.png")
-    print(f"wrote {RESULTS / 'realmodel.md'}")
+    harness.write_report(harness.RESULTS / "realmodel.md", render(state), echo=False)
+    plot_learning(load_learning_runs(), harness.RESULTS / "realmodel_learning.png")
+    print(f"wrote {harness.RESULTS / 'realmodel.md'}")
 
 
 def stop_at(text: str | None) -> float | None:

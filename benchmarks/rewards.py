@@ -31,7 +31,6 @@ import json
 import platform
 import re
 import sys
-import time
 from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import harness  # noqa: E402
 from grpo_family.rewards import (  # noqa: E402
     MathAccuracyReward,
     choice_accuracy_reward,
@@ -50,8 +50,8 @@ from grpo_family.tasks.arithmetic import arithmetic_reward  # noqa: E402
 from tests.reward_cases import ALL_CASES, Case  # noqa: E402
 from tests.reward_cases_contract import ALL_CONTRACT_CASES  # noqa: E402
 
-OUT = ROOT / "benchmarks" / "results" / "rewards.md"
-FALSE_NEGATIVES = ROOT / "benchmarks" / "results" / "rewards_false_negatives.md"
+OUT = harness.RESULTS / "rewards.md"
+FALSE_NEGATIVES = harness.RESULTS / "rewards_false_negatives.md"
 CORPUS = ROOT / "benchmarks" / "data" / "rewards_corpus.jsonl"
 OURS = {
     "math_accuracy": MathAccuracyReward(backend="none"),
@@ -333,21 +333,20 @@ def _fmt(value) -> str:
 
 
 def main() -> None:
-    start = time.perf_counter()
-    sets = {
-        "issue 29 contract cases (`tests/reward_cases_contract.py`)": [(c, score(c)) for c in ALL_CONTRACT_CASES],
-        "issue 21 cases (`tests/reward_cases.py`)": [(c, score(c)) for c in ALL_CASES],
-    }
-    seconds = time.perf_counter() - start
-    corpus_start = time.perf_counter()
-    corpus_rows = [(record, score_record(record)) for record in load_corpus()]
-    corpus_lines, fn_lines = corpus_report(corpus_rows, time.perf_counter() - corpus_start)
+    with harness.Timer() as cases:
+        sets = {
+            "issue 29 contract cases (`tests/reward_cases_contract.py`)": [(c, score(c)) for c in ALL_CONTRACT_CASES],
+            "issue 21 cases (`tests/reward_cases.py`)": [(c, score(c)) for c in ALL_CASES],
+        }
+    with harness.Timer() as corpus:
+        corpus_rows = [(record, score_record(record)) for record in load_corpus()]
+    corpus_lines, fn_lines = corpus_report(corpus_rows, corpus.wall)
     lines = [
         "# Answer rewards against hand grades: grpo_family, TRL's `accuracy_reward`, math-verify",
         "",
         f"Written by `python benchmarks/rewards.py` on {platform.machine()}, Python {platform.python_version()}, "
         f"TRL {version('trl')}, math-verify {version('math-verify')}; "
-        f"{sum(len(r) for r in sets.values())} hand-graded cases written for issues 21 and 29 ({seconds:.1f} s in "
+        f"{sum(len(r) for r in sets.values())} hand-graded cases written for issues 21 and 29 ({cases.wall:.1f} s in "
         f"all, every grader) and {len(corpus_rows)} real completion endings (below).",
         "",
         "A case's grade is a careful human's verdict on the final answer (1 right and committed to; 0 wrong, "
@@ -405,8 +404,8 @@ def main() -> None:
             if case.reward in SHARED:
                 cells = " | ".join(_fmt(row[g]) for g in GRADERS)
                 lines.append(f"| `{case.id}` | {_fmt(case.grade)} | {case.breaks} | {cells} |")
-    OUT.write_text("\n".join(lines) + "\n")
-    FALSE_NEGATIVES.write_text("\n".join(fn_lines) + "\n")
+    harness.write_report(OUT, "\n".join(lines) + "\n", echo=False)
+    harness.write_report(FALSE_NEGATIVES, "\n".join(fn_lines) + "\n", echo=False)
     print("\n".join(lines[:30]))
 
 

@@ -22,6 +22,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from benchmarks import harness
+
 # Per-step log keys every run returns (None where a step's log lacks one).
 BASE_LOG_KEYS = ("entropy", "rewards/arithmetic_reward/mean", "frac_reward_zero_std", "completions/mean_length")
 
@@ -106,7 +108,7 @@ def run_one(job: dict) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from transformers import PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -121,20 +123,7 @@ def run_one(job: dict) -> dict:
         make_arithmetic_dataset,
     )
 
-    class StepClock(TrainerCallback):
-        """CPU seconds of this process per optimizer step (generation, scoring, forwards, backward, update); runs
-        before the evaluation callback, so held-out evaluations are not counted."""
-
-        def __init__(self):
-            self.cpu: list[float] = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self._start = time.process_time()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.cpu.append(time.process_time() - self._start)
-
-    cpu_start, started = time.process_time(), time.time()
+    whole, started = harness.Timer(), time.time()
     method, seed, steps = job["method"], job["seed"], job["steps"]
     difficulty = _difficulty(job["difficulty"])
     model, tokenizer = load_warm_start(seed=0)
@@ -150,7 +139,9 @@ def run_one(job: dict) -> dict:
         max_new_tokens=settings["max_completion_length"],
         mode="train",  # the answer contract the policy is trained on, as examples/train.py
     )
-    clock = StepClock()
+    # CPU seconds of this process per optimizer step (generation, scoring, forwards, backward, update); it runs
+    # before the evaluation callback, so held-out evaluations are not counted.
+    clock = harness.step_timer()
 
     config_cls, trainer_cls = get_method(method)
     with tempfile.TemporaryDirectory() as out:
@@ -177,9 +168,8 @@ def run_one(job: dict) -> dict:
         trainer.remove_callback(PrinterCallback)  # the per-step log dicts; the curves are returned instead
         evaluation.bind(trainer)
         evaluation.initial = evaluation.evaluate()
-        start = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - start
+        with harness.Timer() as training:
+            trainer.train()
     accuracy = {step: metrics["held_out_accuracy"] for step, metrics in evaluation.history.items()}
     logs = [row for row in trainer.state.log_history if "entropy" in row]
     keys = [*BASE_LOG_KEYS, *job.get("log_keys", ())]
@@ -188,9 +178,9 @@ def run_one(job: dict) -> dict:
     result = {
         **{k: job[k] for k in ("method", "setting", "seed")},
         "steps": steps,
-        "seconds": round(seconds, 1),
-        "cpu_seconds": [round(c, 4) for c in clock.cpu],
-        "cpu_total": round(time.process_time() - cpu_start, 1),  # the whole run: set-up and evaluations included
+        "seconds": round(training.wall, 1),
+        "cpu_seconds": [round(c, 4) for c in clock.times],
+        "cpu_total": round(whole.cpu, 1),  # the whole run: set-up and evaluations included
         "started": round(started, 1),  # Unix times: a report of cached runs can give the span they were trained in
         "finished": round(time.time(), 1),
         "accuracy": {str(k): v for k, v in sorted(accuracy.items())},

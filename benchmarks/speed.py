@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -39,9 +37,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transformers import PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from grpo_family import METHODS  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, load_warm_start, make_arithmetic_dataset  # noqa: E402
 
@@ -84,41 +83,9 @@ def model_path(size: str, workdir: Path) -> str:
     return str(path)
 
 
-class StepCPUTime(TrainerCallback):
-    """Process CPU seconds of each optimizer step (all threads), beside TRL's wall-clock ``step_time``."""
-
-    def __init__(self):
-        self.times: list[float] = []
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.process_time()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.process_time() - self._start)
-
-
-def _rss_mib(field: str) -> float | None:
-    """``VmRSS`` / ``VmHWM`` of this process in MiB (Linux), else None."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
 def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, extra: dict) -> dict:
     gc.collect()
-    baseline, reset = _rss_mib("VmRSS"), _reset_peak_rss()
+    baseline, reset = harness.rss_mib("VmRSS"), harness.reset_peak_rss()
     config_cls, trainer_cls = (GRPOConfig, GRPOTrainer) if name == "stock_trl" else METHODS[name]
     args = config_cls(
         output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda",
@@ -130,24 +97,23 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     trainer = trainer_cls(
         model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, processing_class=tokenizer
     )
-    cpu_time = StepCPUTime()
+    cpu_time = harness.step_timer()  # process CPU seconds of each step, beside TRL's wall-clock step_time
     trainer.add_callback(cpu_time)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    trainer.train()
-    wall = time.perf_counter() - start
+    with harness.Timer() as run:
+        trainer.train()
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h][1:]
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
-        high = _rss_mib("VmHWM") if reset else None
+        high = harness.rss_mib("VmHWM") if reset else None
         peak = None if high is None or baseline is None else high - baseline
     del trainer
     return {
         "step_time": statistics.median(step_times),
         "cpu_time": statistics.median(cpu_time.times[1:]),
-        "wall": wall,
+        "wall": run.wall,
         "peak_mib": peak,
     }
 
@@ -163,7 +129,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1: CPU time ~ busy time)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient for every method (GPG needs 0)")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "speed.md"))
+    parser.add_argument("--output", default=str(harness.RESULTS / "speed.md"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     if args.device == "cpu":
@@ -178,8 +144,7 @@ def main(argv: list[str] | None = None) -> str:
     names = ["stock_trl", *args.methods]
     results: dict[str, list[dict]] = {n: [] for n in names}
     for rep in range(args.reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]
-        for name in order:
+        for name in harness.rotation(names, rep):
             results[name].append(
                 run_once(name, model, dataset, args.steps + 1, args.device, workdir, {"beta": args.beta})
             )
@@ -201,10 +166,9 @@ def main(argv: list[str] | None = None) -> str:
     lines = [
         "# Training-step time vs stock `trl.GRPOTrainer`",
         "",
-        f"Command: `python benchmarks/speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip() + "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch "
-        f"{torch.__version__}, device {args.device}, model {args.model_size}; {args.reps} interleaved repetitions "
-        f"of {args.steps} timed steps (learning rate 0, so every method generates the same completions; batch {BASE_ARGS['per_device_train_batch_size']}, G="
+        f"Command: `{harness.command_line(__file__, argv)}`",
+        f"Machine: {harness.machine_line()}, device {args.device}, model {args.model_size}; {args.reps} interleaved "
+        f"repetitions of {args.steps} timed steps (learning rate 0, so every method generates the same completions; batch {BASE_ARGS['per_device_train_batch_size']}, G="
         f"{BASE_ARGS['num_generations']}, {BASE_ARGS['max_completion_length']} new tokens, beta {args.beta}).",
         "",
         "| method | median step wall time (s) | wall ratio to stock TRL (median of per-rep ratios) | min / max "
@@ -233,7 +197,7 @@ def main(argv: list[str] | None = None) -> str:
     lines += [
         "",
         f"Threads: {torch.get_num_threads()} torch thread(s). Load average when the run ended: "
-        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}. Peak memory: "
+        f"{', '.join(f'{x:.1f}' for x in harness.load_average())}. Peak memory: "
         + (
             "`torch.cuda.max_memory_allocated` per run."
             if args.device == "cuda"
@@ -253,11 +217,7 @@ def main(argv: list[str] | None = None) -> str:
             f"per-repetition ratios of the methods span {min(per_rep):.2f}-{max(per_rep):.2f}, so differences "
             "smaller than that spread are not resolved by this table.",
         ]
-    table = "\n".join(lines) + "\n"
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(table)
-    print(table)
-    return table
+    return harness.write_report(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

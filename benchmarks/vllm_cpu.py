@@ -19,16 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import harness  # noqa: E402
+
 RESULT = "RESULT "  # prefix of a measuring process's output line
 SHAPES = {  # prompts x new tokens per measurement
     "tiny": (64, 40),
@@ -91,31 +92,27 @@ def measure_generate(path: str, n: int, new_tokens: int) -> dict:
     width = max(map(len, batch))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in batch])
     mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in batch])[:, None]).long()
-    start = time.perf_counter()
-    with torch.no_grad():
+    with harness.Timer() as timer, torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
                              max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)  # fmt: skip
-    seconds = time.perf_counter() - start
     tokens = (out.shape[1] - width) * n
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "threads": torch.get_num_threads(),
-            "dtype": str(model.dtype)}  # fmt: skip
+    return {"tokens": tokens, "seconds": timer.wall, "tokens_per_s": tokens / timer.wall,
+            "threads": torch.get_num_threads(), "dtype": str(model.dtype)}  # fmt: skip
 
 
 def measure_vllm(path: str, n: int, new_tokens: int) -> dict:
     from vllm import LLM, SamplingParams
 
-    start = time.perf_counter()
-    llm = LLM(model=path, seed=0, max_model_len=256, max_num_seqs=n)
-    startup = time.perf_counter() - start
+    with harness.Timer() as startup:
+        llm = LLM(model=path, seed=0, max_model_len=256, max_num_seqs=n)
     params = SamplingParams(temperature=1.0, max_tokens=new_tokens, min_tokens=new_tokens, ignore_eos=True)
     requests = [{"prompt_token_ids": p} for p in prompts(n, path)]
     llm.generate(requests[:2], params, use_tqdm=False)  # first-call warm-up, outside the timing
-    start = time.perf_counter()
-    outputs = llm.generate(requests, params, use_tqdm=False)
-    seconds = time.perf_counter() - start
+    with harness.Timer() as timer:
+        outputs = llm.generate(requests, params, use_tqdm=False)
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     dtype = str(llm.llm_engine.model_config.dtype)
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "startup_s": startup,
+    return {"tokens": tokens, "seconds": timer.wall, "tokens_per_s": tokens / timer.wall, "startup_s": startup.wall,
             "dtype": dtype}  # fmt: skip
 
 
@@ -141,19 +138,17 @@ def run_demo(use_vllm: bool, out: Path) -> dict:
         cmd += ["--use_vllm", "--vllm_mode", "colocate"]
     bin_dir = str(Path(sys.executable).parent)
     env = {**vllm_env(), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
-    start = time.perf_counter()
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
-    seconds = time.perf_counter() - start
+    with harness.Timer() as timer:
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{result.stderr[-4000:]}")
     results = json.loads((out / "results.json").read_text())
-    return {"command": demo_command(use_vllm), "seconds": seconds, "accuracy_before": results["accuracy_before"],
+    return {"command": demo_command(use_vllm), "seconds": timer.wall, "accuracy_before": results["accuracy_before"],
             "accuracy_after": results["accuracy_after"]}  # fmt: skip
 
 
 def write(report: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "vllm_cpu.json").write_text(json.dumps(report, indent=2))
+    harness.write_json(harness.RESULTS / "vllm_cpu.json", report, indent=2)
     lines = [
         "# vLLM on CPU vs transformers `generate`",
         "",
@@ -190,7 +185,7 @@ def write(report: dict) -> None:
             "(engine start-up included).",
             "",
         ]
-    (RESULTS / "vllm_cpu.md").write_text("\n".join(lines))
+    harness.write_report(harness.RESULTS / "vllm_cpu.md", "\n".join(lines), echo=False)
 
 
 def main() -> None:
@@ -204,7 +199,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="rewrite vllm_cpu.md from vllm_cpu.json (no run)")
     args = parser.parse_args()
     if args.render:
-        report = json.loads((RESULTS / "vllm_cpu.json").read_text())
+        report = json.loads((harness.RESULTS / "vllm_cpu.json").read_text())
         for name, row in report["demo"].items():
             row["command"] = demo_command(name == "vllm")
         write(report)
@@ -213,8 +208,8 @@ def main() -> None:
         measure = measure_generate if args.measure == "generate" else measure_vllm
         print(RESULT + json.dumps(measure(args.path, args.n, args.new_tokens)), flush=True)
         return
-    report = {"date": str(date.today()), "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}",
-              "load_average_at_start": os.getloadavg()[0], "throughput": {}, "demo": {}}  # fmt: skip
+    report = {"date": str(date.today()), "machine": harness.machine_line(torch=False),
+              "load_average_at_start": harness.load_average()[0], "throughput": {}, "demo": {}}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for kind, (n, new_tokens) in SHAPES.items():
             if kind == "0.5b" and args.skip_big:
@@ -230,7 +225,7 @@ def main() -> None:
             for name, use_vllm in (("generate", False), ("vllm", True)):
                 report["demo"][name] = run_demo(use_vllm, Path(tmp) / f"demo-{name}")
                 print("demo", name, report["demo"][name], flush=True)
-    report["load_average_at_end"] = os.getloadavg()[0]
+    report["load_average_at_end"] = harness.load_average()[0]
     write(report)
 
 

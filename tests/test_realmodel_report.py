@@ -128,7 +128,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
               "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
     monkeypatch.setattr(realmodel, "ROOT", tmp_path)
     monkeypatch.setattr(realmodel, "recipe", lambda: values)
-    monkeypatch.setattr(realmodel, "machine", lambda: "a test machine")  # (it imports torch for its version)
+    monkeypatch.setattr(realmodel.harness, "machine_line", lambda: "a test machine")  # (it imports torch)
     calls: list[list[str]] = []
 
     def fake_run_until(cmd, env, log, stop_at):
@@ -226,7 +226,7 @@ def test_a_run_killed_outright_resumes_and_says_its_cpu_time_is_a_lower_bound(re
               "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
     monkeypatch.setattr(realmodel, "ROOT", tmp_path)
     monkeypatch.setattr(realmodel, "recipe", lambda: values)
-    monkeypatch.setattr(realmodel, "machine", lambda: "a test machine")
+    monkeypatch.setattr(realmodel.harness, "machine_line", lambda: "a test machine")
     job = make_job(realmodel, "gpg", 42)
     out = tmp_path / "outputs" / "realmodel-learn-gpg-42"
 
