@@ -17,9 +17,10 @@ Per-step time covers generation + scoring + forward/backward + optimizer; the fi
 warm-up; the order of the runs rotates between repetitions, and a figure is the median over repetitions of the
 per-repetition ratio. Two choices keep the comparison about the methods rather than the machine:
 
-* the learning rate is 0 by default, so the weights -- hence the sampled completions, their lengths and the
-  rewards -- are the same in every run (the step's cost does not depend on the learning rate's value; TRL's
-  optimizer step still runs);
+* the learning rate is 1e-48 by default (``harness.FROZEN_LEARNING_RATE``; the bounds refuse 0), whose update
+  rounds to nothing in float32, so the weights -- hence the sampled completions, their lengths and the rewards --
+  are the same in every run (checked after each run; the step's cost does not depend on the learning rate's value;
+  TRL's optimizer step still runs);
 * on CPU the clock is the process CPU time of each optimizer step, with torch on one thread by default
   (``--threads``): single-threaded CPU time counts the work done and hardly moves when other jobs share the
   machine, whereas wall time -- and the CPU time of spinning OpenMP threads -- does. TRL's wall-clock
@@ -43,12 +44,11 @@ from transformers import TrainerCallback, set_seed
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from speed import BASE_ARGS, MODEL_SIZES, model_path  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
+from benchmarks.speed import BASE_ARGS, MODEL_SIZES, model_path  # noqa: E402
 from grpo_family import GRPOFamilyTrainer  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, make_arithmetic_dataset  # noqa: E402
 from grpo_family.trainers.gpg import GPGConfig, GPGTrainer  # noqa: E402
@@ -69,21 +69,32 @@ class Reseed(TrainerCallback):
         set_seed(args.seed)
 
 
-def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, lr: float) -> dict:
-    config_cls, trainer_cls, extra = RUNS[name]
-    args = config_cls(
+def make_config(name: str, steps: int, device: str, workdir: Path, lr: float):
+    """The config of one run of ``name`` (a ``RUNS`` key): speed.py's ``BASE_ARGS``, the learning rate, the run's
+    own settings."""
+    config_cls, _, extra = RUNS[name]
+    return config_cls(
         output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda",
         **{**BASE_ARGS, "learning_rate": lr, **extra},
     )  # fmt: skip
+
+
+def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, lr: float) -> dict:
+    trainer_cls = RUNS[name][1]
+    args = make_config(name, steps, device, workdir, lr)
     cpu = harness.step_timer()  # process CPU time (all threads) of every optimizer step
     trainer = trainer_cls(
         model=model, reward_funcs=[arithmetic_reward], args=args, train_dataset=dataset, callbacks=[Reseed(), cpu]
     )
+    frozen = lr == harness.FROZEN_LEARNING_RATE
+    before = harness.weights_digest(trainer.model) if frozen else None
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
     logs = [h for h in trainer.state.log_history if "step_time" in h][1:]
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
+    if frozen:  # after the measurements
+        harness.check_frozen(before, trainer.model, name)
     rounds = [h["gpg/rounds"] for h in logs if "gpg/rounds" in h]
     wall_step = statistics.median(h["step_time"] for h in logs)
     return {
@@ -96,16 +107,25 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     }
 
 
-def main(argv: list[str] | None = None) -> str:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--model-size", default="tiny", choices=["tiny", *MODEL_SIZES])
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (CPU device only)")
-    parser.add_argument("--learning-rate", type=float, default=0.0, help="0 keeps every run's completions alike")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=harness.FROZEN_LEARNING_RATE,
+        help="the default leaves the weights unchanged (checked), so every run's completions are alike; must be > 0",
+    )
     parser.add_argument("--output", default=str(harness.RESULTS / "gpg.md"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -4,7 +4,8 @@
     python benchmarks/bench_sgpo.py --reps 5 --steps 6 --difficulty default --latency-ms 0 200
 
 Runs, each from the same model, data and batch settings (benchmarks/speed.py's BASE_ARGS: 32 completions per step,
-G = 8, 48 new tokens; the bundled arithmetic task, "hard" problems by default so that most groups are all wrong):
+G = 8, 48 new tokens, a learning rate that leaves the weights unchanged, checked after each run; the bundled
+arithmetic task, "hard" problems by default so that most groups are all wrong):
 
 * ``grpo``: ``GRPOFamilyTrainer`` (the library's ``grpo``), the reference;
 * ``sgpo_programmatic``: ``SGPOTrainer`` with the exact arithmetic checker as judge (in process);
@@ -38,13 +39,12 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from speed import BASE_ARGS, model_path  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
+from benchmarks.speed import BASE_ARGS, model_path  # noqa: E402
 from grpo_family import GRPOFamilyTrainer  # noqa: E402
 from grpo_family.judges import JudgeRequest, OpenAICompatibleJudge, ProgrammaticJudge  # noqa: E402
 from grpo_family.tasks import arithmetic_reward, check_steps, make_arithmetic_dataset  # noqa: E402
@@ -108,19 +108,29 @@ class LoopbackJudgeServer:
         self.server.server_close()
 
 
-def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, servers: dict) -> dict:
+def make_config(name: str, steps: int, device: str, workdir: Path):
+    """The config of one run of ``name`` (``grpo`` or an ``sgpo_*`` run): speed.py's ``BASE_ARGS``, and for SGPO
+    judging during the whole run."""
     common = dict(output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda")
+    if name == "grpo":
+        return GRPOConfig(**common, **BASE_ARGS)
+    return SGPOConfig(**common, **BASE_ARGS, sgpo_num_epochs=None, step_splitter="line")
+
+
+def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, servers: dict) -> dict:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model)  # AutoTokenizer would build a Qwen2Tokenizer
     kwargs = dict(model=model, reward_funcs=[arithmetic_reward], train_dataset=dataset, processing_class=tokenizer)
+    args = make_config(name, steps, device, workdir)
     if name == "grpo":
-        trainer = GRPOFamilyTrainer(args=GRPOConfig(**common, **BASE_ARGS), **kwargs)
+        trainer = GRPOFamilyTrainer(args=args, **kwargs)
     else:
-        args = SGPOConfig(**common, **BASE_ARGS, sgpo_num_epochs=None, step_splitter="line")
         judge = None
         if name.startswith("sgpo_http"):
             judge = OpenAICompatibleJudge(servers[name].url, "loopback-judge", timeout=60.0, concurrency=64)
         trainer = SGPOTrainer(args=args, judge=judge, **kwargs)
+    before = harness.weights_digest(trainer.model)
     trainer.train()
+    harness.check_frozen(before, trainer.model, name)  # BASE_ARGS' learning rate leaves the weights unchanged
     history = trainer.state.log_history
     step_times = [h["step_time"] for h in history if "step_time" in h][1:]
     latencies = [h["sgpo/judge_latency_s"] for h in history if "sgpo/judge_latency_s" in h][1:]
@@ -134,7 +144,7 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     }
 
 
-def main(argv: list[str] | None = None) -> str:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4, help="timed steps per run (one more is run as warm-up)")
@@ -142,7 +152,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 100.0], help="loopback judge latencies")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--output", default=str(harness.RESULTS / "sgpo.md"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
     torch.manual_seed(0)
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-sgpo-"))
     model = model_path("tiny", workdir)

@@ -1,7 +1,8 @@
 """What every benchmark shares, so that each keeps only what it measures: its clocks (:class:`Timer`,
 :func:`step_timer`, :func:`rotation`), the machine it ran on (:func:`machine_line`, :func:`load_average`, the
-process's memory, the commit), and how it writes (:func:`command_line`, :func:`write_report`, :func:`write_json`,
-into :data:`RESULTS` by default) and plots (:func:`pyplot`, :func:`save_figure`) its results.
+process's memory, the commit), timing runs whose weights must not move (:data:`FROZEN_LEARNING_RATE`,
+:func:`weights_digest`, :func:`check_frozen`), and how it writes (:func:`command_line`, :func:`write_report`,
+:func:`write_json`, into :data:`RESULTS` by default) and plots (:func:`pyplot`, :func:`save_figure`) its results.
 
 Only the standard library at module level (torch, transformers and matplotlib inside the functions that use them):
 ``code_sandbox.py`` and ``rewards.py`` import no torch, ``vllm_cpu.py`` runs in the vLLM environment.
@@ -103,6 +104,49 @@ def rotation(names: Sequence[str], rep: int) -> list[str]:
     machine's speed (other jobs starting or ending) hits every run alike."""
     shift = rep % len(names)
     return [*names[shift:], *names[:shift]]
+
+
+# --------------------------------------------------------------------------------------------- frozen-weight runs
+# The learning rate of timing runs, whose methods must do identical work: with unchanged weights every run samples
+# the same completions (same lengths, same rewards), and the optimizer step still runs in full. The bounds refuse 0
+# (grpo_family/bounds.py: a run that cannot learn is refused before training), so the rate is the positive value
+# whose update is below half an ULP of every float32 weight, zero included, i.e. one that rounds to nothing.
+# AdamW (TrainingArguments' default, betas (0.9, 0.999)) moves a weight by
+#     |dw| = lr * |m_hat_t| / (sqrt(v_hat_t) + eps) <= lr * K,
+#     K = (1 - b1) / sqrt(1 - b2) / sqrt(1 - b1**2 / b2) = 7.27 (for every step t),
+# from Cauchy-Schwarz on m_t = (1 - b1) sum b1**(t-i) g_i against v_t = (1 - b2) sum b2**(t-i) g_i**2, the bias
+# corrections sqrt(1 - b2**t) / (1 - b1**t) at most their limit 1 (eps and the scheduler only shrink it). With
+# lr = 1e-48, |dw| <= 7.3e-48 < 2**-150 = 7.0e-46, half the smallest positive float32 (2**-149): w - dw rounds back
+# to w for every float32 (and bf16) w, whether the update is computed in float32 or in double (a zero may become
+# -0.0, equal in value); weight decay w * lr * wd is further below half an ULP of w. Runs check it with
+# weights_digest (another optimizer, or other betas, would show up there).
+FROZEN_LEARNING_RATE = 1e-48
+
+
+def weights_digest(model) -> str:
+    """SHA-256 of the values of ``model``'s parameters (names, shapes, dtypes and float32 bytes, -0.0 counted as
+    0.0), one tensor at a time on the CPU: equal digests before and after training mean unchanged weights."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            values = param.detach().to("cpu", torch.float32) + 0.0  # + 0.0 turns -0.0 into 0.0
+            digest.update(f"{name} {tuple(param.shape)} {param.dtype}\n".encode())
+            digest.update(values.contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def check_frozen(before: str, model, what: str) -> None:
+    """Raise if ``model``'s weights changed since ``before`` (its :func:`weights_digest`): a timing run at
+    :data:`FROZEN_LEARNING_RATE` whose weights moved did not do the same work as the others."""
+    if weights_digest(model) != before:
+        raise RuntimeError(
+            f"{what}: the weights changed at learning rate {FROZEN_LEARNING_RATE:g}, which should leave them "
+            "unchanged (benchmarks/harness.py, FROZEN_LEARNING_RATE): the runs no longer sample the same completions"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------- the machine

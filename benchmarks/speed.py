@@ -55,9 +55,11 @@ BASE_ARGS = dict(
     per_device_train_batch_size=32,
     num_generations=8,
     max_completion_length=48,
-    # lr 0: every method samples exactly the same completions as stock TRL in the same repetition, so the ratio
-    # measures each method's own cost rather than the lengths its diverging policy happens to generate.
-    learning_rate=0.0,
+    # Weights that never move: every method samples exactly the same completions as stock TRL in the same
+    # repetition, so the ratio measures each method's own cost rather than the lengths its diverging policy happens
+    # to generate. Not 0, which the bounds refuse: a rate whose update rounds to nothing (harness.FROZEN_LEARNING_RATE,
+    # derivation there), checked after every run (harness.check_frozen).
+    learning_rate=harness.FROZEN_LEARNING_RATE,
     beta=0.0,
     temperature=1.0,
     logging_steps=1,
@@ -83,14 +85,20 @@ def model_path(size: str, workdir: Path) -> str:
     return str(path)
 
 
-def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, extra: dict) -> dict:
-    gc.collect()
-    baseline, reset = harness.rss_mib("VmRSS"), harness.reset_peak_rss()
-    config_cls, trainer_cls = (GRPOConfig, GRPOTrainer) if name == "stock_trl" else METHODS[name]
-    args = config_cls(
+def make_config(name: str, steps: int, device: str, workdir: Path, extra: dict):
+    """The config of one run of ``name`` (a ``METHODS`` key or ``stock_trl``): ``BASE_ARGS``, then ``extra``."""
+    config_cls = GRPOConfig if name == "stock_trl" else METHODS[name][0]
+    return config_cls(
         output_dir=str(workdir / name), max_steps=steps, use_cpu=device == "cpu", bf16=device == "cuda",
         **{**BASE_ARGS, **extra},
     )  # fmt: skip
+
+
+def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: Path, extra: dict) -> dict:
+    gc.collect()
+    baseline, reset = harness.rss_mib("VmRSS"), harness.reset_peak_rss()
+    trainer_cls = GRPOTrainer if name == "stock_trl" else METHODS[name][1]
+    args = make_config(name, steps, device, workdir, extra)
     # The character-level tokenizer must be passed explicitly: from the path alone, AutoTokenizer would build
     # a Qwen2Tokenizer (model_type qwen2) that mangles this vocabulary.
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
@@ -99,6 +107,8 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     )
     cpu_time = harness.step_timer()  # process CPU seconds of each step, beside TRL's wall-clock step_time
     trainer.add_callback(cpu_time)
+    frozen = args.learning_rate == harness.FROZEN_LEARNING_RATE
+    before = harness.weights_digest(trainer.model) if frozen else None
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with harness.Timer() as run:
@@ -109,6 +119,8 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     else:
         high = harness.rss_mib("VmHWM") if reset else None
         peak = None if high is None or baseline is None else high - baseline
+    if frozen:  # after the measurements: the check's copies are not counted
+        harness.check_frozen(before, trainer.model, name)
     del trainer
     return {
         "step_time": statistics.median(step_times),
@@ -118,7 +130,7 @@ def run_once(name: str, model: str, dataset, steps: int, device: str, workdir: P
     }
 
 
-def main(argv: list[str] | None = None) -> str:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--reps", type=int, default=5)
@@ -130,7 +142,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (1: CPU time ~ busy time)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient for every method (GPG needs 0)")
     parser.add_argument("--output", default=str(harness.RESULTS / "speed.md"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
     torch.manual_seed(0)
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
@@ -168,8 +184,10 @@ def main(argv: list[str] | None = None) -> str:
         "",
         f"Command: `{harness.command_line(__file__, argv)}`",
         f"Machine: {harness.machine_line()}, device {args.device}, model {args.model_size}; {args.reps} interleaved "
-        f"repetitions of {args.steps} timed steps (learning rate 0, so every method generates the same completions; batch {BASE_ARGS['per_device_train_batch_size']}, G="
-        f"{BASE_ARGS['num_generations']}, {BASE_ARGS['max_completion_length']} new tokens, beta {args.beta}).",
+        f"repetitions of {args.steps} timed steps (learning rate {BASE_ARGS['learning_rate']:g}, which leaves the "
+        "weights unchanged (checked after every run), so every method generates the same completions; batch "
+        f"{BASE_ARGS['per_device_train_batch_size']}, G={BASE_ARGS['num_generations']}, "
+        f"{BASE_ARGS['max_completion_length']} new tokens, beta {args.beta}).",
         "",
         "| method | median step wall time (s) | wall ratio to stock TRL (median of per-rep ratios) | min / max "
         "| median step CPU time (s) | CPU-time ratio (median) | min / max | peak memory (MiB) | memory ratio |",
