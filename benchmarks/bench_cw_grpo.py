@@ -69,20 +69,27 @@ TIMING_CONFIGS = {
     "num_iterations=2: TRL computes old_per_token_logps": ({"num_iterations": 2}, {}, False),
 }
 FIXED_ARGS = dict(logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True, bf16=False)
+PER_RUN = ("output_dir", "max_steps", "seed")  # set by each run (train), over the shared settings' own values
 
 
 def grpo_args() -> dict:
     return {**(DEFAULT_GRPO_ARGS or FALLBACK_ARGS), **FIXED_ARGS}
 
 
+def make_config(method: str, workdir: Path, steps: int, seed: int, **extra):
+    """A run's config: the shared settings, then ``extra``, then the run's own output folder, steps and seed, each
+    later one winning (``DEFAULT_GRPO_ARGS`` has its own ``max_steps``: passed beside it as a keyword, the run's
+    was a ``TypeError``)."""
+    own = dict(output_dir=str(workdir / f"{method}-{seed}"), max_steps=steps, seed=seed)
+    return METHODS[method][0](**{**grpo_args(), **extra, **own})
+
+
 def train(method: str, model: str, dataset, steps: int, seed: int, workdir: Path, retime=False, **extra) -> dict:
     """One run: TRL's per-step log rows and, per generation batch, CW-GRPO's added wall time (advantage hook +
     weights made in the loss), whether it computed weights (not every group degenerate) and its extra-forward
     time. With ``retime``, the rollout log-probs are also timed warm (3 times) on the run's last batch."""
-    config_cls, trainer_cls = METHODS[method]
-    args = config_cls(
-        output_dir=str(workdir / f"{method}-{seed}"), max_steps=steps, seed=seed, **{**grpo_args(), **extra}
-    )
+    trainer_cls = METHODS[method][1]
+    args = make_config(method, workdir, steps, seed, **extra)
     # The character-level tokenizer explicitly: from the path alone, AutoTokenizer builds a Qwen2Tokenizer that
     # drops newlines of this vocabulary.
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model)
@@ -177,7 +184,7 @@ def plot(curves: dict[str, list[list[float]]], path: Path, title: str) -> None:
     harness.save_figure(fig, path, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> str:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="training steps per entropy run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -185,9 +192,13 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--timing-steps", type=int, default=5, help="timed generation cycles per run (+1 warm-up)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the tiny model gains nothing more)")
     parser.add_argument("--output", default=str(harness.RESULTS / "cw_grpo.md"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    run = harness.Timer()
+    clock = harness.Timer()  # the whole benchmark (not `run`: the loops below name each training run so)
     workdir = Path(tempfile.mkdtemp(prefix="grpo-family-cw-"))
     model, tokenizer = load_warm_start(seed=0)
     model_dir = workdir / "warm-start"
@@ -236,12 +247,12 @@ def main(argv: list[str] | None = None) -> str:
     lines = [
         "# CW-GRPO vs GRPO on the embedded default",
         "",
-        f"Command: `{harness.command_line(__file__, argv)}` ({run.wall:.0f} s wall, {run.cpu:.0f} s CPU)",
+        f"Command: `{harness.command_line(__file__, argv)}` ({clock.wall:.0f} s wall, {clock.cpu:.0f} s CPU)",
         f"Machine: {harness.machine_line(torch=False)} (shared with other jobs: timings are noisy), torch "
         f"{torch.__version__} with {args.threads} thread(s), CPU, fp32.",
         f"Model: the warm-started tiny Qwen2 (`load_warm_start(seed=0)`); data: bundled arithmetic task; reward: "
         f"`arithmetic_reward`; settings from {source}: "
-        + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in FIXED_ARGS)
+        + ", ".join(f"{k}={v}" for k, v in settings.items() if k not in FIXED_ARGS and k not in PER_RUN)
         + ".",
         "",
         f"## Policy entropy over {args.steps} steps (seeds {', '.join(map(str, args.seeds))}; same seeds for both)",
