@@ -837,6 +837,13 @@ def scale_report(scale: dict[str, Any], command: str, processes: dict[str, Any] 
         "",
     ]
     lines += [f"- **{method}**: {FORMULAS.get(method, FORMULAS['other'])}" for method in METHODS]
+    unmeasured = [method for method in METHODS if method not in scale]
+    if unmeasured:  # a report rewritten (--report-only) from a run older than some of the methods
+        lines += [
+            "",
+            f"Not in this run (methods added after it): {', '.join(unmeasured)}. Their formulas above are not "
+            "checked at two sizes here; `python benchmarks/compute.py` measures every method.",
+        ]
     lines += [
         "",
         "Model size: no count above depends on it (rows and tokens are the same for any model); the FLOPs are "
