@@ -212,10 +212,17 @@ def contract_rule(record: dict) -> str:
     contract module does not offer it."""
     try:
         from grpo_family.rewards import contract
+        from grpo_family.rewards.values import count_numbers
 
-        spec = {"math_accuracy": contract.MATH_SLOTS, "choice_accuracy": contract.CHOICE_SLOTS}.get(
-            record["reward"], contract.ANSWER_SLOTS
-        )
+        # each reward's own slots; reasoning-gym reads a gold of one number as a value reward does
+        values = getattr(contract, "VALUE_SLOTS", contract.ANSWER_SLOTS)
+        gold = str(record["gold"])
+        numeric = record["reward"] == "reasoning_gym" and count_numbers(gold) == 1 and "=" not in gold
+        spec = {
+            "math_accuracy": contract.MATH_SLOTS,
+            "choice_accuracy": contract.CHOICE_SLOTS,
+            "arithmetic": values,
+        }.get(record["reward"], values if numeric else contract.ANSWER_SLOTS)
         reading = contract.read_answer(record["completion"], spec)
         return reading.violation or f"keeps it ({reading.kind} slot: {_short(reading.value, 40)})"
     except Exception as error:  # noqa: BLE001 - the rules may change under this benchmark

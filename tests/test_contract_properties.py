@@ -25,7 +25,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from grpo_family.rewards import MathAccuracyReward, choice_accuracy_reward, qa_exact_match_reward, read_answer
-from grpo_family.rewards.contract import ANSWER_SLOTS, CHOICE_SLOTS, MATH_SLOTS
+from grpo_family.rewards.contract import ANSWER_SLOTS, CHOICE_SLOTS, MATH_SLOTS, VALUE_SLOTS
 from grpo_family.rewards.reasoning_gym import ReasoningGymReward, reasoning_gym_reward
 from grpo_family.tasks.arithmetic import arithmetic_reward
 
@@ -283,6 +283,9 @@ SLOT_FORMS = NUMBER_FORMS + [
     "In conclusion, the answer is {v}.",
     "#### {v}",
     "{v}",
+    # issue 40's recall rules: a sentence restating the answer after an anchor, a computation in a sentence
+    "Final Answer: The largest $n$ is {v}. I hope it is correct.",
+    "Here is the solution: {v} * 1 = {v}",
 ]
 JOINERS = ["\n", " or ", ", ", "; ", " / ", "\n\nWait, let me reconsider. ", "\nAlternatively, ", " and ", " ", ". "]
 
@@ -322,7 +325,8 @@ def test_a_completion_scores_what_its_one_committed_value_earns(built, other):
     golds = sorted(set(candidates) | {other})
     reading = read_answer(text, MATH_SLOTS)
     for reward in NUMBER_REWARDS:
-        spec_reading = reading if reward is MATH else read_answer(text, ANSWER_SLOTS)
+        # each reward's own slots: arithmetic and reasoning-gym (numeric golds here) read as value rewards
+        spec_reading = reading if reward is MATH else read_answer(text, VALUE_SLOTS)
         full_marks = []
         for gold in golds:
             (score,), _ = _score(reward, [text], gold)
@@ -399,7 +403,9 @@ def test_one_maths_span_with_text_beside_it_reads_its_value(text):
     st.integers(0, 999),
     st.sampled_from(["+", "-", "*", "x", "\\times"]),
     st.integers(-3, 3),
-    st.sampled_from(["{e}", "Answer: {e}", "\\boxed{{{e}}}", "The answer is ${e}$"]),
+    st.sampled_from(
+        ["{e}", "Answer: {e}", "\\boxed{{{e}}}", "The answer is ${e}$", "Therefore, {e}.", "Here is the solution: {e}"]
+    ),
 )
 def test_a_computation_scores_its_result_only_when_true(data, a, b, op, error, slot):
     """``2 + 8 = 10`` commits to 10 (SmolLM2's closing line); its operands are no candidates, and a false
@@ -413,6 +419,20 @@ def test_a_computation_scores_its_result_only_when_true(data, a, b, op, error, s
         for reward in rewards:
             (score,), _ = _score(reward, [text], str(gold))
             assert score == float(error == 0 and gold == result), (reward, text, gold)
+
+
+@SETTINGS
+@given(st.data(), values, others, st.sampled_from([" or ", ", not ", " and ", " then ", " ", "/"]))
+def test_a_sentence_restating_the_answer_states_its_one_number(data, n, m, joiner):
+    """``Final Answer: The volume of $ABCDEFGH$ is 120.`` commits to 120 (issue 40: the anchor marks the sentence,
+    the span only names something); a second number anywhere in the sentence leaves it no value, whatever joins
+    the two."""
+    one = data.draw(completion(f"Final Answer: The volume of $ABCDEFGH$ is {n}."))
+    two = data.draw(completion(f"Final Answer: The volume of $ABCDEFGH$ is {n}{joiner}{m}."))
+    for gold in {n, m}:
+        for reward in NUMBER_REWARDS:
+            assert _score(reward, [one], str(gold))[0] == [float(gold == n)], (reward, one, gold)
+            assert _score(reward, [two], str(gold))[0] == [0.0], (reward, two, gold)
 
 
 # ------------------------------------------------ a list of boxes is one answer for a gold of that many values

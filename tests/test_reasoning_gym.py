@@ -252,3 +252,28 @@ def test_evaluation_reads_the_reasoning_gym_answer_as_the_reward_does():
     assert extract_answer("reasoning_gym", text, "strict") is None
     assert extract_answer("reasoning_gym", gold, "train") == gold
     assert extract_answer("reasoning_gym_partial", gold, "train") is None
+
+
+def test_a_numeric_task_reads_its_answer_as_a_value_reward_does():
+    """Issue 40: a task whose gold is one number reads the slots of a value reward (SmolLM2's endings in the
+    corpus): the last sentence that holds a value, a computation in a sentence stating its result, an anchor
+    followed by a sentence of its own stating its one number. Each compares one value: the nearest shotguns
+    score 0, and strict mode reads none of these layouts."""
+    entry = _entry("products", "18", expression="3 * 6")
+    right = [
+        "Here is the solution: 3 * 6 = 18",  # smollm2-s0-017
+        "To find 3 * 6, add 3 six times. Therefore, 3 * 6 = 18.",  # the layout of smollm2-s1-001
+        "3 * 6 = 18\n\nWhen giving a final answer, include the entire input in the result.",  # smollm2-s0-015
+        "Final Answer: The product is 18.",
+    ]
+    assert reasoning_gym_reward(right, reasoning_gym_entry=[entry] * len(right)) == [1.0] * len(right)
+    assert reasoning_gym_reward(right, reasoning_gym_entry=[entry] * len(right), mode="strict") == [0.0] * len(right)
+    shotguns = [
+        "Here is the solution: 3 * 6 = 18 or 19",
+        "Therefore, 3 * 6 = 18, not 20.",
+        "Final Answer: The product is 18 or 19.",
+        "Therefore, 3 * 6 = 19.",  # a false computation states nothing
+    ]
+    for gold in ("18", "19", "20"):
+        golds = [_entry("products", gold, expression="3 * 6")] * len(shotguns)
+        assert reasoning_gym_reward(shotguns, reasoning_gym_entry=golds) == [0.0] * len(shotguns), gold

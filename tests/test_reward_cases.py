@@ -30,7 +30,7 @@ from grpo_family.rewards import (
     read_answer,
     solution_gold,
 )
-from grpo_family.rewards.contract import ANSWER_SLOTS, CHOICE_SLOTS, MATH_SLOTS
+from grpo_family.rewards.contract import ANSWER_SLOTS, CHOICE_SLOTS, MATH_SLOTS, VALUE_SLOTS
 from grpo_family.rewards.timeout import get_runner
 from grpo_family.tasks.arithmetic import arithmetic_reward, extract_answer
 from tests.reward_cases import ALL_CASES, Case
@@ -212,7 +212,9 @@ def test_every_case_scores_what_its_one_committed_value_earns(case):
         return
     got, _ = _score(case)
     text = completion_text(case.completion)
-    spec = {"choice_accuracy": CHOICE_SLOTS, "math_accuracy": MATH_SLOTS}.get(case.reward, ANSWER_SLOTS)
+    spec = {"choice_accuracy": CHOICE_SLOTS, "math_accuracy": MATH_SLOTS, "arithmetic": VALUE_SLOTS}.get(
+        case.reward, ANSWER_SLOTS
+    )
     reading = read_answer(text, spec)
     if reading.value is None:
         assert got == 0.0
@@ -378,6 +380,107 @@ LAYOUTS = [
     ("choice_accuracy", "Answer: A\nHmm, the second symptom rules it out.\nWait, let me reconsider. Answer: C", "C"),
     ("arithmetic", "Answer: 18\nJust to be sure: 3 x 6 = 18. Answer: 18", "18"),
 ]
+# (reward, completion, gold): correct endings the recall rules of issue 40 credit (docs/answer_extraction.md §4
+# and §6), with the corpus record each comes from; every one compares one value (nearest shotguns: RECALL_HOLES).
+RECALL_LAYOUTS = [
+    # an anchor followed by a sentence of its own: its one number (spans in it only name something)
+    ("math_accuracy", "Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "$120$"),  # mv-all-657
+    ("math_accuracy", "Final Answer: Jane started growing Sphere 3 hours ago. I hope it is correct.", "$3$"),  # 728
+    ("math_accuracy", "Final Answer: The maximum number of points in the domain of $f(x)$ is 19.", "$19$"),  # 734
+    ("math_accuracy", "Final Answer: The largest $n$ is 34.", "$34$"),  # mv-all-746
+    ("math_accuracy", "**Final Answer**\nThe position error increases by 100%.", "$100%$"),
+    ("arithmetic", "Final Answer: The product is 15.", "15"),
+    # an anchor after a display block's close, in a paragraph written on one line
+    (
+        "math_accuracy",
+        "So \\begin{align*} x &= 1. \\end{align*} Final Answer: The final answer is "
+        "$\\frac{10\\sqrt{10.5}}{27}$. I hope it is correct.",
+        "$\\frac{5\\sqrt{42}}{27}$",
+    ),  # mv-all-689
+    # a sentence of words around one true computation states its result
+    ("arithmetic", "Here is the solution: 3 * 6 = 18", "18"),  # smollm2-s0-017
+    ("math_accuracy", "Here is the solution: 3 * 6 = 18", "18"),
+    # the last sentence that holds a value is a value reward's unmarked answer
+    ("arithmetic", "To find 7 - 2, subtract 2 from 7. So, we simply count down. Therefore, 7 - 2 = 5.", "5"),  # s1-001
+    (
+        "arithmetic",
+        "2 * 8 = 16\n\nWhen giving a final answer, include the entire input in the result.",
+        "16",
+    ),  # s0-015
+    ("arithmetic", "10 - 6 = 4\n\nThis is a well-known operation. It is a simple example of subtracting.", "4"),
+    ("math_accuracy", "18. I hope it is correct.", "18"),
+    # maths spans that only name something are words beside the span that holds the value
+    ("math_accuracy", "So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.", "$(7,6)$"),
+    # words and a colon label the value after them
+    (
+        "math_accuracy",
+        "Here is a zero matrix: $ \\begin{pmatrix}0 & 0 \\\\0 & 0\\end{pmatrix} $",
+        "$\\begin{bmatrix}0 & 0 \\\\0 & 0\\end{bmatrix}$",
+    ),  # mv-all-488
+    (
+        "math_accuracy",
+        "Special matrix: $ \\left[\\begin{array}{cc}1 & 2 \\\\3 & 4\\end{array}\\right] $",
+        "$\\begin{pmatrix}1 & 2 \\\\3 & 4\\end{pmatrix}$",
+    ),  # mv-all-494 (and an array in brackets, below)
+]
+# (reward, completion, gold): the value equivalences of issue 40 (docs/answer_extraction.md §6), in every mode.
+EQUIVALENT_VALUES = [
+    # an array between stretched brackets is a matrix of that bracket style
+    (
+        "math_accuracy",
+        "$\\left[\\begin{array}{cc}1 & 2 \\\\3 & 4\\end{array}\\right]$",
+        "\\begin{pmatrix}1 & 2 \\\\3 & 4\\end{pmatrix}",
+    ),
+    (
+        "math_accuracy",
+        "$\\left(\\begin{array}{c}1 \\\\2\\end{array}\\right)$",
+        "\\begin{bmatrix}1 \\\\2\\end{bmatrix}",
+    ),
+    # a tuple of names names the tuple; a repeated value is one value; spacing is no separator
+    ("math_accuracy", "$$\\boxed{(x, y) = (5, 8) \\quad \\text{and} \\quad (8, 5)}$$", "$$(5, 8), (8, 5)$$"),  # ot-54
+    ("math_accuracy", "$\\boxed{(3, 37, 3, 13), (3, 17, 3, 7), (3,17,3,7)}$", "$(3,17,3,7),(3,37,3,13)$"),  # numina-9
+    ("math_accuracy", "$\\boxed{-10,-8,4}$", "\\boxed{a=4,\\,-8,\\,-10}"),  # mv-numina_cases-116
+    # solutions as groups of named values are tuples, in golds and answers
+    ("math_accuracy", "$(5,2),(7,2)$", "$p=5,q=2;p=7,q=2$"),  # mv-numina_cases-54
+    ("math_accuracy", "p=7, q=2; p=5, q=2", "$p=5,q=2;p=7,q=2$"),
+    (
+        "math_accuracy",
+        "$p=5,q=2;p=7,q=2$",
+        "\\boxed{ p = 5, q = 2 \\quad \\text{and} \\quad p = 7, q = 2}",
+    ),  # le-math-1105
+    # a decimal printed to machine precision (15 significant digits or more) is the value it prints
+    ("math_accuracy", "$0.0833333333333333$", "$\\frac{1}{12}$"),  # le-math-692
+    ("math_accuracy", "\\boxed{0.6666666666666666}", "\\frac{2}{3}"),
+]
+# (reward, completion, gold): the nearest shotgun or near miss of each recall rule, scoring 0 in training mode.
+RECALL_HOLES = [
+    *[("math_accuracy", "Final Answer: The volume of $ABCDEFGH$ is 120 or 121.", g) for g in ("120", "121")],
+    *[("math_accuracy", "Final Answer: The largest $n$ is 34, not 35.", g) for g in ("34", "35")],
+    *[("arithmetic", "Final Answer: It is not 18, it is 21.", g) for g in ("18", "21")],
+    ("math_accuracy", "Final Answer: The volume of $5 \\times 24$ is 120.", "120"),  # a span with a value: two values
+    ("math_accuracy", "Final Answer: The largest one is 34.", "34"),  # a number word: two values
+    ("math_accuracy", "The answer is not 18.", "18"),  # no sentence of its own after the anchor: "not 18"
+    ("math_accuracy", "The answer isn't 18.", "18"),  # no anchor: a plain number in an unmarked sentence
+    *[("arithmetic", "Here is the solution: 3 * 6 = 18 or 19", g) for g in ("18", "19")],
+    *[("arithmetic", "Therefore, 3 * 6 = 18, not 20.", g) for g in ("18", "20")],
+    *[("arithmetic", "Therefore, 3 * 6 = 19.", g) for g in ("18", "19")],  # a false computation states nothing
+    ("arithmetic", "Therefore, 3 * 6 = 18.", "6"),  # an operand is no candidate
+    ("arithmetic", "18.\n21.", "18"),  # the last sentence that holds a value: 21
+    *[("math_accuracy", "So the pair $(x, y)$ is $(7, 6)$ or $(6, 7)$.", g) for g in ("(7,6)", "(6,7)")],
+    ("math_accuracy", "\\boxed{(x, y) = (5, 8) \\text{ or } (8, 5)}", "(5, 8)"),
+    ("math_accuracy", "\\boxed{(1, 2), (3, 4), (5, 6)}", "(1, 2), (3, 4)"),  # three distinct values for two
+    ("math_accuracy", "$(5,2),(7,2),(3,2)$", "$p=5,q=2;p=7,q=2$"),
+    ("math_accuracy", "Here is a zero matrix: $0$ or $1$", "0"),
+    ("math_accuracy", "$0.083333333333333$", "\\frac{1}{12}"),  # 14 significant digits: a rounding
+    ("math_accuracy", "$0.0833333333333343$", "\\frac{1}{12}"),  # 15 digits, off by more than the last one
+    ("math_accuracy", "\\boxed{3.14159265358979}", "\\frac{22}{7}"),
+    # an array whose brackets do not pair is no matrix of one style
+    (
+        "math_accuracy",
+        "$\\left(\\begin{array}{c}1 \\\\2\\end{array}\\right]$",
+        "\\begin{bmatrix}1 \\\\2\\end{bmatrix}",
+    ),
+]
 # (reward, completion, gold): each false-positive class of issue 40, scoring 0 in training mode.
 HOLES = [
     ("math_accuracy", "Answer: 40 or \\boxed{42}", "42"),
@@ -402,6 +505,29 @@ def test_closing_layouts_real_models_write_score_one(reward, text, gold):
 @pytest.mark.parametrize(("reward", "text", "gold"), HOLES, ids=[f"hole-{i}" for i in range(len(HOLES))])
 def test_false_positive_classes_score_zero(reward, text, gold):
     assert _FUNCS[reward]([text], answer=[gold]) == [0.0], text
+
+
+@pytest.mark.parametrize(
+    ("reward", "text", "gold"), RECALL_LAYOUTS, ids=[f"recall-{i}" for i in range(len(RECALL_LAYOUTS))]
+)
+def test_recall_rules_credit_the_one_value_real_endings_commit_to(reward, text, gold):
+    assert _FUNCS[reward]([text], answer=[gold]) == [1.0], text
+    assert _FUNCS[reward]([text], answer=[gold], mode="strict") == [0.0], text  # strict mode: none of these rules
+
+
+@pytest.mark.parametrize(
+    ("reward", "text", "gold"), EQUIVALENT_VALUES, ids=[f"equivalent-{i}" for i in range(len(EQUIVALENT_VALUES))]
+)
+def test_equivalent_values_score_one_in_every_mode(reward, text, gold):
+    for mode in ("train", "eval", "strict"):
+        assert _FUNCS[reward]([text], answer=[gold], mode=mode) == [1.0], (text, mode)
+
+
+@pytest.mark.parametrize(
+    ("reward", "text", "gold"), RECALL_HOLES, ids=[f"recall-hole-{i}" for i in range(len(RECALL_HOLES))]
+)
+def test_recall_rules_pay_no_shotgun(reward, text, gold):
+    assert _FUNCS[reward]([text], answer=[gold]) == [0.0], (text, gold)
 
 
 def test_format_rewards_count_invisible_and_phantom_blocks_as_empty():

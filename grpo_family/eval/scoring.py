@@ -192,7 +192,8 @@ def extract_answer(reward_name: str, text: str, mode: str = "eval", gold: Any = 
     elif reward_name in ("reasoning_gym", "reasoning_gym_partial"):
         from grpo_family.rewards.reasoning_gym import extract_reasoning_gym_answer
 
-        answer = extract_reasoning_gym_answer(text, marked_only=reward_name == "reasoning_gym_partial", mode=mode)
+        partial = reward_name == "reasoning_gym_partial"
+        answer = extract_reasoning_gym_answer(text, marked_only=partial, mode=mode, gold=gold)
     else:
         answer = read_answer(text, ANSWER_SLOTS, mode).value
     return None if answer is None else _SPACE.sub(" ", answer.strip()) or None

@@ -14,7 +14,9 @@ region** (the text after the last ``</think>``; an unclosed ``<think>`` breaks i
 
 :func:`read_answer` returns the slot's text (:class:`Reading`) or the rule the completion broke; each reward then
 reads one value of its kind from the slot (:mod:`grpo_family.rewards.values`). In evaluation mode (``mode="eval"``)
-the last of several slots is the answer and text after it is ignored; everything else holds.
+the last of several slots is the answer and text after it is ignored; everything else holds. For the value rewards
+(:data:`VALUE_SLOTS`, :data:`MATH_SLOTS`) the committed modes also take the last sentence that holds a value as the
+unmarked answer, and an anchor followed by a sentence of its own as that sentence's one number.
 
 Standard library only (the scoring worker subprocesses import this module).
 """
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .extract import _boxes, completion_text, list_gap
+from .values import maths_spans, restated_number
 
 __all__ = [
     "ANSWER_SLOTS",
@@ -40,6 +43,7 @@ __all__ = [
     "MODES",
     "Reading",
     "SlotSpec",
+    "VALUE_SLOTS",
     "check_mode",
     "final_region",
     "hiding_markup",
@@ -137,10 +141,15 @@ class AnswerReward:
 @dataclass(frozen=True)
 class SlotSpec:
     """Which anchor lines are answer slots for a reward: the nouns of ``the (final|correct) <noun> is``/``<noun>:``
-    and whether GSM8K's ``#### 42`` counts. Boxes, ``<answer>`` tags and the bare slot count for every reward."""
+    and whether GSM8K's ``#### 42`` counts. Boxes, ``<answer>`` tags and the bare slot count for every reward.
+    ``values``: the reward's answers are numbers or maths (math, arithmetic, a reasoning-gym task with a numeric
+    gold), so in committed mode an unmarked answer is the last sentence that holds one (:func:`_last_valued`) and
+    an anchor followed by a sentence of its own commits to that sentence's one number
+    (:func:`~grpo_family.rewards.values.restated_number`)."""
 
     nouns: tuple[str, ...] = ("answer",)
     hashes: bool = False
+    values: bool = False
 
     def __post_init__(self):
         noun = "|".join(self.nouns)
@@ -160,7 +169,8 @@ class SlotSpec:
 
 
 ANSWER_SLOTS = SlotSpec()
-MATH_SLOTS = SlotSpec(hashes=True)
+VALUE_SLOTS = SlotSpec(values=True)
+MATH_SLOTS = SlotSpec(hashes=True, values=True)
 CHOICE_SLOTS = SlotSpec(nouns=("answer", "option", "choice"))
 
 
@@ -280,6 +290,9 @@ _TAG = re.compile(r"(?i)<\s*(/?)\s*answer\b[^<>]*>")
 _LINE_START = re.compile(r"[ \t]*(?:[#>*_\-][ \t]*)*")
 _SENTENCE_START = re.compile(r"[.!?][ \t]+[*_]{0,2}")
 _COMMA = re.compile(r",[ \t]+")
+# The close of a display block ends what came before it: an anchor may start after it (committed mode), as after a
+# sentence's end (``\end{align*} Final Answer: ...`` in a paragraph written on one line).
+_DISPLAY_END = re.compile(r"(?:\\end\s*\{[^{}]*\}|\\\])[ \t]+")
 _LEAD_IN = re.compile(r"(?i)(?:so|thus|therefore|hence|finally)\b")
 _HASHES = re.compile(r"[ \t]*####[ \t]*(?=[-+\u2212$\\\d.(])")
 _UNESCAPED_PERCENT = re.compile(r"(?<!\\)%[^\n]*\S")
@@ -414,6 +427,8 @@ def _anchors(text: str, spec: SlotSpec, taken: _Spans, *, strict: bool = True) -
         candidates += [
             pos + m.end() for m in _COMMA.finditer(line) if not strict or _LEAD_IN.match(text, pos + m.end())
         ]
+        if not strict:
+            candidates += [pos + m.end() for m in _DISPLAY_END.finditer(line)]
         for start in sorted(candidates):
             if taken.covers(start) or (found and start < found[-1].value_start):
                 continue
@@ -490,9 +505,38 @@ def _last_line(region: str) -> tuple[int, int]:
     return start, end
 
 
-def _unmarked(region: str, in_tag: bool, strict: bool) -> Reading:
+def _sentences(region: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the sentences of ``region`` in order: it is cut at line ends and sentence ends
+    (:data:`_SENTENCE_END`, the punctuation left out), never inside a maths span (``$18. 21$``, a display block over
+    several lines)."""
+    inside = _Spans(maths_spans(region))
+    cuts = [(m.start(), m.end()) for m in re.finditer(r"\n", region) if not inside.covers(m.start())]
+    cuts += [(m.start(), m.end()) for m in _SENTENCE_END.finditer(region) if not inside.covers(m.start())]
+    out, start = [], 0
+    for end, after in sorted(cuts):
+        if end >= start:
+            out.append((start, end))
+            start = after
+    out.append((start, len(region)))
+    return out
+
+
+def _last_valued(region: str) -> str:
+    """The last sentence of ``region`` that holds a value (a digit or a maths span), stripped; ``""`` when none does.
+    A value reward's unmarked answer: the sentences after it hold no value (``I hope it is correct.``) and, like
+    any text after the committed answer, are not read."""
+    for start, end in reversed(_sentences(region)):
+        sentence = region[start:end].strip()
+        if re.search(r"\d", sentence) or maths_spans(sentence):
+            return sentence
+    return ""
+
+
+def _unmarked(region: str, in_tag: bool, strict: bool, valued: str = "") -> Reading:
     """The slot of a final region with no box, tag or anchor: in strict mode the region when it is one line; in
-    committed mode the last bold span of its last non-empty line, else that line up to its sentence's end."""
+    committed mode the last bold span of its last non-empty line, else that line up to its sentence's end. For a
+    value reward, ``valued`` is the region's last sentence that holds a value (:func:`_last_valued`), read in place
+    of that line (its last bold span if it has one)."""
     value = region.strip()
     if not value:
         return _broken("an empty <answer>" if in_tag else "no answer slot")
@@ -502,8 +546,7 @@ def _unmarked(region: str, in_tag: bool, strict: bool) -> Reading:
         if "\n" in value:
             return _broken("no answer slot (no box, <answer> tag or anchor line, and more than one line)")
         return Reading(value, "bare")
-    start, end = _last_line(region)
-    line = region[start:end]
+    line = valued or region[slice(*_last_line(region))]
     bold = list(_BOLD.finditer(line))
     if bold:
         m = bold[-1]
@@ -519,7 +562,12 @@ def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
     if why:
         return _broken(why)
     if not slots:
-        return _unmarked(region, in_tag, strict)
+        valued = _last_valued(region) if spec.values and not strict and not in_tag else ""
+        if valued and valued != region.strip() and _slots(valued, spec, allow_tags=True, strict=False)[0]:
+            # The committed sentence read as a text of its own: a marker only a line's start makes a slot ("We
+            # check. #### 0", "Done. - Answer: 5") is one there, as it is when the sentence is written alone.
+            return _read(valued, spec, mode, in_tag=False)
+        return _unmarked(region, in_tag, strict, valued)
     if strict:
         if len(slots) > 1:
             kinds = ", ".join(s.kind for s in slots)
@@ -538,6 +586,8 @@ def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
     if slot.kind == "anchor":  # Markdown emphasis and a sentence's full stop around the value
         while value != (stripped := value.strip(" \t*_").rstrip(".!")):
             value = stripped
+        if spec.values and not strict:  # "Final Answer: The largest $n$ is 34." commits to 34
+            value = restated_number(value) or value
     if not value:
         return _broken("an empty answer slot")
     return Reading(value, slot.kind)

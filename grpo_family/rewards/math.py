@@ -15,9 +15,10 @@ What is compared
     the whole string (``"42"``, ``"\\frac{1}{2}"``, ``"$x^2+1$"``, ``"\\$18.90"``). Numbers are read as text;
     NaN is no gold. Gold strings are parsed once per process (LRU cache).
     *Equivalence*: math-verify's ``verify``, with numbers exact in training mode: every decimal is read as the exact
-    rational it writes before comparing (``3.1415927`` is not ``\\pi``, ``0.5`` is ``\\frac12``). In evaluation
-    mode (``mode="eval"``) math-verify's own 6-decimal tolerance applies, the last of several slots counts and text
-    after it is ignored.
+    rational it writes before comparing (``3.1415927`` is not ``\\pi``, ``0.5`` is ``\\frac12``; a decimal printed to
+    machine precision, 15 significant digits or more, is the value within one unit of its last digit:
+    :func:`machine_precision_equal`). In evaluation mode (``mode="eval"``) math-verify's own 6-decimal tolerance
+    applies, the last of several slots counts and text after it is ignored.
 
 ``None`` versus ``0.0``
     ``None`` means "cannot score" (TRL turns it into NaN and leaves the completion out of the advantage
@@ -71,6 +72,7 @@ __all__ = [
     "MathAccuracyReward",
     "exact_numbers",
     "gold_text",
+    "machine_precision_equal",
     "math_accuracy_reward",
     "math_answer",
     "parse_answer",
@@ -264,6 +266,30 @@ def parse_answer(text: str, gold: Any = "", mode: str = "train") -> list:
     return _parse_bare(value) if status == OK else []
 
 
+# A decimal printed to machine precision: at least DBL_DIG (15) significant digits, the decimal digits a double
+# always keeps. Such a decimal is a computed value (``print(1/12)``), not a rounding guess: ``0.333333`` and
+# ``3.1415927`` stay unequal to 1/3 and pi (docs/answer_extraction.md §6).
+MACHINE_DIGITS = 15
+_DECIMAL = re.compile(r"(-?)(\d+)\.(\d+)")
+
+
+def machine_precision_equal(value: str, gold_parsed: list) -> bool:
+    """Whether ``value`` is a decimal of at least :data:`MACHINE_DIGITS` significant digits within one unit of its
+    last digit of the gold's real number (``0.0833333333333333`` for ``\\frac{1}{12}``, rounded or cut off): the
+    gold at the precision the decimal is printed to. One value against one gold; the tolerance, under 1e-14 of the
+    value, separates no two answers a task would tell apart."""
+    m = _DECIMAL.fullmatch(value.strip().replace("−", "-"))
+    if m is None or len((m.group(2) + m.group(3)).lstrip("0")) < MACHINE_DIGITS:
+        return False
+    answer = sympy.Rational(value.strip().replace("−", "-"))
+    unit = sympy.Rational(1, 10 ** len(m.group(3)))  # one unit in the last printed place
+    for gold in gold_parsed:
+        if isinstance(gold, sympy.Expr) and gold.is_number and gold.is_real:
+            if sympy.N(abs(answer - gold), 60) <= unit:
+                return True
+    return False
+
+
 def _score_value(value: str, gold: Any, as_set: bool = False, exact: bool = True) -> tuple[str, float | None]:
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
@@ -280,6 +306,8 @@ def _score_value(value: str, gold: Any, as_set: bool = False, exact: bool = True
         allow_set_relation_comp=as_set,
         timeout_seconds=None,
     )
+    if not correct and exact:
+        correct = machine_precision_equal(value, gold_parsed)
     return OK, float(correct)
 
 

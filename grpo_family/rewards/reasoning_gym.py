@@ -16,6 +16,10 @@ The verifier sees exactly the one value the contract read: a slot holding more n
 would compare more than one of (``gsm_symbolic`` reads the first number of ``31 or 40``, ``chain_sum`` strips the
 comma of ``30,37``, ``fraction_simplification`` reads a prefix): it breaks the contract (0.0, counted).
 
+A task whose gold is one number is read as the value rewards read theirs (:data:`VALUE_SLOTS`: the last sentence
+that holds a value, a sentence restating the answer after an anchor), and a true computation in the slot, alone or
+in a sentence of words, reaches the verifier as its result (``Here is the solution: 3 * 6 = 18`` -> ``18``).
+
 The reward is 1 when the task's score is full marks, else 0, so a slot that lists candidates earns nothing.
 ``ReasoningGymReward(partial_credit=True)`` (``reasoning_gym_partial``) passes the task's own partial credit through
 instead, and then accepts only a marked slot (tag, box or anchor line; a bare reply breaks its contract):
@@ -33,9 +37,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .contract import ANSWER_SLOTS, AnswerReward, read_answer
+from .contract import ANSWER_SLOTS, VALUE_SLOTS, AnswerReward, read_answer
 from .extract import completion_text
-from .values import count_numbers, equation_result, list_separators
+from .values import count_numbers, equation_result, list_separators, sentence_result
 
 __all__ = ["ReasoningGymReward", "extract_reasoning_gym_answer", "reasoning_gym_reward"]
 
@@ -54,10 +58,29 @@ def _scorer(task: str) -> Callable[[str, dict], float]:
     return reasoning_gym.get_score_answer_fn(task)
 
 
-def extract_reasoning_gym_answer(completion: Any, marked_only: bool = False, mode: str = "train") -> str | None:
+def _one_number(gold: Any) -> bool:
+    """Whether a task's gold answer is one number (``"42"``, ``"-3.5"``; not ``"x = 2"``): the task is then read as
+    a value reward reads its answers (:data:`~grpo_family.rewards.contract.VALUE_SLOTS`, a computation's result).
+    ``gold``: the answer, or the task's entry (a dict or its JSON) whose answer it is."""
+    if isinstance(gold, str) and gold.lstrip().startswith("{"):
+        try:
+            gold = json.loads(gold)
+        except ValueError:
+            pass
+    if isinstance(gold, dict):
+        gold = gold.get("answer", "")
+    text = "" if gold is None else str(gold)
+    return count_numbers(text) == 1 and "=" not in text
+
+
+def extract_reasoning_gym_answer(
+    completion: Any, marked_only: bool = False, mode: str = "train", gold: Any = None
+) -> str | None:
     """The text of a completion's one answer slot under the answer contract, or None when it breaks the contract;
-    ``marked_only``: a bare reply (no tag, box or anchor line) is no answer."""
-    reading = read_answer(completion_text(completion), ANSWER_SLOTS, mode)
+    ``marked_only``: a bare reply (no tag, box or anchor line) is no answer. ``gold`` (the task's answer or entry):
+    a gold of one number reads the slots of a value reward (:data:`VALUE_SLOTS`)."""
+    spec = VALUE_SLOTS if _one_number(gold) else ANSWER_SLOTS
+    reading = read_answer(completion_text(completion), spec, mode)
     if reading.value is None or (marked_only and reading.kind not in _MARKED):
         return None
     return reading.value
@@ -86,12 +109,12 @@ class ReasoningGymReward(AnswerReward):
         return json.loads(stored) if isinstance(stored, str) else stored
 
     def _score(self, text: str, entry: dict, mode: str) -> tuple[float, bool]:
-        answer = extract_reasoning_gym_answer(text, marked_only=self.partial_credit, mode=mode)
+        gold = str(entry.get("answer", ""))
+        answer = extract_reasoning_gym_answer(text, marked_only=self.partial_credit, mode=mode, gold=gold)
         if answer is None:
             return 0.0, True
-        gold = str(entry.get("answer", ""))
-        if count_numbers(gold) == 1 and "=" not in gold:
-            answer = equation_result(answer) or answer  # "2 + 8 = 10" states 10
+        if _one_number(gold):  # "2 + 8 = 10" and, in the committed modes, "Therefore, 2 + 8 = 10." state 10
+            answer = equation_result(answer) or (mode != "strict" and sentence_result(answer)) or answer
         if count_numbers(answer) > count_numbers(gold) or list_separators(answer) > list_separators(gold):
             # More than one value of the gold's kind: the task's verifier would compare more than one of them
             # (gsm_symbolic reads the first number of "31 or 40", chain_sum strips commas from "30,37").

@@ -29,6 +29,8 @@ __all__ = [
     "number_from_words",
     "read_math_value",
     "read_number",
+    "restated_number",
+    "sentence_result",
     "strip_wrappers",
     "unwrap_text_macros",
 ]
@@ -207,16 +209,18 @@ def apply_scales(text: str) -> str:
     return _SCALED.sub(scaled, text)
 
 
-def read_number(value: str) -> tuple[Fraction | None, str]:
+def read_number(value: str, *, prose: bool = True) -> tuple[Fraction | None, str]:
     """``(number, "")`` for a slot that holds exactly one number — a numeral (sign, thousands separators, decimals,
-    ``\\$``), number words, or either followed by a scale word — else ``(None, why)``."""
+    ``\\$``), number words, or either followed by a scale word — else ``(None, why)``. ``prose`` (training and
+    evaluation modes; off in strict mode): a sentence of words around one true computation states its result
+    (:func:`sentence_result`)."""
     if len(value) > MAX_NUMBER_CHARS:
         return None, f"a value longer than {MAX_NUMBER_CHARS} characters"
     text = strip_wrappers(unwrap_text_macros(value)).replace("\\$", "")
     if spans_side_by_side(text):
         return None, "two maths spans side by side"
     text = " ".join(_MATHS_DELIMITER.sub(" ", text).split())  # "$0$$0$" is two numbers, not "00"
-    text = equation_result(text) or text  # "2 + 8 = 10" states 10
+    text = equation_result(text) or (prose and sentence_result(text)) or text  # "2 + 8 = 10" states 10
     words = number_from_words(text)
     if words is not None:
         return Fraction(words), ""
@@ -294,6 +298,34 @@ def equation_result(text: str) -> str | None:
         return None
     rhs = m.group("rhs").replace("−", "-")
     return rhs if value == Fraction(rhs) else None
+
+
+# A computation inside a sentence of words: numbers and operators around one "=", then its result
+# ("Therefore, 7 - 2 = 5.", "Here is the solution: 3 * 6 = 18"); operators already written as symbols.
+_COMPUTATION = re.compile(r"(?<![\w.])[-−]?[\d(][\d\s.,+\-−*/×x·÷()]*=\s*[-−]?\d+(?:\.\d+)?(?![\w.]*\d)")
+# What a sentence may hold around its one value: words and punctuation, nothing that could be a second value.
+_WORDS_ONLY = re.compile(r"[A-Za-z\s,.;:!'\u2019-]*")
+
+
+def sentence_result(text: str) -> str | None:
+    """The result of the one true computation that a sentence of words states (``Therefore, 7 - 2 = 5.`` -> ``5``,
+    ``Here is the solution: 3 * 6 = 18`` -> ``18``), or None.
+
+    A true computation states its result (:func:`equation_result`); written inside a sentence it still states only
+    that: the words around it are not read, as the words around one maths span are not
+    (docs/answer_extraction.md §6). None when the words hold anything that could be a second value (a digit, a
+    maths span, a number word, a second "="), or when the computation is false."""
+    if len(text) > MAX_NUMBER_CHARS:
+        return None
+    for word, symbol in _OPERATOR_WORDS.items():
+        text = text.replace(word, symbol)
+    found = list(_COMPUTATION.finditer(text))
+    if len(found) != 1:
+        return None
+    rest = text[: found[0].start()] + " " + text[found[0].end() :]
+    if not _WORDS_ONLY.fullmatch(rest) or _NUMBER_WORD_RUN.search(rest):
+        return None
+    return equation_result(found[0].group(0))
 
 
 # ------------------------------------------------------------------------------------------ lists of values
@@ -387,6 +419,12 @@ _SEPARATOR = re.compile(_WORD_SEPARATOR.pattern + r"|[,;]|\\(?:lor|vee|land|wedg
 _NAME = re.compile(
     r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{[^{}]*\}|_[A-Za-z0-9])?'*(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?"
 )
+# A maths span that only names something: Latin letters with subscripts and primes, maybe applied to a list of
+# such names (``$n$``, ``$ABCDEFGH$``, ``$f(x)$``, ``$y_1$``), or a tuple of names (``$(x, y)$``); no digit, no
+# operator, no command. It states no value.
+_NAME_ATOM = r"[A-Za-z](?:_\{?[A-Za-z]\}?)?'*"
+_NAME_TUPLE = rf"\(\s*{_NAME_ATOM}(?:\s*,\s*{_NAME_ATOM})*\s*\)"
+_NAME_SPAN = re.compile(rf"\s*(?:{_NAME_ATOM}(?:\s*{_NAME_ATOM})*(?:\s*{_NAME_TUPLE})?|{_NAME_TUPLE})\s*")
 _WORD_OR_COMMAND = re.compile(r"\\[A-Za-z]+|[A-Za-z]+")
 _NUMBER_WORD_RUN = re.compile(
     r"(?i)\b(?:(?:minus|negative)\s+)?(?:" + "|".join(sorted(NUMBER_WORDS - {"and"}, key=len, reverse=True)) + r")"
@@ -437,6 +475,11 @@ def _relations(text: str) -> list[re.Match]:
 
 def _is_name(side: str) -> bool:
     return _NAME.fullmatch(side.strip()) is not None
+
+
+def _names_a_tuple(side: str) -> bool:
+    """``(x, y)``: a tuple of names, which names the tuple on the other side of ``=`` as ``x`` names a number."""
+    return re.fullmatch(_NAME_TUPLE, side.strip()) is not None
 
 
 def _outer_brackets(text: str) -> tuple[str, str]:
@@ -540,6 +583,7 @@ def _money_and_separators(text: str) -> str:
     text = re.sub(r"(\d)\{,\}(\d{3})", r"\1\2", text)
     text = re.sub(r"(\d),\\!(\d{3})(?!\d)", r"\1\2", text)  # MATH's "10,\!000"
     text = _SI_GROUPED.sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
+    text = _BRACKETED_ARRAY.sub(_array_matrix, text)
     text = _MATRIX.sub(r"\\\1{pmatrix}", text)
     return _REPEATING.sub(_repeating_fraction, text)
 
@@ -549,6 +593,20 @@ _SI_GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:(?: |\\,|~|\u2009|\u202f)\d{3})+
 # A matrix in any bracket style (pmatrix, bmatrix, Bmatrix, matrix, smallmatrix) is the same matrix; vmatrix is a
 # determinant and stays.
 _MATRIX = re.compile(r"\\(begin|end)\s*\{(?:[bBp]?matrix|smallmatrix)\}")
+# An array between stretched brackets (``\left[\begin{array}{cc}1 & 2\end{array}\right]``) is the matrix of that
+# bracket style: the column specification (``{cc}``) is layout, not text.
+_BRACKETED_ARRAY = re.compile(
+    r"\\left\s*([(\[])\s*\\begin\s*\{array\}\s*\{[^{}]*\}(.*?)\\end\s*\{array\}\s*\\right\s*([)\]])", re.S
+)
+
+
+def _array_matrix(m: re.Match) -> str:
+    if "([".index(m.group(1)) != ")]".index(m.group(3)):  # "\\left( ... \\right]": no one bracket style
+        return m.group(0)
+    environment = "pmatrix" if m.group(1) == "(" else "bmatrix"
+    return f"\\begin{{{environment}}}{m.group(2)}\\end{{{environment}}}"
+
+
 # A repeating decimal: 0.\overline{3}, 1.2\overline{45}, 0.\dot{3}.
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|dot)\s*\{?\s*(\d+)\s*\}?")
 
@@ -592,7 +650,8 @@ def normalise_gold(gold: str) -> str:
     text = strip_wrappers(gold)
     if maths_spans(text) and not spans_side_by_side(text):  # "$1$ and $2$ and $3$"
         text = _MATHS_DELIMITER.sub(" ", text)
-    text = unwrap_text_macros(_money_and_separators(text))
+    # spacing is no text: "a=4,\\,-8" is the list "a=4, -8" (the comma of "\\," is no separator)
+    text = _SPACING.sub(" ", unwrap_text_macros(_money_and_separators(text)))
     if text.startswith("{") and _group_end(text) == len(text) - 1:  # a LaTeX group shows its content: "{1,2,3}"
         text = text[1:-1].strip()
     if _top_level(text, _WORD_SEPARATOR):  # "6 and 8", "1 and 2 and 3": the list math-verify reads as "6, 8"
@@ -601,28 +660,113 @@ def normalise_gold(gold: str) -> str:
     text = _number_words_to_digits(apply_scales(text))
     text = _DEGREES.sub(" ", text)
     text = " ".join(_drop_units(text.strip()).split())
-    return commas_in_one_number(text)
+    return commas_in_one_number(named_tuples(text))
+
+
+def _names_only(span: str) -> bool:
+    """Whether a maths span (delimiters included) only names something (``$n$``, ``$f(x)$``, ``$(x, y)$``)."""
+    return _NAME_SPAN.fullmatch(_MATHS_DELIMITER.sub(" ", span)) is not None
 
 
 def _span_in_prose(text: str, spans: list[tuple[int, int]]) -> str:
     """The content of the one maths span of a sentence whose other text is words alone (``Therefore $x \\geq 5$ is
     the solution.``, ``The identity matrix is $I$.``): the value the sentence states, as math-verify reads it; ``""``
-    when there are more spans or the words hold a number (a digit, a number word), which would be a second value."""
-    if len(spans) != 1:
+    when there are more spans or the words hold a number (a digit, a number word), which would be a second value.
+    Beside a span that holds a value, spans that only name something (``So the pair $(x, y)$ is $(7, 6)$.``,
+    :func:`_names_only`) are words: they hold no candidate."""
+    values = [span for span in spans if not _names_only(text[span[0] : span[1]])]
+    chosen = values if len(spans) > 1 else spans
+    if len(chosen) != 1:
         return ""
-    ((start, end),) = spans
-    prose = text[:start] + " " + text[end:]
+    ((start, end),) = chosen
+    cuts = [0] + [i for span in spans for i in span] + [len(text)]
+    prose = " ".join(text[a:b] for a, b in zip(cuts[::2], cuts[1::2]))  # the text outside every span
     if not prose.strip() or re.search(r"[^A-Za-z\s,.;:!'\u2019-]", prose) or _NUMBER_WORD_RUN.search(prose):
         return ""
     return _MATHS_DELIMITER.sub(" ", text[start:end]).strip()
+
+
+# A number in a sentence of words: sign, digits, decimal or grouping marks, a fraction bar, a percent sign.
+_PLAIN_NUMBER = re.compile(r"(?<![\w.,/-])[-−]?\d+(?:[.,/]\d+)*(?:\\?%)?(?!\w)")
+# A sentence of its own: a capitalised word opens it.
+_SENTENCE_OPENING = re.compile(r"[A-Z][a-z]")
+
+
+def restated_number(sentence: str) -> str | None:
+    """The one number of a sentence of its own that restates an answer (``The volume of $ABCDEFGH$ is 120``,
+    ``Jane started growing Sphere 3 hours ago``), or None.
+
+    Read after an anchor only (``Final Answer: The largest $n$ is 34.``): the anchor marks the sentence as the
+    answer, and a sentence holding exactly one number states that number. The words are not read. None when the
+    sentence does not open with a capitalised word (``The answer is not 18``: the anchor's value is ``not 18``, a
+    word in the value), holds a second number, a number word or a maths span with a value in it (only spans that
+    name something, :func:`_names_only`, may stand in it), or anything but words and punctuation besides."""
+    if len(sentence) > MAX_NUMBER_CHARS or not _SENTENCE_OPENING.match(sentence):
+        return None
+    spans = maths_spans(sentence)
+    if any(not _names_only(sentence[a:b]) for a, b in spans):
+        return None
+    cuts = [0] + [i for span in spans for i in span] + [len(sentence)]
+    words = " ".join(sentence[a:b] for a, b in zip(cuts[::2], cuts[1::2])).replace("\\$", " ")
+    numbers = list(_PLAIN_NUMBER.finditer(words))
+    if len(numbers) != 1:
+        return None
+    rest = words[: numbers[0].start()] + " " + words[numbers[0].end() :]
+    if not _WORDS_ONLY.fullmatch(rest) or _NUMBER_WORD_RUN.search(rest):
+        return None
+    return numbers[0].group(0)
+
+
+# Words and a colon before a value label it (``Here is a zero matrix: $...$``, ``Here is the solution: 3 * 6 =
+# 18``): a label holds no digit and no maths, and its words are not read (a number word in it is no value).
+_LABEL = re.compile(r"[A-Za-z][A-Za-z \t,'\u2019-]*:[ \t]+(?=\S)")
+
+
+def drop_label(text: str) -> str:
+    """``text`` without a label of words and a colon before its value (see :data:`_LABEL`)."""
+    m = _LABEL.match(text)
+    return text[m.end() :] if m else text
+
+
+# One named value of a list: ``p=5``, ``x_1 = -3``.
+_NAMED_PART = re.compile(r"\s*([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*([^=]+?)\s*")
+
+
+def named_tuples(text: str) -> str:
+    """``text`` with solutions written as groups of named values read as the tuples they are, in golds and answers
+    alike (``p=5,q=2;p=7,q=2`` and ``p = 5, q = 2 and p = 7, q = 2`` -> ``(5, 2), (7, 2)``); any other text
+    unchanged. The groups are found by their names, not by their separators: a list of named values whose names
+    repeat, in the same order, every k > 1 values (distinct names within a group) holds one solution per group. The
+    names say which part of a tuple each value is, nothing more: the tuples are compared as a gold of tuples is."""
+    parts = [_NAMED_PART.fullmatch(part) for part in split_top_level(text)]
+    if len(parts) < 4 or not all(parts):
+        return text
+    names = [m.group(1) for m in parts]
+    size = names.index(names[0], 1) if names[0] in names[1:] else 0
+    if size < 2 or len(names) % size or len(set(names[:size])) != size:
+        return text
+    if any(name != names[i % size] for i, name in enumerate(names)):
+        return text
+    groups = [parts[i : i + size] for i in range(0, len(parts), size)]
+    return ", ".join("(" + ", ".join(m.group(2) for m in group) + ")" for group in groups)
+
+
+def _distinct(parts: list[str]) -> list[str]:
+    """``parts`` with repeats of a value (spacing aside) dropped: a value listed twice is one value, not two
+    candidates (``(3, 17, 3, 7), ..., (3,17,3,7)``)."""
+    seen: dict[str, str] = {}
+    for part in parts:
+        seen.setdefault(re.sub(r"\s+", "", part), part)
+    return list(seen.values())
 
 
 def read_math_value(slot: str, gold: GoldShape, *, prose: bool = True) -> tuple[str | None, str, bool]:
     """``(latex, violation, as_set)``: the one value (or the gold's number of values) a math slot holds, as LaTeX
     for math-verify, or why the slot breaks the contract (docs/answer_extraction.md §6). ``as_set``: the value is an
     inequality in one variable, compared with an interval gold as a set. ``prose`` (training and evaluation modes;
-    off in strict mode): a sentence of words around one maths span states the span's value."""
-    text = strip_wrappers(slot)
+    off in strict mode): a sentence of words around one maths span states the span's value, around one true
+    computation its result, and words and a colon before the value label it."""
+    text = strip_wrappers(drop_label(slot.strip()) if prose else slot)
     # Maths spans left inside the value: two side by side are two values ("$9$ $8$", "\\(9\\)\\(8\\)", which
     # math-verify would read as the last); otherwise their delimiters go ("$x$ = $9$", "\\(9\\) apples").
     if spans_side_by_side(text):
@@ -637,6 +781,8 @@ def read_math_value(slot: str, gold: GoldShape, *, prose: bool = True) -> tuple[
     if gold.numeric:
         text = _drop_units(_DEGREES.sub(" ", text).strip())
     text = " ".join(_SPACING.sub(" ", text).split())
+    if prose and gold.numeric and (result := sentence_result(text)) is not None:
+        text = result  # "Therefore, 7 - 2 = 5." states 5
     if not text:
         return None, "an empty slot", False
     if "?" in text:
@@ -656,7 +802,9 @@ def read_math_value(slot: str, gold: GoldShape, *, prose: bool = True) -> tuple[
         return None, f"a word in the value: {token!r}", False
     if gold.parts == 1:
         text = commas_in_one_number(text)
-    parts = split_top_level(text)
+    parts = split_top_level(named_tuples(text))
+    if len(parts) > gold.parts:
+        parts = _distinct(parts)
     if len(parts) > 1 and len(parts) != gold.parts:
         return None, f"{len(parts)} values where the gold has {gold.parts}", False
     values, as_set = [], False
@@ -680,7 +828,7 @@ def read_math_value(slot: str, gold: GoldShape, *, prose: bool = True) -> tuple[
             sides += [part[a.end() : b.start()] for a, b in zip(relations, relations[1:])]
             sides.append(part[relations[-1].end() :])
             if len(kinds) == 1 and kinds[0] in _EQUALS:
-                if _is_name(sides[0]):
+                if _is_name(sides[0]) or _names_a_tuple(sides[0]):  # "x = 5", "(x, y) = (5, 8)"
                     part = sides[1].strip()
                 elif _is_name(sides[1]):
                     part = sides[0].strip()

@@ -29,7 +29,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from grpo_family.rewards.contract import ANSWER_SLOTS, AnswerReward, read_answer
+from grpo_family.rewards.contract import VALUE_SLOTS, AnswerReward, read_answer
 from grpo_family.rewards.extract import completion_text
 from grpo_family.rewards.values import integer_value, read_number
 
@@ -199,10 +199,10 @@ def read_arithmetic_answer(text: str | None, mode: str = "train") -> tuple[Fract
     `The answer is N`, a box, an `<answer>` tag, or a one-line final region — and nothing after it); the number is
     a numeral (sign, thousands separators, decimals), number words, or either with a scale word. ``(None, why)``
     when the completion breaks the contract."""
-    reading = read_answer(text or "", ANSWER_SLOTS, mode)
+    reading = read_answer(text or "", VALUE_SLOTS, mode)
     if reading.value is None:
         return None, reading.violation
-    return read_number(reading.value)
+    return read_number(reading.value, prose=mode != "strict")
 
 
 def extract_answer(text: str, mode: str = "train") -> int | None:
