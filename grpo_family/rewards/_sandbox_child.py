@@ -204,13 +204,15 @@ def bind_readonly(os_tools, path, inside):
     mount(os_tools, None, inside, None, READONLY)
 
 
-def bind_packages(os_tools, paths, target):
+def bind_packages(os_tools, paths, target, sources=None):
     """Bind each listed package path (``/site-packages/numpy``) read-only into ``target`` under its own name
     (``<target>/numpy``): one directory holding exactly those paths, so one ``sys.path`` entry finds them, and a
-    native library found relative to its extension (``numpy.libs`` beside ``numpy``) is where it expects."""
+    native library found relative to its extension (``numpy.libs`` beside ``numpy``) is where it expects.
+    ``sources``: where to bind each from, if not its path (``/proc/self/fd/N`` of a descriptor opened before a
+    mount covered the path)."""
     os.makedirs(target, mode=0o755, exist_ok=True)
-    for path in paths:
-        bind_readonly(os_tools, path, os.path.join(target, os.path.basename(path)))
+    for path, source in zip(paths, sources or paths):
+        bind_readonly(os_tools, source, os.path.join(target, os.path.basename(path)))
 
 
 def link_packages(paths, target):
@@ -302,6 +304,9 @@ def shared_view(os_tools, cfg, workdir, report, in_pid_ns):
     except OSError as e:
         report["notes"].append(str(e))
     size = f"size={cfg['disk_mb']}m,nr_inodes={cfg['tmpfs_inodes']}"
+    # Held open across the private /tmp's mount, which covers a package installed under /tmp (a virtual environment
+    # there, as CI's): bound from /proc/self/fd/N, the directory the path named before.
+    held = [os.open(path, os.O_PATH | os.O_CLOEXEC) for path in cfg["packages"]]
     mount(os_tools, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=1777")
     if os.path.isdir(workdir):  # not under /tmp: a tmpfs of its own
         mount(os_tools, "tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=700")
@@ -311,10 +316,12 @@ def shared_view(os_tools, cfg, workdir, report, in_pid_ns):
     report["tmpfs_inodes"] = cfg["tmpfs_inodes"]
     if cfg["packages"]:
         try:  # before the hiding, which may cover where they are; a failure leaves them to link_packages
-            bind_packages(os_tools, cfg["packages"], SHARED_PACKAGES_DIR)
+            bind_packages(os_tools, cfg["packages"], SHARED_PACKAGES_DIR, [f"/proc/self/fd/{fd}" for fd in held])
             report["packages"] = SHARED_PACKAGES_DIR
         except OSError as e:
             report["notes"].append(f"packages not bound: {e}")
+    for fd in held:
+        os.close(fd)
     hide_installed_packages(os_tools, "")
     if in_pid_ns:
         mount(os_tools, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -985,6 +992,7 @@ def main():
                 private_root(os_tools, cfg, workdir, report, in_pid_ns, exposed)
             except OSError as e:
                 report["notes"].append(f"no private root: {e}")
+                report["packages"] = None  # its binds went with it
                 os_tools["libc"].umount2(os.fsencode(workdir), MNT_DETACH)
                 try:
                     shared_view(os_tools, cfg, workdir, report, in_pid_ns)
