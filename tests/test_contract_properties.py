@@ -286,6 +286,9 @@ SLOT_FORMS = NUMBER_FORMS + [
     # issue 40's recall rules: a sentence restating the answer after an anchor, a computation in a sentence
     "Final Answer: The largest $n$ is {v}. I hope it is correct.",
     "Here is the solution: {v} * 1 = {v}",
+    # a sentence restating a computation holds no value of its own; one stating another value is the later answer
+    "{v} + 0 = {v}. This is the result of {v} + 0, which is {v}.",
+    "This is {v}.",
 ]
 JOINERS = ["\n", " or ", ", ", "; ", " / ", "\n\nWait, let me reconsider. ", "\nAlternatively, ", " and ", " ", ". "]
 

@@ -408,6 +408,13 @@ RECALL_LAYOUTS = [
         "16",
     ),  # s0-015
     ("arithmetic", "10 - 6 = 4\n\nThis is a well-known operation. It is a simple example of subtracting.", "4"),
+    # a later sentence that only restates a true computation (its operands, its result) holds no value of its own:
+    # SmolLM2-135M-Instruct's own pass@8 samples of the real-model runs (outputs/realmodel-learn-*/eval-pass)
+    ("arithmetic", "8 + 8 = 16. This is the result of 8 + 8, which is 16.", "16"),
+    ("arithmetic", "7 + 1 = 8. This is the result of 7 + 1, which is an example of an algebraic operation.", "8"),
+    ("arithmetic", "0 - 0 = 0. This is 0. You've found the additive identity.", "0"),
+    ("arithmetic", "5 - 6 = -1. This is 5 - 6 being -1.", "-1"),
+    ("math_accuracy", "8 + 10 = 18\n\nThe result of 8 + 10 is 18.", "18"),
     ("math_accuracy", "18. I hope it is correct.", "18"),
     # maths spans that only name something are words beside the span that holds the value
     ("math_accuracy", "So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.", "$(7,6)$"),
@@ -466,6 +473,13 @@ RECALL_HOLES = [
     *[("arithmetic", "Therefore, 3 * 6 = 19.", g) for g in ("18", "19")],  # a false computation states nothing
     ("arithmetic", "Therefore, 3 * 6 = 18.", "6"),  # an operand is no candidate
     ("arithmetic", "18.\n21.", "18"),  # the last sentence that holds a value: 21
+    # a sentence after a computation that holds another number is the later answer, whatever the gold
+    *[("arithmetic", "5 - 6 = -1. This is 1 less than -2.", g) for g in ("-1", "1", "-2")],  # smollm2 sample
+    *[("arithmetic", "1 + 9 = 10. So, 1 + 10 equals 11, which is wrong.", g) for g in ("10", "11")],  # smollm2
+    *[("arithmetic", "7 + 1 = 8. This is 9.", g) for g in ("8", "9")],
+    ("arithmetic", "7 + 1 = 8. This is -8.", "8"),  # a signed operand or result is another value
+    *[("arithmetic", "7 + 1 = 8. This is 8, or nine.", g) for g in ("8", "9")],  # a number word is a value
+    ("arithmetic", "7 + 1 = 9. This is 7 + 1.", "8"),  # a false computation is nothing to restate
     *[("math_accuracy", "So the pair $(x, y)$ is $(7, 6)$ or $(6, 7)$.", g) for g in ("(7,6)", "(6,7)")],
     ("math_accuracy", "\\boxed{(x, y) = (5, 8) \\text{ or } (8, 5)}", "(5, 8)"),
     ("math_accuracy", "\\boxed{(1, 2), (3, 4), (5, 6)}", "(1, 2), (3, 4)"),  # three distinct values for two

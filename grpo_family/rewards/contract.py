@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .extract import _boxes, completion_text, list_gap
-from .values import maths_spans, restated_number
+from .values import maths_spans, restated_number, restates_computation
 
 __all__ = [
     "ANSWER_SLOTS",
@@ -524,11 +524,14 @@ def _sentences(region: str) -> list[tuple[int, int]]:
 def _last_valued(region: str) -> str:
     """The last sentence of ``region`` that holds a value (a digit or a maths span), stripped; ``""`` when none does.
     A value reward's unmarked answer: the sentences after it hold no value (``I hope it is correct.``) and, like
-    any text after the committed answer, are not read."""
-    for start, end in reversed(_sentences(region)):
-        sentence = region[start:end].strip()
-        if re.search(r"\d", sentence) or maths_spans(sentence):
-            return sentence
+    any text after the committed answer, are not read. A sentence that only restates an earlier sentence's true
+    computation (:func:`~grpo_family.rewards.values.restates_computation`: ``7 + 1 = 8.`` then ``This is the result
+    of 7 + 1, which is 8.``) holds no value of its own: the computation stays the answer."""
+    sentences = [region[start:end].strip() for start, end in _sentences(region)]
+    valued = [s for s in sentences if re.search(r"\d", s) or maths_spans(s)]
+    for i in reversed(range(len(valued))):
+        if not any(restates_computation(valued[i], earlier) for earlier in valued[:i]):
+            return valued[i]
     return ""
 
 

@@ -319,13 +319,46 @@ def sentence_result(text: str) -> str | None:
         return None
     for word, symbol in _OPERATOR_WORDS.items():
         text = text.replace(word, symbol)
-    found = list(_COMPUTATION.finditer(text))
+    found = _sole_value(list(_COMPUTATION.finditer(text)), text)
+    return None if found is None else equation_result(found.group(0))
+
+
+def _sole_value(found: list[re.Match], text: str) -> re.Match | None:
+    """The one match of ``found`` when ``text`` holds nothing else that could be a value: exactly one match, and
+    around it words and punctuation only, with no number word."""
     if len(found) != 1:
         return None
     rest = text[: found[0].start()] + " " + text[found[0].end() :]
     if not _WORDS_ONLY.fullmatch(rest) or _NUMBER_WORD_RUN.search(rest):
         return None
-    return equation_result(found[0].group(0))
+    return found[0]
+
+
+# A number as a restating sentence writes it: a sign only when it touches the digits ("-1", not "5 - 6").
+_SIGNED_NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d+(?:\.\d+)?)(?![\w.]*\d)")
+
+
+def restates_computation(sentence: str, computation: str) -> bool:
+    """Whether ``sentence`` only restates the true computation that the sentence ``computation`` states
+    (:func:`sentence_result`): every number in it is the computation's result or, written without a sign, one of
+    its operands (``8 + 8 = 16.`` then ``This is the result of 8 + 8, which is 16.``; ``0 - 0 = 0.`` then ``This is
+    0.``). Such a sentence names no value the computation did not commit to, so it is no later answer. False when
+    ``sentence`` holds a maths span, a number word or any other number (``This is 1 less than -2.`` after
+    ``5 - 6 = -1.``), or when ``computation`` is no true computation."""
+    result = sentence_result(computation)
+    if result is None or len(sentence) > MAX_NUMBER_CHARS or maths_spans(sentence):
+        return False
+    if _NUMBER_WORD_RUN.search(sentence):
+        return False
+    for word, symbol in _OPERATOR_WORDS.items():
+        computation = computation.replace(word, symbol)
+    lhs = _COMPUTATION.search(computation).group(0).split("=")[0]
+    operands = {Fraction(m.group(2)) for m in _SIGNED_NUMBER.finditer(lhs)}
+    numbers = list(_SIGNED_NUMBER.finditer(sentence.replace("−", "-")))
+    return bool(numbers) and all(
+        Fraction(sign + digits) == Fraction(result) or (not sign and Fraction(digits) in operands)
+        for sign, digits in (m.groups() for m in numbers)
+    )
 
 
 # ------------------------------------------------------------------------------------------ lists of values
@@ -708,13 +741,8 @@ def restated_number(sentence: str) -> str | None:
         return None
     cuts = [0] + [i for span in spans for i in span] + [len(sentence)]
     words = " ".join(sentence[a:b] for a, b in zip(cuts[::2], cuts[1::2])).replace("\\$", " ")
-    numbers = list(_PLAIN_NUMBER.finditer(words))
-    if len(numbers) != 1:
-        return None
-    rest = words[: numbers[0].start()] + " " + words[numbers[0].end() :]
-    if not _WORDS_ONLY.fullmatch(rest) or _NUMBER_WORD_RUN.search(rest):
-        return None
-    return numbers[0].group(0)
+    number = _sole_value(list(_PLAIN_NUMBER.finditer(words)), words)
+    return None if number is None else number.group(0)
 
 
 # Words and a colon before a value label it (``Here is a zero matrix: $...$``, ``Here is the solution: 3 * 6 =
