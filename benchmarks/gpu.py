@@ -11,7 +11,8 @@ logits have their real shape). Every method trains ``--steps`` timed optimizer s
 ``generate`` on the device, interleaved with stock ``trl.GRPOTrainer`` in the same process: in each repetition every
 trainer runs once, the order rotating between repetitions. Rewards: the task's ``arithmetic_reward`` (zero on a random
 model; SGPO's correctness reward) plus the share of digits in a completion, dense on random text, so that groups are
-not degenerate and gradients flow. The learning rate is 0, so every trainer generates from the same weights.
+not degenerate and gradients flow. The learning rate is ``harness.FROZEN_LEARNING_RATE`` (1e-48: the bounds refuse 0;
+every update rounds to nothing), so every trainer generates from the same weights, checked after each run.
 
 Recorded per shape and trainer: the optimizer-step wall time (CUDA synchronised at both ends; generation, scoring,
 forward, backward and optimizer step) and its ratio to stock TRL in the same repetition; tokens/s (TRL's own
@@ -194,7 +195,7 @@ def trainer_for(name: str, model_dir: str, args: argparse.Namespace, output_dir:
         per_device_train_batch_size=args.batch,
         num_generations=args.generations,
         max_completion_length=args.completion_length,
-        learning_rate=1e-9,  # near-frozen (the bounds refuse 0): every trainer generates from practically one model
+        learning_rate=harness.FROZEN_LEARNING_RATE,  # every trainer generates from the same weights (checked)
         beta=args.ref_beta if name == WITH_REF else 0.0,
         temperature=1.0,
         logging_steps=1,
@@ -253,7 +254,9 @@ def run_once(name: str, model_dir: str, args: argparse.Namespace, workdir: Path)
         trainer = trainer_for(name, model_dir, args, workdir / name)
         clock = harness.step_timer(wall=True, sync=torch.cuda.synchronize if args.device == "cuda" else None)
         trainer.add_callback(clock)
+        frozen = harness.weights_digest(trainer.model)
         trainer.train()
+        harness.check_frozen(frozen, trainer.model, name)
         result = summarise_logs(step_logs(trainer), clock.times)
         if len(result["step_times"]) != args.steps:
             raise RuntimeError(f"{len(result['step_times'])} timed steps ran, {args.steps} were asked for")
@@ -392,7 +395,7 @@ def render(report: dict, records: dict[str, ShapeRecord]) -> str:
         + ", ".join(f"{k} {v}" for k, v in report["versions"].items() if k != "grpo_family_from"),
         f"Settings: {settings['steps']} timed step(s) after 1 warm-up per trainer, batch {settings['batch']} "
         f"completions (groups of {settings['generations']}), {settings['completion_length']} new tokens at most, "
-        f"learning rate 0, beta 0 (`{WITH_REF}`: {settings['ref_beta']}); up to {settings['reps']} interleaved "
+        f"learning rate {harness.FROZEN_LEARNING_RATE:g} (weights checked unchanged), beta 0 (`{WITH_REF}`: {settings['ref_beta']}); up to {settings['reps']} interleaved "
         f"repetitions; {report['elapsed_s']:.0f} s of a {fmt(settings['budget_s'], '.0f')} s budget used.",
         "",
         "Step time: one optimizer step's wall time (generation, scoring, forward, backward, optimizer), median over "
