@@ -415,6 +415,9 @@ RECALL_LAYOUTS = [
     ("arithmetic", "0 - 0 = 0. This is 0. You've found the additive identity.", "0"),
     ("arithmetic", "5 - 6 = -1. This is 5 - 6 being -1.", "-1"),
     ("math_accuracy", "8 + 10 = 18\n\nThe result of 8 + 10 is 18.", "18"),
+    # ... and an anchor's value that only restates it commits to its result
+    ("arithmetic", "7 * 2 = 14\n\nThe answer is exactly 14.", "14"),  # smollm2-s0-013 (reasoning_gym there)
+    ("arithmetic", "2 + 9 = 11. The answer is 2 + 9.", "11"),
     ("math_accuracy", "18. I hope it is correct.", "18"),
     # maths spans that only name something are words beside the span that holds the value
     ("math_accuracy", "So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.", "$(7,6)$"),
@@ -480,6 +483,11 @@ RECALL_HOLES = [
     ("arithmetic", "7 + 1 = 8. This is -8.", "8"),  # a signed operand or result is another value
     *[("arithmetic", "7 + 1 = 8. This is 8, or nine.", g) for g in ("8", "9")],  # a number word is a value
     ("arithmetic", "7 + 1 = 9. This is 7 + 1.", "8"),  # a false computation is nothing to restate
+    # an operand alone is another value, not a restatement of the expression
+    *[("arithmetic", "3 + 5 = 8.\n\n3 is the answer to the question of 3 + 3.", g) for g in ("8", "3")],  # smollm2
+    *[("arithmetic", "2 + 9 = 11\n\nThe answer is 2.", g) for g in ("11", "9")],
+    # an anchor cut off before its value restates nothing: the anchor before it is not skipped over
+    ("arithmetic", "7 + 1 = 8.\nThe answer is 9.\n\nWhat do I add to 7 to get 8? The answer is", "8"),
     *[("math_accuracy", "So the pair $(x, y)$ is $(7, 6)$ or $(6, 7)$.", g) for g in ("(7,6)", "(6,7)")],
     ("math_accuracy", "\\boxed{(x, y) = (5, 8) \\text{ or } (8, 5)}", "(5, 8)"),
     ("math_accuracy", "\\boxed{(1, 2), (3, 4), (5, 6)}", "(1, 2), (3, 4)"),  # three distinct values for two

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .extract import _boxes, completion_text, list_gap
-from .values import maths_spans, restated_number, restates_computation
+from .values import maths_spans, restated_number, restated_result
 
 __all__ = [
     "ANSWER_SLOTS",
@@ -521,16 +521,30 @@ def _sentences(region: str) -> list[tuple[int, int]]:
     return out
 
 
+def _valued_sentences(region: str) -> list[str]:
+    """The sentences of ``region`` that hold a value (a digit or a maths span), stripped, in order."""
+    sentences = [region[start:end].strip() for start, end in _sentences(region)]
+    return [s for s in sentences if re.search(r"\d", s) or maths_spans(s)]
+
+
+def _restating(before: str, value: str) -> str | None:
+    """The result of a true computation stated in ``before`` that ``value`` only restates (``7 * 2 = 14`` then
+    ``The answer is exactly 14.``), else None (:func:`~grpo_family.rewards.values.restated_result`)."""
+    for sentence in _valued_sentences(before):
+        if (result := restated_result(value, sentence)) is not None:
+            return result
+    return None
+
+
 def _last_valued(region: str) -> str:
     """The last sentence of ``region`` that holds a value (a digit or a maths span), stripped; ``""`` when none does.
     A value reward's unmarked answer: the sentences after it hold no value (``I hope it is correct.``) and, like
     any text after the committed answer, are not read. A sentence that only restates an earlier sentence's true
-    computation (:func:`~grpo_family.rewards.values.restates_computation`: ``7 + 1 = 8.`` then ``This is the result
+    computation (:func:`~grpo_family.rewards.values.restated_result`: ``7 + 1 = 8.`` then ``This is the result
     of 7 + 1, which is 8.``) holds no value of its own: the computation stays the answer."""
-    sentences = [region[start:end].strip() for start, end in _sentences(region)]
-    valued = [s for s in sentences if re.search(r"\d", s) or maths_spans(s)]
+    valued = _valued_sentences(region)
     for i in reversed(range(len(valued))):
-        if not any(restates_computation(valued[i], earlier) for earlier in valued[:i]):
+        if not any(restated_result(valued[i], earlier) is not None for earlier in valued[:i]):
             return valued[i]
     return ""
 
@@ -590,7 +604,7 @@ def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
         while value != (stripped := value.strip(" \t*_").rstrip(".!")):
             value = stripped
         if spec.values and not strict:  # "Final Answer: The largest $n$ is 34." commits to 34
-            value = restated_number(value) or value
+            value = restated_number(value) or _restating(region[: slot.start], value) or value
     if not value:
         return _broken("an empty answer slot")
     return Reading(value, slot.kind)

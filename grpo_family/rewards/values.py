@@ -335,30 +335,33 @@ def _sole_value(found: list[re.Match], text: str) -> re.Match | None:
 
 
 # A number as a restating sentence writes it: a sign only when it touches the digits ("-1", not "5 - 6").
-_SIGNED_NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d+(?:\.\d+)?)(?![\w.]*\d)")
+_SIGNED_NUMBER = re.compile(r"(?<![\w.])[-−]?\d+(?:\.\d+)?(?![\w.]*\d)")
+_EXPRESSION_TOKEN = re.compile(r"\d+(?:\.\d+)?|[-+*/()]")
 
 
-def restates_computation(sentence: str, computation: str) -> bool:
-    """Whether ``sentence`` only restates the true computation that the sentence ``computation`` states
-    (:func:`sentence_result`): every number in it is the computation's result or, written without a sign, one of
-    its operands (``8 + 8 = 16.`` then ``This is the result of 8 + 8, which is 16.``; ``0 - 0 = 0.`` then ``This is
-    0.``). Such a sentence names no value the computation did not commit to, so it is no later answer. False when
-    ``sentence`` holds a maths span, a number word or any other number (``This is 1 less than -2.`` after
-    ``5 - 6 = -1.``), or when ``computation`` is no true computation."""
+def restated_result(sentence: str, computation: str) -> str | None:
+    """The result of the true computation that the sentence ``computation`` states (:func:`sentence_result`) when
+    ``sentence`` only restates it, else None. It restates it when, with every copy of the computation's expression
+    taken out, each number left is the result: ``8 + 8 = 16.`` then ``This is the result of 8 + 8, which is 16.``
+    or ``This is 0.`` after ``0 - 0 = 0.``. Such a sentence names no value the computation did not commit to, so
+    it is no later answer. None when ``sentence`` holds a maths span, a number word or any other number (an operand
+    alone: ``3 is the answer to the question of 3 + 3.`` after ``3 + 5 = 8.``; ``This is 1 less than -2.`` after
+    ``5 - 6 = -1.``), when it holds neither (an empty anchor value), or when ``computation`` is no true
+    computation."""
     result = sentence_result(computation)
     if result is None or len(sentence) > MAX_NUMBER_CHARS or maths_spans(sentence):
-        return False
+        return None
     if _NUMBER_WORD_RUN.search(sentence):
-        return False
+        return None
     for word, symbol in _OPERATOR_WORDS.items():
-        computation = computation.replace(word, symbol)
+        computation, sentence = computation.replace(word, symbol), sentence.replace(word, symbol)
     lhs = _COMPUTATION.search(computation).group(0).split("=")[0]
-    operands = {Fraction(m.group(2)) for m in _SIGNED_NUMBER.finditer(lhs)}
-    numbers = list(_SIGNED_NUMBER.finditer(sentence.replace("−", "-")))
-    return bool(numbers) and all(
-        Fraction(sign + digits) == Fraction(result) or (not sign and Fraction(digits) in operands)
-        for sign, digits in (m.groups() for m in numbers)
-    )
+    expression = r"\s*".join(re.escape(token) for token in _EXPRESSION_TOKEN.findall(lhs))
+    rest, copies = re.subn(rf"(?<![\w.]){expression}(?![\w.]*\d)", " ", sentence)
+    numbers = _SIGNED_NUMBER.findall(rest)
+    if not (copies or numbers) or any(Fraction(n) != Fraction(result) for n in numbers):
+        return None  # restating nothing ("The answer is" cut off) is no restatement
+    return result
 
 
 # ------------------------------------------------------------------------------------------ lists of values
