@@ -71,6 +71,13 @@ TASKS: dict[str, tuple[str, dict, str | None]] = {
     "leg_counting": ("leg_counting", {"min_animals": 1, "max_animals": 2, "max_instances": 3}, None),
     "gcd": ("gcd", {"max_value": 20}, None),
     "chain_sum": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, None),
+    # Candidates for a second task whose answer takes more than one step (issue 41): two operations, or legs per
+    # animal times the count.
+    "basic_arithmetic, 3 terms, demo prompt": ("basic_arithmetic", {**ONE_DIGIT, "min_terms": 3, "max_terms": 3},
+                                               DEMO_SYSTEM_PROMPT),
+    "chain_sum, 3 terms, demo prompt": ("chain_sum", {"min_terms": 3, "max_terms": 3, "min_digits": 1,
+                                                      "max_digits": 1}, DEMO_SYSTEM_PROMPT),
+    "leg_counting, 1 animal": ("leg_counting", {"min_animals": 1, "max_animals": 1, "max_instances": 3}, None),
 }  # fmt: skip
 TASK_PROBLEMS = 16  # held-out problems per task
 TASK_TRAIN_SIZE = 100  # training problems generated before the held-out ones (1-digit tasks have ~200 distinct ones)
