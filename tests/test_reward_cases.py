@@ -421,6 +421,12 @@ RECALL_LAYOUTS = [
     ("math_accuracy", "18. I hope it is correct.", "18"),
     # maths spans that only name something are words beside the span that holds the value
     ("math_accuracy", "So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.", "$(7,6)$"),
+    # a capitalised word after a maths span's close starts a sentence whose full stop was left out
+    (
+        "math_accuracy",
+        "$y = 8.8 - 0.4(7)$ $y = 8.8 - 2.8 = 6$ So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.",
+        "$(7,6)$",
+    ),  # mv-all-633
     # words and a colon label the value after them
     (
         "math_accuracy",
@@ -489,6 +495,8 @@ RECALL_HOLES = [
     # an anchor cut off before its value restates nothing: the anchor before it is not skipped over
     ("arithmetic", "7 + 1 = 8.\nThe answer is 9.\n\nWhat do I add to 7 to get 8? The answer is", "8"),
     *[("math_accuracy", "So the pair $(x, y)$ is $(7, 6)$ or $(6, 7)$.", g) for g in ("(7,6)", "(6,7)")],
+    *[("math_accuracy", "$y = 6$ So the pair $(x, y)$ is $(7, 6)$ or $(6, 7)$.", g) for g in ("(7,6)", "(6,7)")],
+    *[("math_accuracy", "So $x = 7$ So it is $7$ $8$", g) for g in ("7", "8")],
     ("math_accuracy", "\\boxed{(x, y) = (5, 8) \\text{ or } (8, 5)}", "(5, 8)"),
     ("math_accuracy", "\\boxed{(1, 2), (3, 4), (5, 6)}", "(1, 2), (3, 4)"),  # three distinct values for two
     ("math_accuracy", "$(5,2),(7,2),(3,2)$", "$p=5,q=2;p=7,q=2$"),

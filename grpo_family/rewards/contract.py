@@ -505,13 +505,20 @@ def _last_line(region: str) -> tuple[int, int]:
     return start, end
 
 
+_CAPITALISED_AFTER = re.compile(r"[ \t]+([A-Z][a-z])")
+
+
 def _sentences(region: str) -> list[tuple[int, int]]:
     """``(start, end)`` of the sentences of ``region`` in order: it is cut at line ends and sentence ends
     (:data:`_SENTENCE_END`, the punctuation left out), never inside a maths span (``$18. 21$``, a display block over
     several lines)."""
-    inside = _Spans(maths_spans(region))
+    spans = maths_spans(region)
+    inside = _Spans(spans)
     cuts = [(m.start(), m.end()) for m in re.finditer(r"\n", region) if not inside.covers(m.start())]
     cuts += [(m.start(), m.end()) for m in _SENTENCE_END.finditer(region) if not inside.covers(m.start())]
+    # A maths span closed and a capitalised word after it: a new sentence with its full stop left out, as when a
+    # solution's lines were joined ("$y = 8.8 - 2.8 = 6$ So, the ordered pair ... is $(7, 6)$.").
+    cuts += [(end, m.start(1)) for _, end in spans if (m := _CAPITALISED_AFTER.match(region, end))]
     out, start = [], 0
     for end, after in sorted(cuts):
         if end >= start:
