@@ -349,13 +349,20 @@ def trained_tokens(run: dict, arm: Arm, batch_size: int) -> list[float]:
     return out
 
 
+def first_reaching(curve: list[tuple[int, float]], threshold: float) -> int | None:
+    """The step of the first evaluation after step 0 (the start never counts) whose accuracy is at or above
+    ``threshold``; None when none is (the run is censored: its whole total stands for its cost)."""
+    for step, acc in curve:
+        if step > 0 and acc >= threshold - 1e-12:
+            return step
+    return None
+
+
 def _to_threshold(run: dict, costs: list[float], threshold: float) -> tuple[float, bool]:
     """The cumulative cost at the first evaluation (after step 0) at or above ``threshold``; the whole run's cost
     and censored=True when none is."""
-    for step, acc in _accuracy(run):
-        if step > 0 and acc >= threshold - 1e-12:
-            return sum(costs[:step]), False
-    return sum(costs), True
+    step = first_reaching(_accuracy(run), threshold)
+    return (sum(costs), True) if step is None else (sum(costs[:step]), False)
 
 
 def measure(name: str, run: dict, arm: Arm, context: dict) -> tuple[float, bool]:
@@ -465,34 +472,46 @@ def make_rows(runs: list[dict], plan: list[Setting], batch_size: int, steps: int
                 arm: sum(1 for (s, a, _) in by_key if (s, a) == (c.setting, arm)) for arm in (c.arm, c.baseline)
             }
             missing = min(runs_of, key=runs_of.get)
-            row.update(verdict="not run", reason=f"not run: fewer than 2 seeds have both {c.arm} and {c.baseline} "
-                       f"(runs of {missing} missing: out of time, or not in this checkout's METHODS)")  # fmt: skip
-            row["needs"] = needs_text(row)
-            rows.append(row)
+            rows.append(not_run_row(row, f"not run: fewer than 2 seeds have both {c.arm} and {c.baseline} (runs of "
+                                    f"{missing} missing: out of time, or not in this checkout's METHODS)"))  # fmt: skip
             continue
         ctx = contexts[c.setting]
         arm_m = [measure(c.measure, by_key[(c.setting, c.arm, s)], arms[(c.setting, c.arm)], ctx) for s in seeds]
         base_m = [measure(c.measure, by_key[(c.setting, c.baseline, s)], arms[(c.setting, c.baseline)], ctx)
                   for s in seeds]  # fmt: skip
-        arm_v, base_v = [v for v, _ in arm_m], [v for v, _ in base_m]
-        boot = bootstrap(base_v, arm_v)
-        arm_c, base_c = sum(c_ for _, c_ in arm_m), sum(c_ for _, c_ in base_m)
-        row.update(
-            arm_values=arm_v,
-            baseline_values=base_v,
-            arm_mean=_mean(arm_v),
-            arm_sd=_std(arm_v),
-            baseline_mean=_mean(base_v),
-            baseline_sd=_std(base_v),
-            diff=boot["diff"],
-            low=boot["low"],
-            high=boot["high"],
-            censored={"arm": arm_c, "baseline": base_c} if arm_c or base_c else None,
-            verdict=verdict(boot["low"], boot["high"], c.direction, arm_censored=arm_c > 0, base_censored=base_c > 0),
-        )
-        row["needs"] = needs_text(row)
-        rows.append(row)
+        rows.append(judge_row(row, arm_m, base_m))
     return rows
+
+
+def not_run_row(row: dict, reason: str) -> dict:
+    """``row`` with the verdict "not run" and why."""
+    row.update(verdict="not run", reason=reason)
+    row["needs"] = needs_text(row)
+    return row
+
+
+def judge_row(row: dict, arm_m: list[tuple[float, bool]], base_m: list[tuple[float, bool]]) -> dict:
+    """``row`` (a comparison's fields and its ``seeds``) with the ``(value, censored)`` of each seed's arm and
+    baseline run: their means and sds, the paired bootstrap's difference and interval, and the verdict
+    (:func:`verdict`, censored values as lower bounds) and what a row that does not reproduce would need."""
+    arm_v, base_v = [v for v, _ in arm_m], [v for v, _ in base_m]
+    boot = bootstrap(base_v, arm_v)
+    arm_c, base_c = sum(c_ for _, c_ in arm_m), sum(c_ for _, c_ in base_m)
+    row.update(
+        arm_values=arm_v,
+        baseline_values=base_v,
+        arm_mean=_mean(arm_v),
+        arm_sd=_std(arm_v),
+        baseline_mean=_mean(base_v),
+        baseline_sd=_std(base_v),
+        diff=boot["diff"],
+        low=boot["low"],
+        high=boot["high"],
+        censored={"arm": arm_c, "baseline": base_c} if arm_c or base_c else None,
+        verdict=verdict(boot["low"], boot["high"], row["direction"], arm_censored=arm_c > 0, base_censored=base_c > 0),
+    )
+    row["needs"] = needs_text(row)
+    return row
 
 
 def settings_for_more_seeds(rows: list[dict], plan: list[Setting]) -> list[Setting]:
