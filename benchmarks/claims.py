@@ -3,7 +3,8 @@ from the numbers.
 
     python benchmarks/claims.py                # full run (resumable: finished runs are cached in outputs/claims_runs/)
     python benchmarks/claims.py --quick        # the same pipeline on tiny runs, uncached; numbers meaningless (tests)
-    python benchmarks/claims.py --report-only  # the report from the runs finished so far; the rest says "not run"
+    python benchmarks/claims.py --report-only  # the report from the runs finished so far (the run cache, else the
+                                               # runs stored in claims.json); the rest says "not run"; trains nothing
 
 One setting per claim (``SETTINGS``), each method paired seed by seed with ``grpo`` (same warm start, same training
 data in the same order, same sampling seed), trained on the bundled arithmetic task by
@@ -25,6 +26,19 @@ value: a row where the claimed method has such a run cannot be "reproduced", one
 
 Seeds (rule ``SEED_RULE``, applied by the script): every setting runs seeds 0-4; a setting with a row that is "not
 separable at this scale" after them runs seeds 5-9 as well, and its rows use all ten.
+
+Real model (``real_model_rows``): D3S's and GPG's claims on SmolLM2-135M-Instruct, as rows of the same table in the
+setting ``real model``, from ``benchmarks/realmodel.py``'s learning runs (its plan, ``learn_jobs``; the demo recipe,
+40 steps, LoRA, seeds 42 and 43; one file per run in ``benchmarks/results/realmodel_runs/``, trained by
+``realmodel.py --stages learn``, never here), paired by seed and judged by :func:`verdict` with the same censoring:
+d3s vs grpo in tokens and CPU time to reach the paired grpo run's final held-out accuracy (at the held-out evaluations
+every 10 steps; the CPU time the training command's, apportioned by steps) and in final accuracy; gpg vs grpo and vs
+grpo_kl (grpo with beta 0.04, ``realmodel.LEARN_ARMS``) in CPU time per step (the training command's, whose held-out
+evaluations the run files cannot separate: the same five in every arm) and in final accuracy. Fewer than 2 paired
+seeds: "not run", naming the missing runs.
+
+``--report-only`` reads each run from the cache, else from the ``runs`` an earlier full run stored in ``claims.json``
+(same plan only: ``stored_runs``), so a checkout without ``outputs/`` regenerates the same tiny-model rows.
 
 Writes ``benchmarks/results/claims.md``, ``claims.json``, ``claims_<setting>.png`` and the README's claims block
 (between ``<!-- generated: claims -->`` markers). ``--quick`` writes to ``outputs/claims_quick/`` and leaves the
@@ -68,7 +82,6 @@ THRESHOLD_SHARE = 0.5
 QUICK = dict(steps=2, eval_every=1, eval_examples=4, seeds=(2, 2))
 QUICK_ARGS = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=24)  # 2 prompts a step
 COV_METHODS = [m for m in ("kl_cov", "clip_cov") if m in METHODS]  # issue 31's Cui et al. methods, once merged
-REAL_MODEL = "smollm2-135m-instruct"
 
 
 @dataclass(frozen=True)
@@ -349,13 +362,20 @@ def trained_tokens(run: dict, arm: Arm, batch_size: int) -> list[float]:
     return out
 
 
+def first_reaching(curve: list[tuple[int, float]], threshold: float) -> int | None:
+    """The step of the first evaluation after step 0 (the start never counts) whose accuracy is at or above
+    ``threshold``; None when none is (the run is censored: its whole total stands for its cost)."""
+    for step, acc in curve:
+        if step > 0 and acc >= threshold - 1e-12:
+            return step
+    return None
+
+
 def _to_threshold(run: dict, costs: list[float], threshold: float) -> tuple[float, bool]:
     """The cumulative cost at the first evaluation (after step 0) at or above ``threshold``; the whole run's cost
     and censored=True when none is."""
-    for step, acc in _accuracy(run):
-        if step > 0 and acc >= threshold - 1e-12:
-            return sum(costs[:step]), False
-    return sum(costs), True
+    step = first_reaching(_accuracy(run), threshold)
+    return (sum(costs), True) if step is None else (sum(costs[:step]), False)
 
 
 def measure(name: str, run: dict, arm: Arm, context: dict) -> tuple[float, bool]:
@@ -415,7 +435,8 @@ def needs_text(row: dict) -> str:
         return ""
     if row["verdict"] == "not run":
         return row["reason"]
-    scale = CLAIMS[row["claim"]][1].format(steps=row["steps"])
+    scale = (REAL_NEEDS if row["setting"] == REAL_SETTING else {c: v[1] for c, v in CLAIMS.items()})[row["claim"]]
+    scale = scale.format(steps=row["steps"])
     n = len(row["seeds"])
     if row["verdict"] == "contradicted":
         return (
@@ -465,34 +486,46 @@ def make_rows(runs: list[dict], plan: list[Setting], batch_size: int, steps: int
                 arm: sum(1 for (s, a, _) in by_key if (s, a) == (c.setting, arm)) for arm in (c.arm, c.baseline)
             }
             missing = min(runs_of, key=runs_of.get)
-            row.update(verdict="not run", reason=f"not run: fewer than 2 seeds have both {c.arm} and {c.baseline} "
-                       f"(runs of {missing} missing: out of time, or not in this checkout's METHODS)")  # fmt: skip
-            row["needs"] = needs_text(row)
-            rows.append(row)
+            rows.append(not_run_row(row, f"not run: fewer than 2 seeds have both {c.arm} and {c.baseline} (runs of "
+                                    f"{missing} missing: out of time, or not in this checkout's METHODS)"))  # fmt: skip
             continue
         ctx = contexts[c.setting]
         arm_m = [measure(c.measure, by_key[(c.setting, c.arm, s)], arms[(c.setting, c.arm)], ctx) for s in seeds]
         base_m = [measure(c.measure, by_key[(c.setting, c.baseline, s)], arms[(c.setting, c.baseline)], ctx)
                   for s in seeds]  # fmt: skip
-        arm_v, base_v = [v for v, _ in arm_m], [v for v, _ in base_m]
-        boot = bootstrap(base_v, arm_v)
-        arm_c, base_c = sum(c_ for _, c_ in arm_m), sum(c_ for _, c_ in base_m)
-        row.update(
-            arm_values=arm_v,
-            baseline_values=base_v,
-            arm_mean=_mean(arm_v),
-            arm_sd=_std(arm_v),
-            baseline_mean=_mean(base_v),
-            baseline_sd=_std(base_v),
-            diff=boot["diff"],
-            low=boot["low"],
-            high=boot["high"],
-            censored={"arm": arm_c, "baseline": base_c} if arm_c or base_c else None,
-            verdict=verdict(boot["low"], boot["high"], c.direction, arm_censored=arm_c > 0, base_censored=base_c > 0),
-        )
-        row["needs"] = needs_text(row)
-        rows.append(row)
+        rows.append(judge_row(row, arm_m, base_m))
     return rows
+
+
+def not_run_row(row: dict, reason: str) -> dict:
+    """``row`` with the verdict "not run" and why."""
+    row.update(verdict="not run", reason=reason)
+    row["needs"] = needs_text(row)
+    return row
+
+
+def judge_row(row: dict, arm_m: list[tuple[float, bool]], base_m: list[tuple[float, bool]]) -> dict:
+    """``row`` (a comparison's fields and its ``seeds``) with the ``(value, censored)`` of each seed's arm and
+    baseline run: their means and sds, the paired bootstrap's difference and interval, and the verdict
+    (:func:`verdict`, censored values as lower bounds) and what a row that does not reproduce would need."""
+    arm_v, base_v = [v for v, _ in arm_m], [v for v, _ in base_m]
+    boot = bootstrap(base_v, arm_v)
+    arm_c, base_c = sum(c_ for _, c_ in arm_m), sum(c_ for _, c_ in base_m)
+    row.update(
+        arm_values=arm_v,
+        baseline_values=base_v,
+        arm_mean=_mean(arm_v),
+        arm_sd=_std(arm_v),
+        baseline_mean=_mean(base_v),
+        baseline_sd=_std(base_v),
+        diff=boot["diff"],
+        low=boot["low"],
+        high=boot["high"],
+        censored={"arm": arm_c, "baseline": base_c} if arm_c or base_c else None,
+        verdict=verdict(boot["low"], boot["high"], row["direction"], arm_censored=arm_c > 0, base_censored=base_c > 0),
+    )
+    row["needs"] = needs_text(row)
+    return row
 
 
 def settings_for_more_seeds(rows: list[dict], plan: list[Setting]) -> list[Setting]:
@@ -562,8 +595,9 @@ def _side(row: dict, which: str) -> str:
 
 def row_line(row: dict) -> str:
     claimed = "higher" if row["direction"] > 0 else "lower"
+    setting = REAL_LABEL if row["setting"] == REAL_SETTING else f"`{row['setting']}`"
     return (
-        f"| {row['claim']} | `{row['setting']}` | {row['arm']} vs {row['baseline']} | {row['measure']} ({claimed}) "
+        f"| {row['claim']} | {setting} | {row['arm']} vs {row['baseline']} | {row['measure']} ({claimed}) "
         f"| {row['paper']} | {_side(row, 'arm')} | {_side(row, 'baseline')} | {_diff_cell(row)} "
         f"| {len(row['seeds'])} | **{row['verdict']}** |"
     )
@@ -600,8 +634,20 @@ def readme_block(result: dict) -> str:
 def trained_by(meta: dict) -> str:
     """Where the finished runs came from: this command, or the run cache a full run fills."""
     cache = "the run cache `outputs/claims_runs/`, which the same command without `--report-only` fills first"
+    stored = meta.get("runs_from_json", 0)
     if meta["runs_trained"] == meta["runs_finished"]:
         return "all trained by this command"
+    if stored:
+        json_text = (
+            "the runs an earlier full run stored in `benchmarks/results/claims.json` (`runs`), read back by "
+            "`--report-only` where the run cache `outputs/claims_runs/` lacks them"
+        )
+        if stored == meta["runs_finished"]:
+            return f"none trained by this command: all from {json_text}"
+        cached = meta["runs_finished"] - meta["runs_trained"] - stored
+        return (
+            f"{meta['runs_trained']} trained by this command, {cached} from the run cache, {stored} from {json_text}"
+        )
     if meta["runs_trained"] == 0:
         return f"none trained by this command: all from {cache}"
     return f"{meta['runs_trained']} trained by this command, the rest from {cache}"
@@ -609,6 +655,7 @@ def trained_by(meta: dict) -> str:
 
 def write_markdown(result: dict, path: Path) -> str:
     meta, rows = result["meta"], result["rows"]
+    real_rows = result.get("real_model_rows", [])
     lines = [
         "# Claims: does each paper's claim reproduce at this machine's scale?",
         "",
@@ -650,13 +697,18 @@ def write_markdown(result: dict, path: Path) -> str:
         f"Thresholds (D3S rows): warm-start accuracy + {THRESHOLD_SHARE:g} x grpo's mean gain by the last step in "
         "that setting; a run that never reaches it counts its whole total, a lower bound (a censored claimed method "
         'cannot give "reproduced", a censored baseline cannot give "contradicted").',
+        f"The {REAL_LABEL} rows (D3S, GPG): `benchmarks/realmodel.py`'s learning runs of SmolLM2-135M-Instruct, paired "
+        "by seed (42, 43), judged by the same rule; their D3S threshold is, per seed, the paired grpo run's final "
+        "held-out accuracy.",
         "",
         "| claim | setting | comparison | measure (claimed) | the paper | method | baseline | difference [95% CI] "
         "| seeds | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
-        *[row_line(r) for r in rows],
+        *[row_line(r) for r in rows + real_rows],
         "",
         "Measures: " + "; ".join(f"`{k}`: {v[0]}" for k, v in MEASURES.items()) + ".",
+        "",
+        f"Measures of the {REAL_LABEL} rows: " + "; ".join(f"`{k}`: {v}" for k, v in REAL_MEASURES.items()) + ".",
         "",
         "## Settings",
         "",
@@ -679,7 +731,7 @@ def write_markdown(result: dict, path: Path) -> str:
         )
     lines += [f"- Real model: {result['real_model']}", ""]
     lines += ["## What the rows that do not reproduce would need", ""]
-    for r in rows:
+    for r in rows + real_rows:
         if r["verdict"] != "reproduced":
             lines.append(
                 f"- {r['claim']}, `{r['setting']}`, {r['arm']} vs {r['baseline']}, {r['measure']}: {r['needs']}"
@@ -771,27 +823,157 @@ def plot(runs: list[dict], setting: Setting, batch_size: int, path: Path) -> Non
 
 
 # ----------------------------------------------------------------------------------------------- real model
-def real_model_text(path: Path = harness.RESULTS / "realmodel.json") -> str:
-    """Why the real-model rows (grpo vs D3S, grpo vs GPG on SmolLM2-135M) are not run: their cost, estimated from
-    ``benchmarks/realmodel.py``'s measurements (its demo runs' CPU time and its per-step cost of each method)."""
-    if not path.exists():
-        return f"not run: no cost measurement of `{REAL_MODEL}` ({path.relative_to(ROOT)} is missing)."
-    data = json.loads(path.read_text())
-    demo = data["demo"]
-    run_cpu = _mean([seed["cpu_s"] for seed in demo["seeds"].values()])
-    step_cpu = {m: statistics.median(r["step_cpu_s"] for r in data["cost"]["runs"] if r["label"] == m)
-                for m in ("grpo", "d3s", "gpg")}  # fmt: skip
-    relative = {m: step_cpu[m] / step_cpu["grpo"] for m in step_cpu}
-    total = FIRST_SEEDS * run_cpu * sum(relative.values())
-    return (
-        f"not run. A paired run on `{REAL_MODEL}` (the recipe of `benchmarks/results/realmodel.md`: "
-        f"`{demo['command']}`, {demo['recipe']['max_steps']} steps) took {run_cpu / 60:.1f} CPU-minutes for grpo "
-        f"(mean of its {len(demo['seeds'])} demo seeds); per step d3s costs {relative['d3s']:.2f}x and gpg "
-        f"{relative['gpg']:.2f}x grpo's CPU (its cost stage, median of its repetitions). grpo, d3s and gpg at "
-        f"{FIRST_SEEDS} seeds would take about {total / 60:.0f} CPU-minutes, run one at a time (one real-model "
-        f"process at a time on this 24 GiB machine): more than this benchmark's {BUDGET_MINUTES}-minute budget on its "
-        "own."
-    )
+# D3S's and GPG's claims on SmolLM2-135M-Instruct, from benchmarks/realmodel.py's learning runs (its "learn" stage:
+# the demo recipe, 40 steps, LoRA, seeds 42 and 43; one JSON file per run in benchmarks/results/realmodel_runs/), paired
+# seed by seed, judged by the same rule as the tiny-model rows. Nothing is trained here.
+REAL_SETTING = "real model"
+REAL_LABEL = "`real model` (SmolLM2-135M-Instruct, the demo recipe, 40 steps)"
+REAL_MEASURES = {  # measure -> what it is on the real model's runs (their names and units as in MEASURES)
+    "final_accuracy": "held-out greedy accuracy on the recipe's 100 problems after the last step",
+    "tokens_to_threshold": (
+        "TRL's `num_tokens` (prompt and completion tokens of every sequence generated; D3S's loss keeps only some "
+        "of its completion tokens) by the first held-out evaluation (every 10 steps, step 0 not counted) at or "
+        "above the paired grpo run's final accuracy; the run's total, censored, when none is"
+    ),
+    "cpu_to_threshold": (
+        "CPU seconds of the training command (all its processes: start-up, model loading and its held-out "
+        "evaluations included) by that evaluation, the run's total apportioned by steps (step s of n at s/n of it, "
+        "as `realmodel_learning.png` places steps); the total, censored, when none is"
+    ),
+    "cpu_per_step": (
+        "CPU seconds of the training command / its 40 steps. Its held-out evaluations cannot be taken out: the run "
+        "files record no time of their own for them (the evaluation callback logs accuracies only), so this "
+        "includes start-up, model loading and the same five greedy evaluations of 100 problems (before training and "
+        "at steps 10, 20, 30, 40; about 1 CPU-minute each) in every arm, which pulls the ratio towards 1"
+    ),
+}
+REAL_NEEDS = {  # claim -> what a reproduction would need beyond these runs ({steps}: the runs' steps)
+    "d3s": "the paper's scale: 1.5B-8B models, G = 32 rollouts per prompt, responses of thousands of tokens and "
+    "hundreds of steps (§4.1); here SmolLM2-135M-Instruct with LoRA, G = 8, completions of at most 32 tokens, {steps} "
+    "steps and 2 seeds",
+    "gpg": "a model whose reference forward is a large share of a step (the paper's 1.5B-7B models on GPUs), "
+    "hundreds of steps on math data (§3.1), and step times measured without the held-out evaluations; here "
+    "SmolLM2-135M-Instruct with LoRA (the reference is the same model with its adapter off), completions of at "
+    "most 32 tokens, {steps} steps and 2 seeds on a shared 2-core CPU",
+}
+
+
+def real_model_comparisons() -> list[Comparison]:
+    """The real-model rows: the tiny model's D3S and GPG comparisons that the learning runs can answer, with the same
+    paper claims."""
+    return [
+        Comparison("d3s", REAL_SETTING, "d3s", "grpo", "tokens_to_threshold", -1, D3S_TOKENS),
+        Comparison("d3s", REAL_SETTING, "d3s", "grpo", "cpu_to_threshold", -1, D3S_SPEED),
+        Comparison("d3s", REAL_SETTING, "d3s", "grpo", "final_accuracy", +1, D3S_ACCURACY),
+        Comparison("gpg", REAL_SETTING, "gpg", "grpo", "final_accuracy", +1, GPG_ACCURACY),
+        Comparison("gpg", REAL_SETTING, "gpg", "grpo_kl", "final_accuracy", +1, GPG_ACCURACY),
+        Comparison("gpg", REAL_SETTING, "gpg", "grpo", "cpu_per_step", -1, GPG_COST),
+        Comparison("gpg", REAL_SETTING, "gpg", "grpo_kl", "cpu_per_step", -1, GPG_COST),
+    ]
+
+
+def real_curve(run: dict) -> list[tuple[int, float, float]]:
+    """A learning run's held-out curve, ``(step, accuracy, tokens by then)`` from step 0."""
+    return [(int(step), acc, tokens) for step, acc, tokens in run["held_out_curve"]]
+
+
+def real_measure(name: str, run: dict, paired_grpo: dict) -> tuple[float, bool]:
+    """``(value, censored)`` of measure ``name`` for one real-model learning run; ``paired_grpo``: the grpo run of
+    the same seed, whose final held-out accuracy is the threshold of the "to threshold" measures."""
+    curve = real_curve(run)
+    if name == "final_accuracy":
+        return curve[-1][1], False
+    if name == "cpu_per_step":
+        return run["train_cpu_s"] / run["steps"], False
+    if name in ("tokens_to_threshold", "cpu_to_threshold"):
+        step = first_reaching([(s, a) for s, a, _ in curve], real_curve(paired_grpo)[-1][1])
+        if name == "tokens_to_threshold":
+            return (run["tokens"], True) if step is None else (dict((s, t) for s, _, t in curve)[step], False)
+        share = 1.0 if step is None else step / run["steps"]
+        return run["train_cpu_s"] * share, step is None
+    raise KeyError(name)
+
+
+def real_model_runs(directory: Path | None = None) -> tuple[dict[tuple[str, int], dict], list[dict]]:
+    """The learning runs of ``benchmarks/realmodel.py``'s plan (``learn_jobs``; its run files, none trained here) by
+    ``(method or claim arm, seed)``, and the planned jobs without a run file."""
+    from benchmarks import realmodel
+
+    directory = realmodel.LEARN_DIR if directory is None else directory
+    found, missing = {}, []
+    for job in realmodel.learn_jobs():
+        path = realmodel.cache_path(directory, job)
+        if path.exists():
+            found[(realmodel.run_label(job), job["seed"])] = json.loads(path.read_text())
+        else:
+            missing.append(job)
+    return found, missing
+
+
+def real_model_rows(runs: dict[tuple[str, int], dict], seeds=None) -> list[dict]:
+    """Every real-model comparison from the learning runs ``runs`` (``(method or arm, seed) -> run``), over the seeds
+    where both sides (and, for a "to threshold" measure, grpo) have a run; "not run", naming the missing runs, with
+    fewer than 2 such seeds."""
+    from benchmarks import realmodel
+
+    seeds = realmodel.LEARN_SEEDS if seeds is None else seeds
+    rows = []
+    for c in real_model_comparisons():
+        needed = (c.arm, c.baseline, *(("grpo",) if c.measure in CENSORED else ()))  # grpo: the threshold
+        both = [s for s in seeds if all((name, s) in runs for name in needed)]
+        steps = {runs[(c.arm, s)]["steps"] for s in both} or {realmodel.recipe()["max_steps"]}
+        row = {**asdict(c), "measure_text": REAL_MEASURES[c.measure], "steps": max(steps), "seeds": both,
+               "threshold": None}  # fmt: skip
+        values = {s: (real_measure(c.measure, runs[(c.arm, s)], runs[("grpo", s)]),
+                      real_measure(c.measure, runs[(c.baseline, s)], runs[("grpo", s)])) for s in both}  # fmt: skip
+        if c.measure in CENSORED:
+            row["thresholds"] = [real_curve(runs[("grpo", s)])[-1][1] for s in both]
+        if len(both) < 2:
+            absent = [f"{name} seed {s}" for s in seeds for name in dict.fromkeys(needed) if (name, s) not in runs]
+            so_far = "".join(
+                f"; seed {s}: {c.arm} {_fmt(c.measure, a[0])}{' (censored)' * a[1]} vs {c.baseline} "
+                f"{_fmt(c.measure, b[0])}{' (censored)' * b[1]}"
+                for s, (a, b) in values.items()
+            )  # fmt: skip
+            rows.append(not_run_row(row, f"not run: fewer than 2 seeds have both {c.arm} and {c.baseline} (missing: "
+                                    f"{', '.join(absent)}; `python benchmarks/realmodel.py --stages learn` trains "
+                                    f"them){so_far}"))  # fmt: skip
+            continue
+        rows.append(judge_row(row, [values[s][0] for s in both], [values[s][1] for s in both]))
+    return rows
+
+
+def real_model_text(runs: dict[tuple[str, int], dict], missing: list[dict],
+                    path: Path = harness.RESULTS / "realmodel.json") -> str:  # fmt: skip
+    """The real-model line of "What was run": which learning runs the `real model` rows read, which are missing,
+    and a step's cost without evaluations from ``benchmarks/realmodel.py``'s cost stage, for scale."""
+    from benchmarks import realmodel
+
+    names = ("d3s", "gpg", "grpo", "grpo_kl")
+    have = "; ".join(f"{n} seeds {', '.join(str(s) for (m, s) in runs if m == n) or 'none'}" for n in names)
+    absent = [f"{realmodel.run_label(j)} seed {j['seed']}" for j in missing if realmodel.run_label(j) in names]
+    restarted = [f"{n} seed {s}" for (n, s), r in runs.items() if n in names and (r.get("restarts") or
+                 r.get("killed_segments"))]  # fmt: skip
+    text = (
+        f"the {REAL_LABEL} rows read `benchmarks/realmodel.py`'s learning runs (`benchmarks/results/realmodel_runs/`; "
+        f"nothing is trained here; grpo_kl is its claim arm, grpo with beta {realmodel.LEARN_ARMS['grpo_kl'][1]['beta']}"
+        f"), paired by seed: {have}."
+        + (f" Missing: {', '.join(absent)} (`python benchmarks/realmodel.py --stages learn` trains them)." if absent
+           else "")
+        + (f" Resumed after a stop (their CPU time counts a restart's start-up and redone steps): {', '.join(restarted)}."
+           if restarted else "")
+    )  # fmt: skip
+    if path.exists():
+        cost = json.loads(path.read_text()).get("cost") or {}
+        step_cpu = {m: statistics.median(r["step_cpu_s"] for r in cost.get("runs", []) if r["label"] == m)
+                    for m in ("grpo", "d3s", "gpg") if any(r["label"] == m for r in cost.get("runs", []))}  # fmt: skip
+        if {"grpo", "d3s", "gpg"} <= set(step_cpu):
+            text += (
+                f" For scale, a training step alone (no evaluation; `realmodel.md` section 3, median of its "
+                f"repetitions): grpo {step_cpu['grpo']:.1f} CPU-s, d3s {step_cpu['d3s'] / step_cpu['grpo']:.2f}x, "
+                f"gpg {step_cpu['gpg'] / step_cpu['grpo']:.2f}x grpo's."
+            )
+    return text
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -818,6 +1000,34 @@ def plan_jobs(plan: list[Setting], seeds, steps: int, eval_every: int, eval_exam
                     job["log_keys"] = list(arm.log_keys)
                 jobs.append(job)
     return jobs
+
+
+STORED = harness.RESULTS / "claims.json"
+
+
+def stored_runs(plan: list[Setting], steps: int, eval_every: int, eval_examples: int, grpo_args: dict,
+                path: Path = STORED) -> dict[tuple[str, str, int], dict]:  # fmt: skip
+    """The runs a full run stored in ``claims.json`` (its ``runs``), by ``(setting, arm, seed)``, for ``--report-only``
+    where the run cache lacks them (a fresh clone: ``outputs/`` is not committed). Only runs of the same plan: the
+    file's steps, evaluations and ``DEFAULT_GRPO_ARGS`` values as now, and each run's setting (its arms and their
+    overrides, task, reward) as now; none from a ``--quick`` file."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    meta = data.get("meta", {})
+    shown = dict(item.split("=", 1) for item in meta.get("grpo_args", "").split(", ") if "=" in item)
+    same = (
+        not meta.get("quick")
+        and (meta.get("steps"), meta.get("eval_every"), meta.get("eval_examples"))
+        == (steps, eval_every, eval_examples)
+        and shown
+        and all(str(grpo_args.get(k)) == v for k, v in shown.items())
+    )
+    if not same:
+        return {}
+    now = {s.name: json.loads(json.dumps(asdict(s))) for s in plan}
+    settings_same = {s["name"] for s in data.get("settings", []) if now.get(s["name"]) == s}
+    return {(r["setting"], r["arm"], r["seed"]): r for r in data.get("runs", []) if r["setting"] in settings_same}
 
 
 def training_span(runs: list[dict]) -> list | None:
@@ -870,10 +1080,19 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.report_only:
         load_warm_start(seed=0)  # build the cache once, before the workers race for it
 
+    stored = stored_runs(plan, steps, eval_every, eval_examples, grpo_args) if args.report_only and not args.quick \
+        else {}  # fmt: skip
+    from_json = 0
+
     def run(jobs):
-        if args.report_only:
-            return run_all(jobs, args.workers, cache, label="claims", gpg_first=False, train=False)
-        return run_all(jobs, args.workers, cache, label="claims", gpg_first=False, deadline=deadline)
+        nonlocal from_json
+        if not args.report_only:
+            return run_all(jobs, args.workers, cache, label="claims", gpg_first=False, deadline=deadline)
+        runs, trained = run_all(jobs, args.workers, cache, label="claims", gpg_first=False, train=False)
+        for i, job in enumerate(jobs):  # not in the cache: the run an earlier full run stored in claims.json
+            if runs[i] is None and (found := stored.get((job["setting"], job["arm"], job["seed"]))) is not None:
+                runs[i], from_json = {k: v for k, v in found.items() if k != "arm"}, from_json + 1
+        return runs, trained
 
     jobs = plan_jobs(plan, range(first), steps, eval_every, eval_examples, args.quick)
     runs, trained = run(jobs)
@@ -896,6 +1115,7 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": len(jobs),
         "runs_finished": len(done),
         "runs_trained": trained,
+        "runs_from_json": from_json,
         "training_span": training_span(done),
         "not_run": not_run(jobs, runs),
         "budget_minutes": None if args.report_only else args.budget_minutes,
@@ -910,12 +1130,14 @@ def main(argv: list[str] | None = None) -> dict:
         "quick": args.quick,
         "methods": list(METHODS),
     }
+    real_runs, real_missing = real_model_runs()
     result = {
         "meta": meta,
         "settings": [asdict(s) for s in plan],
         "rows": rows,
         "describe": describe(done, plan, batch_size),
-        "real_model": real_model_text(),
+        "real_model": real_model_text(real_runs, real_missing),
+        "real_model_rows": real_model_rows(real_runs),
         "runs": done,
     }
     out_dir = Path(args.output_dir or (ROOT / "outputs" / "claims_quick" if args.quick else harness.RESULTS))

@@ -23,13 +23,15 @@ stopped; a stage's entries record the machine's load average and CPU time beside
    environment's Python (``--vllm-python``, default ``$GRPO_FAMILY_VLLM_PYTHON``; README, "vLLM on a CPU
    machine") through ``benchmarks/vllm_cpu.py --measure``; without that environment the report says it was not run.
 5. ``learn``: every method trained by the demo's command with 2 seeds (``learn_jobs``: the options each paper would
-   use at this scale, ``LEARN_OPTIONS``, stated in the row), one run at a time, each written as soon as it finishes
-   to its own file in ``benchmarks/results/realmodel_runs/`` (named by ``benchmarks.runs.cache_path``: a run whose
-   file exists is not trained again, so the table accumulates across sessions): held-out greedy accuracy before and
-   after, pass@8 after (``python -m grpo_family.eval`` on the adapter), CPU time of all processes, tokens, the load
-   sampled each minute, the commit. ``--stop-at HH:MM`` (UTC) kills a run still going then (nothing is written for
-   it) and starts none after. The report's section 5 and ``realmodel_learning.png`` are rendered from the files,
-   naming the planned runs still missing.
+   use at this scale, ``LEARN_OPTIONS``, stated in the row), then the claim arms (``LEARN_ARMS``: grpo with a KL
+   term, a baseline of the claims benchmark's real-model rows), one run at a time, each written as soon as it
+   finishes to its own file in ``benchmarks/results/realmodel_runs/`` (named by ``benchmarks.runs.cache_path``: a
+   run whose file exists is not trained again, so the table accumulates across sessions): held-out greedy accuracy
+   before and after, pass@8 after (``python -m grpo_family.eval`` on the adapter), CPU time of all processes,
+   tokens, the load sampled each minute, the commit. ``--stop-at HH:MM`` (UTC) kills a run still going then
+   (nothing is written for it) and starts none after. The report's section 5 and ``realmodel_learning.png`` are
+   rendered from the files, naming the planned runs still missing; ``benchmarks/claims.py`` reads the same files
+   for its ``real model`` rows (D3S's and GPG's claims, paired by seed).
 """
 
 from __future__ import annotations
@@ -479,27 +481,50 @@ LOAD_EVERY_S = 60  # the 1-minute load average is sampled this often during a ru
 # D3S's claim (tokens and CPU time to reach grpo's final accuracy) is read from, on the same paired runs.
 LEARN_EVAL_EVERY = 10
 LEARN_SAVE_EVERY = 5  # steps between checkpoints, so that a run stopped at --stop-at resumes in a later session
+# Claim arms: a method with other options, for the claims benchmark's real-model rows (benchmarks/claims.py), trained
+# after every method's runs. arm -> (method, options over LEARN_OPTIONS). grpo_kl: grpo with a KL term to the reference
+# model at the claims benchmark's beta (its grpo_kl arm), the baseline of GPG's claim to be cheaper without one.
+LEARN_ARMS: dict[str, tuple[str, dict]] = {"grpo_kl": ("grpo", {"beta": 0.04})}
 
 
-def learn_job(method: str, seed: int) -> dict:
-    """The job of one learning run (its settings; ``runs.cache_path`` names its file by them)."""
+def learn_job(method: str, seed: int, arm: str | None = None) -> dict:
+    """The job of one learning run (its settings; ``runs.cache_path`` names its file by them). ``arm``: a claim arm
+    of ``LEARN_ARMS`` (its method, and its options over the method's): only an arm's job has the key ``arm``, so a
+    method's job (and its file name) is what it was before arms existed."""
     values = recipe()
-    return {
+    options = LEARN_OPTIONS.get(method, {})
+    if arm is not None:
+        arm_method, arm_options = LEARN_ARMS[arm]
+        if arm_method != method:
+            raise ValueError(f"arm {arm!r} trains {arm_method}, not {method}")
+        options = {**options, **arm_options}
+    job = {
         "method": method,
         "setting": "demo",
         "seed": seed,
         "steps": values["max_steps"],
         "recipe": DEMO_RECIPE,
         "recipe_values": values,  # a changed recipe is a new job (a new file), the old run is not read for it
-        "options": LEARN_OPTIONS.get(method, {}),
+        "options": options,
         "pass_at": {"k": PASS_K, "problems": PASS_PROBLEMS, "temperature": values.get("temperature", 1.0)},
         "held_out_every": LEARN_EVAL_EVERY,
     }
+    if arm is not None:
+        job["arm"] = arm
+    return job
 
 
 def learn_jobs() -> list[dict]:
-    """Every planned run, in the order they are trained: each seed's methods, then the next seed."""
-    return [learn_job(method, seed) for seed in LEARN_SEEDS for method in LEARN_METHODS]
+    """Every planned run, in the order they are trained: each seed's methods, then the next seed; then the claim arms
+    (``LEARN_ARMS``), each seed's, after every method's runs."""
+    methods = [learn_job(method, seed) for seed in LEARN_SEEDS for method in LEARN_METHODS]
+    arms = [learn_job(method, seed, arm) for seed in LEARN_SEEDS for arm, (method, _) in LEARN_ARMS.items()]
+    return methods + arms
+
+
+def run_label(job: dict) -> str:
+    """A job's (or its run's) name in the plan, the table and the output folder: its claim arm, else its method."""
+    return job.get("arm") or job["method"]
 
 
 def code_commit() -> dict:
@@ -622,7 +647,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     from grpo_family.runtime.run_folder import latest_complete_checkpoint
 
     values = recipe()
-    out = ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}"  # git-ignored
+    out = ROOT / "outputs" / f"realmodel-learn-{run_label(job)}-{job['seed']}"  # git-ignored
     progress_path = out / "progress.json"
     progress = json.loads(progress_path.read_text()) if progress_path.exists() else {}
     checkpoint = latest_complete_checkpoint(str(out)) if progress.get("job") == job else None
@@ -650,7 +675,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
                 str(values["max_completion_length"]), "--seed", str(job["seed"]), "--no_math_verify", "--output_dir",
                 str(out / "eval-pass")]  # fmt: skip
     resume = ["--resume_from_checkpoint", "true"] if checkpoint else []
-    print(f"learn: {job['method']} seed {job['seed']}: {shlex.join(train_cmd)}"
+    print(f"learn: {run_label(job)} seed {job['seed']}: {shlex.join(train_cmd)}"
           + (f" (resuming {Path(checkpoint).name})" if checkpoint else ""), flush=True)  # fmt: skip
     if "commit" not in progress:
         progress["commit"] = code_commit()  # the code as the run starts
@@ -760,22 +785,23 @@ def stage_learn(state: dict, stop_at: float | None = None) -> None:
         if stop_at is not None and time.time() >= stop_at:
             print("learn: past --stop-at, no new run started", flush=True)
             return
-        claim = PidLock(ROOT / "outputs" / f"realmodel-learn-{job['method']}-{job['seed']}.lock")
+        label = run_label(job)
+        claim = PidLock(ROOT / "outputs" / f"realmodel-learn-{label}-{job['seed']}.lock")
         if (holder := claim.acquire()) is not None:
-            print(f"learn: {job['method']} seed {job['seed']} is being trained by {holder.describe()}", flush=True)
+            print(f"learn: {label} seed {job['seed']} is being trained by {holder.describe()}", flush=True)
             continue
         try:
             if path.exists():  # finished by another process between the check above and the claim
                 continue
             run = train_and_evaluate(job, stop_at)
         except Stopped:
-            print(f"learn: {job['method']} seed {job['seed']} stopped at --stop-at (not written)", flush=True)
+            print(f"learn: {label} seed {job['seed']} stopped at --stop-at (not written)", flush=True)
             return
         finally:
             claim.release()
         LEARN_DIR.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(run, indent=1) + "\n")
-        print(f"learn: {job['method']} seed {job['seed']}: {run['accuracy_before']:.3f} -> "
+        print(f"learn: {label} seed {job['seed']}: {run['accuracy_before']:.3f} -> "
               f"{run['accuracy_after']:.3f}, pass@{PASS_K} {run[f'pass@{PASS_K}_after']:.3f}, "
               f"{(run['train_cpu_s'] + run['eval_cpu_s']) / 60:.1f} CPU-min; wrote {path.name}", flush=True)  # fmt: skip
 
@@ -944,20 +970,24 @@ def learning_verdict(gains: list[float]) -> str:
 
 
 def learning_rows(runs: dict[str, dict], jobs: list[dict] | None = None) -> tuple[list[dict], list[dict], list[str]]:
-    """(one row per method with runs, the planned jobs without a run file, files that match no planned job)."""
+    """(one row per method or claim arm with runs, the planned jobs without a run file, files that match no planned
+    job). A row's ``label`` is its arm's name for a claim arm (``LEARN_ARMS``: grpo_kl's runs are not grpo's row),
+    else its method; ``arm`` says which."""
     jobs = learn_jobs() if jobs is None else jobs
     planned = {cache_path(LEARN_DIR, job).name: job for job in jobs}
     missing = [job for name, job in planned.items() if name not in runs]
     stale = sorted(set(runs) - set(planned))
-    by_method: dict[str, list[dict]] = {}
+    by_label: dict[str, list[dict]] = {}
     for name, run in runs.items():
         if name in planned:
-            by_method.setdefault(run["method"], []).append(run)
+            by_label.setdefault(run_label(planned[name]), []).append(run)
+    methods = {run_label(job): job["method"] for job in jobs}
     rows = []
-    for method in [m for m in dict.fromkeys(job["method"] for job in jobs) if m in by_method]:
-        method_runs = sorted(by_method[method], key=lambda r: r["seed"])
-        gains = [r["accuracy_after"] - r["accuracy_before"] for r in method_runs]
-        rows.append({"method": method, "runs": method_runs, "gains": gains, "verdict": learning_verdict(gains)})
+    for label in [x for x in methods if x in by_label]:
+        label_runs = sorted(by_label[label], key=lambda r: r["seed"])
+        gains = [r["accuracy_after"] - r["accuracy_before"] for r in label_runs]
+        rows.append({"label": label, "method": methods[label], "arm": label != methods[label], "runs": label_runs,
+                     "gains": gains, "verdict": learning_verdict(gains)})  # fmt: skip
     return rows, missing, stale
 
 
@@ -986,7 +1016,12 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
         "seeds' standard deviation is above zero, and does not learn when zero lies within mean ± that spread. "
         "grpo is trained again here rather than taken from section 2: the demo's runs were trained and scored "
         "before the `reasoning_gym` reward read answers under the answer contract (commit f6ccf9a), so their "
-        "training reward and held-out scorer are not this table's.",
+        "training reward and held-out scorer are not this table's. Claim arms, trained after every method's runs "
+        "and shown as their own rows ('claims arm'): "
+        + "; ".join(f"{arm}, {method} with {_options_text(options)}" for arm, (method, options) in LEARN_ARMS.items())
+        + ". The claims benchmark reads these runs for its `real model` rows (`benchmarks/claims.py`, "
+        "`claims.md`): D3S's tokens and CPU time to reach the paired grpo run's final accuracy, GPG's CPU time per "
+        "step against grpo and grpo_kl, and the final accuracies, per seed pair, with its verdict rule.",
         "",
         f"| method | options | seed | before | after | gain | pass@{k} after | CPU-min (+ pass@{k}) | tokens | load "
         "mean / max | commit | verdict (mean gain ± sd) |",
@@ -994,10 +1029,11 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
     ]
     for row in rows:
         summary = f"{row['verdict']} ({_mean(row['gains']):+.3f} ± {_std(row['gains']):.3f})"
+        name = f"{row['label']} ({row['method']}; claims arm)" if row["arm"] else row["method"]
         for i, run in enumerate(row["runs"]):
             commit = (run.get("commit") or "?")[:7] + ("+" if run.get("training_code_modified") else "")
             lines.append(
-                f"| {run['method'] if i == 0 else ''} | {_options_text(run['options']) if i == 0 else ''} | "
+                f"| {name if i == 0 else ''} | {_options_text(run['options']) if i == 0 else ''} | "
                 f"{run['seed']} | {run['accuracy_before']:.3f} | {run['accuracy_after']:.3f} | "
                 f"{run['accuracy_after'] - run['accuracy_before']:+.3f} | {run[f'pass@{k}_after']:.3f} | "
                 f"{'>= ' if run.get('killed_segments') else ''}{run['train_cpu_s'] / 60:.1f} "
@@ -1011,7 +1047,7 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
     if missing:
         lines += [
             f"Missing: {len(missing)} of {len(jobs)} planned runs have no file yet: "
-            + ", ".join(f"{job['method']} seed {job['seed']}" for job in missing)
+            + ", ".join(f"{run_label(job)} seed {job['seed']}" for job in missing)
             + ". `python benchmarks/realmodel.py --stages learn` trains them (one at a time, in this order).",
             "",
         ]
@@ -1042,7 +1078,7 @@ def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = N
             ]
             ax.plot([run["train_cpu_s"] / 60 * step / run["steps"] for step, _, _ in curve], [a for _, a, _ in curve],
                     color=color, marker="o", alpha=0.8,
-                    label=f"{row['method']} ({len(row['runs'])} seeds)" if i == 0 else None)  # fmt: skip
+                    label=f"{row['label']} ({len(row['runs'])} seeds)" if i == 0 else None)  # fmt: skip
     ax.set_xlabel("CPU minutes of the training command (evaluations included; within a run, by step)")
     ax.set_ylabel("held-out greedy accuracy")
     ax.set_title("SmolLM2-135M-Instruct, one-digit +/-, LoRA, 40 steps")

@@ -163,4 +163,5 @@ def test_quick_run_verdicts_follow_the_numbers_beside_them(quick, claims):
         assert row["verdict"] == expected
         assert claims.row_line(row) in markdown
         assert (row["verdict"] == "reproduced") == (row["needs"] == "")
-    assert "Quick mode" in markdown and "not run." in markdown  # the real-model line says why it was not run
+    assert "Quick mode" in markdown and "- Real model: the `real model`" in markdown  # which learning runs it read
+    assert all(claims.row_line(row) in markdown for row in result["real_model_rows"])

@@ -43,6 +43,50 @@ def test_every_method_is_planned(realmodel):
     assert sorted(realmodel.LEARN_METHODS) == sorted(METHODS)
 
 
+def test_claim_arms_leave_every_committed_run_file_in_the_plan(realmodel):
+    """The claim arms (grpo_kl) add jobs after every method's; no method's job changed, so each committed run file
+    is still one of the plan's (its name is a hash of the job dict)."""
+    jobs = realmodel.learn_jobs()
+    planned = {realmodel.cache_path(realmodel.LEARN_DIR, job).name for job in jobs}
+    committed = {p.name for p in realmodel.LEARN_DIR.glob("*.json")}
+    assert len(committed) >= 11 and committed <= planned
+    methods = len(realmodel.LEARN_METHODS) * len(realmodel.LEARN_SEEDS)
+    assert all("arm" not in job for job in jobs[:methods])
+    arms = jobs[methods:]
+    assert [(job["arm"], job["method"], job["seed"], job["options"]) for job in arms] == [
+        ("grpo_kl", "grpo", 42, {"beta": 0.04}),
+        ("grpo_kl", "grpo", 43, {"beta": 0.04}),
+    ]
+    # an arm's job differs from its method's only by the key "arm" and its options
+    plain = realmodel.learn_job("grpo", 42)
+    assert {k: v for k, v in arms[0].items() if k not in ("arm", "options")} == {
+        k: v for k, v in plain.items() if k != "options"
+    }
+    assert realmodel.run_label(arms[0]) == "grpo_kl" and realmodel.run_label(plain) == "grpo"
+    with pytest.raises(ValueError, match="trains grpo"):
+        realmodel.learn_job("gpg", 42, "grpo_kl")
+
+
+def test_a_claim_arm_is_its_own_row(realmodel, tmp_path):
+    """grpo_kl's runs (method grpo) get their own labelled row, after the methods', not grpo's."""
+    grpo = make_job(realmodel, "grpo", 42)
+    kl = {**make_job(realmodel, "grpo", 42), "options": {"beta": 0.04}, "arm": "grpo_kl"}
+    for job, after in ((grpo, 0.7), (kl, 0.5)):
+        realmodel.cache_path(tmp_path, job).write_text(json.dumps(make_run(realmodel, job, 0.6, after, 600.0)))
+    runs = realmodel.load_learning_runs(tmp_path)
+    rows, missing, stale = realmodel.learning_rows(runs, [grpo, kl])
+    assert [(r["label"], r["method"], r["arm"], len(r["runs"])) for r in rows] == [
+        ("grpo", "grpo", False, 1),
+        ("grpo_kl", "grpo", True, 1),
+    ]
+    assert not missing and not stale
+    text = "\n".join(realmodel.render_learning(runs, [grpo, kl]))
+    assert "| grpo | defaults | 42 | 0.600 | 0.700 |" in text
+    assert "| grpo_kl (grpo; claims arm) | beta=0.04 | 42 | 0.600 | 0.500 |" in text
+    text = "\n".join(realmodel.render_learning({}, [grpo, kl]))
+    assert "Missing: 2 of 2 planned runs have no file yet: grpo seed 42, grpo_kl seed 42." in text
+
+
 @pytest.mark.parametrize(
     ("gains", "verdict"),
     [
