@@ -310,3 +310,28 @@ def test_a_run_killed_outright_resumes_and_says_its_cpu_time_is_a_lower_bound(re
     name = realmodel.cache_path(realmodel.LEARN_DIR, job).name
     table = "\n".join(realmodel.render_learning({name: run}, [job]))
     assert re.search(r"\| >= [0-9.]+ \(\+[0-9.]+\) \|", table), table
+
+
+def test_summary_names_the_range_and_each_verdict(realmodel):
+    """The README's block from worked runs: the range of per-method mean accuracies after training, each method under
+    its verdict with its mean gain and spread, pending ones with one seed."""
+    jobs = [make_job(realmodel, m, s) for s in (42, 43) for m in ("grpo", "d3s", "gpg")]
+    runs = {}
+    for job, after in zip(jobs, (0.70, 0.72, 0.60, 0.74, 0.70, None)):
+        if after is not None:
+            runs[realmodel.cache_path(realmodel.LEARN_DIR, job).name] = make_run(realmodel, job, 0.60, after, 600.0)
+    text = realmodel.learning_summary(runs, jobs)
+    # grpo: gains +0.10/+0.14 (mean +0.120, sd 0.028): learns; d3s: +0.12/+0.10 (+0.110, 0.014): learns;
+    # gpg: +0.00 and no seed 43: pending. Means after: grpo 0.720, d3s 0.710, gpg 0.600.
+    assert "5 of 6 planned runs in" in text
+    assert "0.600 before, after 40 steps a mean of 0.600 (gpg) to 0.720 (grpo)." in text
+    assert "Learns (mean gain minus the seeds' spread above 0): grpo +0.120 ± 0.028, d3s +0.110 ± 0.014." in text
+    assert text.endswith("Pending (one seed so far): gpg +0.000.")
+
+
+def test_readme_quotes_the_committed_table(realmodel):
+    """The README's real-model learning block is what the committed run files give (`--render` rewrites it)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = realmodel.README_BLOCK.search(readme)
+    assert block is not None, "README.md lost its <!-- generated: realmodel-learning --> block"
+    assert block.group(2).strip() == realmodel.learning_summary(realmodel.load_learning_runs())
