@@ -244,7 +244,10 @@ COST_STEPS = 2  # the first is a warm-up, left out
 COST_REPS = 3  # a 10% difference between entries needs more than two under load
 COST_ENTRIES: dict[str, dict] = {  # label -> trainer ("trl": stock trl.GRPOTrainer), torch threads, overrides
     "trl": {"method": "trl", "threads": 1},
-    **{m: {"method": m, "threads": 1} for m in ("grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg")},
+    **{
+        m: {"method": m, "threads": 1}
+        for m in ("grpo", "ms_grpo", "cw_grpo", "d3s", "sgpo", "gpg", "kl_cov", "clip_cov", "gmpo")
+    },
     "grpo, 2 threads": {"method": "grpo", "threads": 2},
     "grpo, gradient checkpointing": {"method": "grpo", "threads": 1, "gradient_checkpointing": True},
 }

@@ -41,6 +41,9 @@ def test_every_method_is_planned(realmodel):
     from grpo_family import METHODS
 
     assert sorted(realmodel.LEARN_METHODS) == sorted(METHODS)
+    assert sorted(
+        e["method"] for label, e in realmodel.COST_ENTRIES.items() if label == e["method"] != "trl"
+    ) == sorted(METHODS)
 
 
 def test_claim_arms_leave_every_committed_run_file_in_the_plan(realmodel):
