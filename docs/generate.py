@@ -6,7 +6,8 @@
 A block is the text between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->`` in README.md or a page of
 docs/. The blocks come from the one list of each thing: the stages (``grpo_family.trainers.stages.STAGES``), the
 methods (``grpo_family.METHODS``: each trainer's ``summary``, paper and stages) and the learning benchmark's results
-(``benchmarks/results/learning.json``), the evaluation presets (``grpo_family.eval.PRESETS``) and the package's floors
+(``benchmarks/results/learning.json``) and the real-model runs (``benchmarks/results/realmodel_runs/``), the
+evaluation presets (``grpo_family.eval.PRESETS``) and the package's floors
 (``grpo_family.layers.FLOORS``), so adding a stage, a method, a benchmark run or a module never means editing a table.
 """
 
@@ -114,6 +115,14 @@ def claims_block() -> str:
     return readme_block(json.loads((ROOT / "benchmarks" / "results" / "claims.json").read_text()))
 
 
+def realmodel_learning_block() -> str:
+    """README's real-model learning summary, from ``benchmarks/results/realmodel_runs/`` (``benchmarks/realmodel.py``
+    writes the run files and this block)."""
+    from benchmarks.realmodel import learning_summary, load_learning_runs
+
+    return learning_summary(load_learning_runs())
+
+
 def presets_block() -> str:
     """README's table of evaluation presets, from ``grpo_family.eval.PRESETS`` (sources: docs/evaluation.md)."""
     from grpo_family.eval.presets import PRESETS
@@ -159,6 +168,7 @@ BLOCKS = {
     "learning": learning_block,
     "presets": presets_block,
     "claims": claims_block,
+    "realmodel-learning": realmodel_learning_block,
 }
 
 
