@@ -418,6 +418,9 @@ RECALL_LAYOUTS = [
     # ... and an anchor's value that only restates it commits to its result
     ("arithmetic", "7 * 2 = 14\n\nThe answer is exactly 14.", "14"),  # smollm2-s0-013 (reasoning_gym there)
     ("arithmetic", "2 + 9 = 11. The answer is 2 + 9.", "11"),
+    # the computation's operands named in order beside its result restate it
+    ("arithmetic", "2 + 9 = 11\n\nThe answer is indeed 11, which is the addition of 2 and 9.", "11"),  # smollm2-s1-063
+    ("arithmetic", "5 - 6 = -1. The answer is -1, the difference of 5 and 6.", "-1"),
     ("math_accuracy", "18. I hope it is correct.", "18"),
     # maths spans that only name something are words beside the span that holds the value
     ("math_accuracy", "So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.", "$(7,6)$"),
@@ -441,6 +444,11 @@ RECALL_LAYOUTS = [
 ]
 # (reward, completion, gold): the value equivalences of issue 40 (docs/answer_extraction.md §6), in every mode.
 EQUIVALENT_VALUES = [
+    # a currency sign after the number, or another currency's sign, is no second value
+    ("math_accuracy", "Answer: 2,74 $", "2.74"),
+    ("math_accuracy", "Answer: 2,74 €", "2.74"),
+    ("math_accuracy", "The total is \\boxed{€1,000.99}.", "1000.99"),
+    ("math_accuracy", "Answer: 1000,99 £", "1000.99"),
     # an array between stretched brackets is a matrix of that bracket style
     (
         "math_accuracy",
@@ -489,6 +497,12 @@ RECALL_HOLES = [
     ("arithmetic", "7 + 1 = 8. This is -8.", "8"),  # a signed operand or result is another value
     *[("arithmetic", "7 + 1 = 8. This is 8, or nine.", g) for g in ("8", "9")],  # a number word is a value
     ("arithmetic", "7 + 1 = 9. This is 7 + 1.", "8"),  # a false computation is nothing to restate
+    # operands beside the result restate only in their order, and only beside the result
+    *[("arithmetic", "2 + 9 = 11\n\nThe answer is 11, the addition of 9 and 2.", g) for g in ("11", "9")],
+    *[("arithmetic", "2 + 9 = 11\n\nThe answer is 2 and 9.", g) for g in ("11", "9")],
+    *[("arithmetic", "2 + 9 = 11\n\nThe answer is 12, the addition of 2 and 9.", g) for g in ("11", "12")],
+    *[("arithmetic", "2 + 9 = 11\n\nThe answer is 11, the addition of 2 and 9 and 9.", g) for g in ("11", "9")],
+    *[("math_accuracy", "Answer: 2,74 $ or 3 €", g) for g in ("2.74", "3")],
     # an operand alone is another value, not a restatement of the expression
     *[("arithmetic", "3 + 5 = 8.\n\n3 is the answer to the question of 3 + 3.", g) for g in ("8", "3")],  # smollm2
     *[("arithmetic", "2 + 9 = 11\n\nThe answer is 2.", g) for g in ("11", "9")],

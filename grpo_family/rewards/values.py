@@ -343,8 +343,9 @@ def restated_result(sentence: str, computation: str) -> str | None:
     """The result of the true computation that the sentence ``computation`` states (:func:`sentence_result`) when
     ``sentence`` only restates it, else None. It restates it when, with every copy of the computation's expression
     taken out, each number left is the result: ``8 + 8 = 16.`` then ``This is the result of 8 + 8, which is 16.``
-    or ``This is 0.`` after ``0 - 0 = 0.``. Such a sentence names no value the computation did not commit to, so
-    it is no later answer. None when ``sentence`` holds a maths span, a number word or any other number (an operand
+    or ``This is 0.`` after ``0 - 0 = 0.``; so does a sentence that names, beside the result, the computation's
+    operands in their order (``The answer is indeed 11, which is the addition of 2 and 9.`` after ``2 + 9 = 11``).
+    Such a sentence names no value the computation did not commit to, so it is no later answer. None when ``sentence`` holds a maths span, a number word or any other number (an operand
     alone: ``3 is the answer to the question of 3 + 3.`` after ``3 + 5 = 8.``; ``This is 1 less than -2.`` after
     ``5 - 6 = -1.``), when it holds neither (an empty anchor value), or when ``computation`` is no true
     computation."""
@@ -358,9 +359,14 @@ def restated_result(sentence: str, computation: str) -> str | None:
     lhs = _COMPUTATION.search(computation).group(0).split("=")[0]
     expression = r"\s*".join(re.escape(token) for token in _EXPRESSION_TOKEN.findall(lhs))
     rest, copies = re.subn(rf"(?<![\w.]){expression}(?![\w.]*\d)", " ", sentence)
-    numbers = _SIGNED_NUMBER.findall(rest)
-    if not (copies or numbers) or any(Fraction(n) != Fraction(result) for n in numbers):
+    numbers = [Fraction(n) for n in _SIGNED_NUMBER.findall(rest)]
+    others = [n for n in numbers if n != Fraction(result)]
+    if not (copies or numbers):
         return None  # restating nothing ("The answer is" cut off) is no restatement
+    # The operands named in words, in order, beside the result: "11, which is the addition of 2 and 9"
+    operands = [Fraction(n) for n in _SIGNED_NUMBER.findall(lhs)]
+    if others and (others != operands or len(others) == len(numbers)):
+        return None
     return result
 
 
@@ -613,8 +619,9 @@ _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
 
 def _money_and_separators(text: str) -> str:
     text = text.replace("\\$", " ")
-    if text.count("$") % 2 == 1:  # a lone $ before a number is a dollar sign
-        text = re.sub(r"\$(?=\s*\d)", "", text, count=1)
+    if text.count("$") % 2 == 1:  # a lone $ before a number, or right after one ("2,74 $"), is a dollar sign
+        text = re.sub(r"\$(?=\s*\d)|(?<=\d)\s*\$(?!\s*\d)", "", text, count=1)
+    text = re.sub(r"(?<=\d)\s*[€£¥]|[€£¥]\s*(?=\d)", "", text)  # the other currency signs, before or after
     text = strip_wrappers(text)
     text = re.sub(r"(\d)\{,\}(\d{3})", r"\1\2", text)
     text = re.sub(r"(\d),\\!(\d{3})(?!\d)", r"\1\2", text)  # MATH's "10,\!000"
