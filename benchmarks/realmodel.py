@@ -107,11 +107,24 @@ def load_state() -> dict:
     return json.loads(STATE.read_text()) if STATE.exists() else {}
 
 
-def save_state(state: dict) -> None:
+def save_state(state: dict, *stages: str, run: dict | None = None) -> dict:
+    """Write the entries of ``stages`` (and ``run``, one line of the file's run log) into ``realmodel.json`` as it
+    is on disk now, and return the merged state. Another process of this script may have written its own stages
+    since this one read the file (a learn process runs for hours beside a tasks one): only this process's stages
+    are replaced, so neither overwrites the other's results with what it read at its start."""
     harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    merged = load_state()
+    for stage in stages:
+        if stage in state:
+            merged[stage] = state[stage]
+        else:
+            merged.pop(stage, None)
+    if run is not None:
+        merged.setdefault("runs", []).append(run)
     tmp = STATE.with_name(f"{STATE.name}.{os.getpid()}.tmp")  # one per process: two learn processes may end together
-    tmp.write_text(json.dumps(state, indent=2))
+    tmp.write_text(json.dumps(merged, indent=2))
     os.replace(tmp, STATE)
+    return merged
 
 
 def child(args: list[str], env: dict | None = None, timeout: int = 3600) -> dict:
@@ -193,7 +206,7 @@ def stage_tasks(state: dict) -> None:
         print(f"tasks: {label}: {task} {options}", flush=True)
         done[label] = {**child(["task", label], env={"OMP_NUM_THREADS": "1"}), "load_average": round(load, 2)}
         print(f"  pass@1 {done[label]['pass@1']:.3f}  pass@8 {done[label]['pass@8']:.3f}", flush=True)
-        save_state(state)
+        save_state(state, "tasks")
     for label in set(done) - set(TASKS):  # candidates no longer measured
         del done[label]
 
@@ -236,7 +249,7 @@ def stage_demo(state: dict) -> None:
             "load_average_end": round(harness.load_average()[0], 2),
         }
         print(f"  {results['accuracy_before']:.3f} -> {results['accuracy_after']:.3f} in {wall:.0f} s", flush=True)
-        save_state(state)
+        save_state(state, "demo")
 
 
 # ------------------------------------------------------------------------------------------------- 3. cost
@@ -403,7 +416,7 @@ def stage_cost(state: dict) -> None:
             load = harness.load_average()[0]
             env = {"OMP_NUM_THREADS": str(entry["threads"])}
             cost["runs"].append({"rep": rep, **child(["cost", label], env=env), "load_average": round(load, 2)})
-            save_state(state)
+            save_state(state, "cost")
 
 
 def settings_lines(by_label: dict[str, list]) -> list[str]:
@@ -462,7 +475,7 @@ def stage_vllm(state: dict, python: str | None) -> None:
         (line,) = [x for x in result.stdout.splitlines() if x.startswith(RESULT)]
         row[what] = json.loads(line.removeprefix(RESULT))
     state["vllm"] = row
-    save_state(state)
+    save_state(state, "vllm")
 
 
 # ------------------------------------------------------------------------------------------------- 5. learn
@@ -1178,9 +1191,6 @@ def main(argv: list[str] | None = None) -> None:
     for stage in args.redo:
         state.pop(stage, None)
     if not args.render:
-        state.setdefault("runs", []).append(
-            {"date": str(date.today()), "machine": harness.machine_line(), "stages": args.stages}
-        )
         for stage in args.stages:
             if stage == "vllm":
                 stage_vllm(state, args.vllm_python)
@@ -1188,7 +1198,8 @@ def main(argv: list[str] | None = None) -> None:
                 stage_learn(state, stop_at(args.stop_at))
             else:
                 {"tasks": stage_tasks, "demo": stage_demo, "cost": stage_cost}[stage](state)
-        save_state(state)
+        run = {"date": str(date.today()), "machine": harness.machine_line(), "stages": args.stages}
+        state = save_state(state, *args.stages, run=run)  # the report shows every process's stages, not a stale copy
     harness.write_report(harness.RESULTS / "realmodel.md", render(state), echo=False)
     plot_learning(load_learning_runs(), harness.RESULTS / "realmodel_learning.png")
     update_readme(learning_summary(load_learning_runs()))

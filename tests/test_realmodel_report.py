@@ -338,3 +338,19 @@ def test_readme_quotes_the_committed_table(realmodel):
     block = realmodel.README_BLOCK.search(readme)
     assert block is not None, "README.md lost its <!-- generated: realmodel-learning --> block"
     assert block.group(2).strip() == realmodel.learning_summary(realmodel.load_learning_runs())
+
+
+def test_a_stage_written_beside_another_process_keeps_the_others_results(realmodel, tmp_path, monkeypatch):
+    """Two processes of the script read realmodel.json at their start; each writes back only its own stages, so a
+    learn process that ends after a tasks process does not restore the task table it read hours before."""
+    monkeypatch.setattr(realmodel, "STATE", tmp_path / "realmodel.json")
+    realmodel.STATE.write_text(json.dumps({"tasks": {"a": 1}, "cost": {"old": True}, "runs": [{"stages": ["demo"]}]}))
+    learn_view = realmodel.load_state()  # a learn process starts
+    tasks_view = realmodel.load_state()  # a tasks process starts beside it, measures task b, and redoes the cost
+    tasks_view["tasks"]["b"] = 2
+    tasks_view.pop("cost")
+    realmodel.save_state(tasks_view, "tasks", "cost", run={"stages": ["tasks", "cost"]})
+    merged = realmodel.save_state(learn_view, "learn", run={"stages": ["learn"]})  # the learn process ends
+    assert merged == realmodel.load_state()
+    assert merged["tasks"] == {"a": 1, "b": 2} and "cost" not in merged
+    assert [r["stages"] for r in merged["runs"]] == [["demo"], ["tasks", "cost"], ["learn"]]
