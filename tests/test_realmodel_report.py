@@ -229,6 +229,7 @@ def test_two_learn_processes_share_the_plan(realmodel, tmp_path, monkeypatch):
     monkeypatch.setattr(realmodel, "ROOT", tmp_path)
     monkeypatch.setattr(realmodel, "LEARN_DIR", tmp_path / "runs")
     monkeypatch.setattr(realmodel, "learn_jobs", lambda: jobs)
+    monkeypatch.setattr(realmodel, "second_task_jobs", lambda: [])
     trained: list[str] = []
 
     def fake_train(job, stop_at):
@@ -354,3 +355,92 @@ def test_a_stage_written_beside_another_process_keeps_the_others_results(realmod
     assert merged == realmodel.load_state()
     assert merged["tasks"] == {"a": 1, "b": 2} and "cost" not in merged
     assert [r["stages"] for r in merged["runs"]] == [["demo"], ["tasks", "cost"], ["learn"]]
+
+
+RECIPE = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
+          "dataset_options": {"size": 100, "min_terms": 2}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
+          "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
+
+
+def test_a_second_task_run_trains_and_evaluates_on_that_task(realmodel, tmp_path, monkeypatch):
+    """Section 6's job carries the task's data; its training and pass@k commands use it (the recipe's size, the
+    task's options and prompt), in an output folder of its own; a demo job's commands keep the recipe's data."""
+    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
+    monkeypatch.setattr(realmodel, "recipe", lambda: RECIPE)
+    monkeypatch.setattr(realmodel.harness, "machine_line", lambda: "a test machine")
+    task, options, prompt = realmodel.TASKS[realmodel.SECOND_TASK]
+    calls: list[list[str]] = []
+
+    def fake_run_until(cmd, env, log, stop_at):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--output_dir") + 1])
+        if "grpo_family.eval" in cmd:
+            out.mkdir(parents=True, exist_ok=True)
+            summary = {"pass@8": 0.5, "pass@1": 0.2}
+            (out / "results.json").write_text(json.dumps({"benchmarks": {"b": {"summary": summary}}}))
+        else:
+            (out / "results.json").write_text(json.dumps({"accuracy_before": 0.1, "accuracy_after": 0.3}))
+            (out / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]}))
+
+    monkeypatch.setattr(realmodel, "run_until", fake_run_until)
+    job = realmodel.learn_job("grpo", 42, task=realmodel.SECOND_TASK)
+    assert job["setting"] == "second task" and job["task"] == realmodel.SECOND_TASK
+    realmodel.train_and_evaluate(job, stop_at=None)
+    train, evaluate = calls
+
+    def arg(cmd, flag):
+        return cmd[cmd.index(flag) + 1]
+
+    assert (
+        arg(train, "--dataset_name") == f"reasoning_gym/{task}"
+        and arg(evaluate, "--dataset") == f"reasoning_gym/{task}"
+    )
+    assert json.loads(arg(train, "--dataset_options")) == json.loads(arg(evaluate, "--dataset_options"))
+    assert json.loads(arg(train, "--dataset_options")) == {"size": 100, **options}
+    assert arg(train, "--system_prompt") == arg(evaluate, "--system_prompt") == (prompt or "reasoning_gym")
+    assert Path(arg(train, "--output_dir")).name == "realmodel-task2-grpo-42"
+    calls.clear()
+    realmodel.train_and_evaluate(make_job(realmodel, "grpo", 43) | {"recipe_values": RECIPE}, stop_at=None)
+    assert "--dataset_name" not in calls[0] and arg(calls[1], "--dataset") == RECIPE["dataset_name"]
+    assert json.loads(arg(calls[1], "--dataset_options")) == RECIPE["dataset_options"]
+
+
+@pytest.mark.parametrize(("measured", "pass8"), [(False, None), (True, 0.1875), (True, 0.5)])
+def test_the_second_task_is_trained_once_measured_and_reported_against_the_range(
+    realmodel, tmp_path, monkeypatch, measured, pass8
+):
+    """Section 6's runs start only after section 1 measured the task at its current settings; they are written to
+    their own folder, apart from section 5's files; the report says whether the measured pass@8 lies in the range
+    the issue asked for."""
+    task, options, prompt = realmodel.TASKS[realmodel.SECOND_TASK]
+    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
+    monkeypatch.setattr(realmodel, "STATE", tmp_path / "realmodel.json")
+    monkeypatch.setattr(realmodel, "LEARN_DIR", tmp_path / "runs")
+    monkeypatch.setattr(realmodel, "SECOND_TASK_DIR", tmp_path / "runs" / "second_task")
+    monkeypatch.setattr(realmodel, "recipe", lambda: RECIPE)
+    monkeypatch.setattr(realmodel, "learn_jobs", lambda: [])
+    entry = {"task": task, "options": options, "system_prompt": prompt, "pass@1": 0.05, "pass@8": pass8}
+    tasks = {realmodel.SECOND_TASK: entry} if measured else {"another task": entry}
+    realmodel.STATE.write_text(json.dumps({"tasks": tasks}))
+    done: list[str] = []
+
+    def fake_train(job, stop_at):
+        done.append(job["method"])
+        return make_run(realmodel, job, 0.1, 0.3, 60.0)
+
+    monkeypatch.setattr(realmodel, "train_and_evaluate", fake_train)
+    realmodel.stage_learn({})
+    assert done == (list(realmodel.SECOND_TASK_METHODS) if measured else [])
+    files = list((tmp_path / "runs" / "second_task").glob("*.json"))
+    assert len(files) == (len(realmodel.SECOND_TASK_METHODS) if measured else 0)
+    assert not list((tmp_path / "runs").glob("*.json"))  # section 5's folder stays as it was
+    report = "\n".join(
+        realmodel.render_second_task({"tasks": tasks}, realmodel.load_learning_runs(realmodel.SECOND_TASK_DIR))
+    )
+    assert ("| 0.100 | 0.300 | +0.200 |" in report) == measured and ("not run yet" in report) != measured
+    if not measured:
+        assert "not measured yet" in report
+    else:
+        low, high = realmodel.SECOND_TASK_PASS
+        where = "within" if low <= pass8 <= high else "outside"
+        assert f"pass@8 {pass8:.3f} ({where} the range asked for" in report
