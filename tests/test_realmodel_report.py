@@ -164,17 +164,16 @@ def test_stop_at_kills_the_process_group(realmodel, tmp_path):
         pytest.fail(f"the command's child {sleeper} outlived --stop-at")
 
 
-def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypatch):
-    """The bookkeeping of a run stopped at --stop-at and finished in a later call, with the commands faked (no model):
-    the second call resumes the checkpoint, the run file adds up both segments, and a third call after the training
-    finished runs only the evaluation."""
-    from grpo_family.runtime.run_folder import COMPLETE_MARKER
+RECIPE = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
+          "dataset_options": {"size": 100, "min_terms": 2}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
+          "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
 
-    values = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
-              "dataset_options": {"size": 100}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
-              "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
+
+def fake_commands(realmodel, monkeypatch, tmp_path, train, pass8: float = 0.75) -> list[list[str]]:
+    """Fakes a learning run's commands (no model): the training command runs ``train(out, cmd)``, the pass@k
+    evaluation writes its results; returns the list the commands are recorded in."""
     monkeypatch.setattr(realmodel, "ROOT", tmp_path)
-    monkeypatch.setattr(realmodel, "recipe", lambda: values)
+    monkeypatch.setattr(realmodel, "recipe", lambda: RECIPE)
     monkeypatch.setattr(realmodel.harness, "machine_line", lambda: "a test machine")  # (it imports torch)
     calls: list[list[str]] = []
 
@@ -183,19 +182,32 @@ def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypa
         out = Path(cmd[cmd.index("--output_dir") + 1])
         if "grpo_family.eval" in cmd:
             out.mkdir(parents=True, exist_ok=True)
-            summary = {"pass@8": 0.75, "pass@1": 0.5}
+            summary = {"pass@8": pass8, "pass@1": 0.5}
             (out / "results.json").write_text(json.dumps({"benchmarks": {"b": {"summary": summary}}}))
-        elif "--resume_from_checkpoint" not in cmd:  # the first segment: a checkpoint, then the deadline
+        else:
+            train(out, cmd)
+
+    monkeypatch.setattr(realmodel, "run_until", fake_run_until)
+    return calls
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint(realmodel, tmp_path, monkeypatch):
+    """The bookkeeping of a run stopped at --stop-at and finished in a later call, with the commands faked (no model):
+    the second call resumes the checkpoint, the run file adds up both segments, and a third call after the training
+    finished runs only the evaluation."""
+    from grpo_family.runtime.run_folder import COMPLETE_MARKER
+
+    def train(out, cmd):
+        if "--resume_from_checkpoint" not in cmd:  # the first segment: a checkpoint, then the deadline
             (out / "checkpoint-5").mkdir()
             (out / "checkpoint-5" / COMPLETE_MARKER).write_text("")
             raise realmodel.Stopped("deadline")
-        else:
-            (out / "results.json").write_text(json.dumps({"accuracy_before": 0.37, "accuracy_after": 0.6}))
-            log_history = [{"step": s, "reward": 0.5, "num_tokens": 100.0 * s, "completions/mean_length": 10.0}
-                           for s in (1, 2)] + [{"step": 2, "held_out_accuracy": 0.6}]  # fmt: skip
-            (out / "trainer_state.json").write_text(json.dumps({"log_history": log_history}))
+        (out / "results.json").write_text(json.dumps({"accuracy_before": 0.37, "accuracy_after": 0.6}))
+        log_history = [{"step": s, "reward": 0.5, "num_tokens": 100.0 * s, "completions/mean_length": 10.0}
+                       for s in (1, 2)] + [{"step": 2, "held_out_accuracy": 0.6}]  # fmt: skip
+        (out / "trainer_state.json").write_text(json.dumps({"log_history": log_history}))
 
-    monkeypatch.setattr(realmodel, "run_until", fake_run_until)
+    calls = fake_commands(realmodel, monkeypatch, tmp_path, train)
     job = make_job(realmodel, "grpo", 42)
     with pytest.raises(realmodel.Stopped):
         realmodel.train_and_evaluate(job, stop_at=None)
@@ -357,32 +369,16 @@ def test_a_stage_written_beside_another_process_keeps_the_others_results(realmod
     assert [r["stages"] for r in merged["runs"]] == [["demo"], ["tasks", "cost"], ["learn"]]
 
 
-RECIPE = {"max_steps": 40, "temperature": 0.7, "dataset_name": "reasoning_gym/basic_arithmetic",
-          "dataset_options": {"size": 100, "min_terms": 2}, "system_prompt": "S", "reward_funcs": ["reasoning_gym"],
-          "max_completion_length": 32, "per_device_train_batch_size": 16}  # fmt: skip
-
-
 def test_a_second_task_run_trains_and_evaluates_on_that_task(realmodel, tmp_path, monkeypatch):
     """Section 6's job carries the task's data; its training and pass@k commands use it (the recipe's size, the
     task's options and prompt), in an output folder of its own; a demo job's commands keep the recipe's data."""
-    monkeypatch.setattr(realmodel, "ROOT", tmp_path)
-    monkeypatch.setattr(realmodel, "recipe", lambda: RECIPE)
-    monkeypatch.setattr(realmodel.harness, "machine_line", lambda: "a test machine")
     task, options, prompt = realmodel.TASKS[realmodel.SECOND_TASK]
-    calls: list[list[str]] = []
 
-    def fake_run_until(cmd, env, log, stop_at):
-        calls.append(cmd)
-        out = Path(cmd[cmd.index("--output_dir") + 1])
-        if "grpo_family.eval" in cmd:
-            out.mkdir(parents=True, exist_ok=True)
-            summary = {"pass@8": 0.5, "pass@1": 0.2}
-            (out / "results.json").write_text(json.dumps({"benchmarks": {"b": {"summary": summary}}}))
-        else:
-            (out / "results.json").write_text(json.dumps({"accuracy_before": 0.1, "accuracy_after": 0.3}))
-            (out / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]}))
+    def train(out, cmd):
+        (out / "results.json").write_text(json.dumps({"accuracy_before": 0.1, "accuracy_after": 0.3}))
+        (out / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]}))
 
-    monkeypatch.setattr(realmodel, "run_until", fake_run_until)
+    calls = fake_commands(realmodel, monkeypatch, tmp_path, train)
     job = realmodel.learn_job("grpo", 42, task=realmodel.SECOND_TASK)
     assert job["setting"] == "second task" and job["task"] == realmodel.SECOND_TASK
     realmodel.train_and_evaluate(job, stop_at=None)
