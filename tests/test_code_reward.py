@@ -46,6 +46,10 @@ from grpo_family.rewards.code import (
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the code sandbox is Linux-only")
 
 TIMEOUT = 3.0  # generous: start-up on a loaded 2-core machine can take a few hundred ms
+# For programs that finish at once and whose test is not about the deadline (what a program can import, what reaches
+# the trainer): a limit that only a hang reaches, so that a machine loaded by other work (a 2-core CI runner beside
+# two training runs made these programs miss TIMEOUT and print nothing) cannot fail them.
+UNHURRIED = 60.0
 
 ADD = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n"
 ADD_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -3", "output": "7"}, {"input": "0 0\n", "output": "0"}]
@@ -1015,12 +1019,12 @@ def test_forged_lines_from_the_sandbox_cannot_stall_or_bloat_the_trainer(tmp_roo
     after 17.0 s, another thread of ours stalled 16.8 s; empty lists: our Python memory peaked at 37 MB). Checked
     by construction, not by the clock: nothing this process decodes during the call is anywhere near the forged
     line's size (only the short status lines, under 500 characters here)."""
-    reward = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), max_output_bytes=2 << 20)
+    reward = CodeTestsReward(timeout_s=UNHURRIED, tmp_root=str(tmp_root), max_output_bytes=2 << 20)
     reward._check_once()  # the sandbox probe is not part of what is measured
     decoded: list[int] = []
     loads = json.loads
     monkeypatch.setattr(json, "loads", lambda text, *a, **k: decoded.append(len(text)) or loads(text, *a, **k))
-    cost = trainer_side_cost(reward, [fenced(FORGE.format(kind=kind))], ["assert f(1) == 2"])
+    cost = trainer_side_cost(reward, [fenced(FORGE.format(kind=kind))], ["assert f(1) == 2"], deadline_s=UNHURRIED)
     assert cost["rewards"] == [0.0]
     assert decoded and max(decoded) < 64 * 1024, (sorted(decoded)[-5:], cost)
     assert cost["peak_mb"] < 16, cost
@@ -1399,11 +1403,11 @@ def test_a_package_is_importable_only_when_listed(tmp_root, full_isolation, monk
     """Before: only the standard library was importable whatever the reward's config said (there was no
     ``packages``); a program using numpy scored 0. Now it scores 1 when numpy is listed, and still 0 when not."""
     settings = _in_view(view, full_isolation, monkeypatch)
-    unlisted = run_bounded(Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), **settings), NUMPY_SUM)
+    unlisted = run_bounded(Sandbox(timeout_s=UNHURRIED, tmp_root=str(tmp_root), **settings), NUMPY_SUM)
     assert "ModuleNotFoundError: No module named 'numpy'" in unlisted.stderr, unlisted.stderr
     completions, tests = [fenced(NUMPY_SUM)], [[{"input": "", "output": "6\n"}]]
-    assert CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), **settings)(completions, tests) == [0.0]
-    listed = CodeTestsReward(timeout_s=TIMEOUT, tmp_root=str(tmp_root), packages=("numpy",), **settings)
+    assert CodeTestsReward(timeout_s=UNHURRIED, tmp_root=str(tmp_root), **settings)(completions, tests) == [0.0]
+    listed = CodeTestsReward(timeout_s=UNHURRIED, tmp_root=str(tmp_root), packages=("numpy",), **settings)
     assert listed(completions, tests) == [1.0]
 
 
@@ -1422,14 +1426,14 @@ def test_only_what_a_listed_package_installed_is_exposed(tmp_root, full_isolatio
     on ``sys.path``, imports ``packaging`` and lists every installed package.)"""
     settings = _in_view(view, full_isolation, monkeypatch)
     assert importlib.util.find_spec("packaging") is not None  # the control is installed here
-    sandbox = Sandbox(timeout_s=TIMEOUT, tmp_root=str(tmp_root), packages=("numpy",), **settings)
+    sandbox = Sandbox(timeout_s=UNHURRIED, tmp_root=str(tmp_root), packages=("numpy",), **settings)
     names = sorted(os.path.basename(p) for p in sandbox.package_paths)
     assert "numpy" in names and all(n.startswith("numpy") for n in names), names  # numpy, numpy.libs, its dist-info
     dirs = _installed_package_dirs() if view == "private view" else []  # the host tree is readable in the others
     result = run_bounded(sandbox, UNLISTED.format(dirs=dirs))
     assert result.isolation["private_root"] is (view == "private view"), result.isolation["notes"]
     lines = result.stdout.splitlines()
-    assert lines[:2] == ["ModuleNotFoundError", repr(names)], result.stdout + result.stderr
+    assert lines[:2] == ["ModuleNotFoundError", repr(names)], (result.timed_out, result.stdout + result.stderr)
     assert lines[2:] == [f"{d} 0" for d in dirs], result.stdout
 
 
