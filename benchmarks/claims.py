@@ -51,8 +51,8 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -1146,21 +1146,14 @@ def main(argv: list[str] | None = None) -> dict:
     text = write_markdown(result, out_dir / "claims.md")
     harness.write_json(out_dir / "claims.json", result)
     if not args.quick and args.output_dir is None:
-        update_readme(result)
+        update_readme()
     print(text)
     return result
 
 
-README_BLOCK = re.compile(r"(<!-- generated: claims -->\n)(.*?)(<!-- end generated: claims -->)", re.S)
-
-
-def update_readme(result: dict, path: Path = ROOT / "README.md") -> None:
-    text = path.read_text(encoding="utf-8")
-    if not README_BLOCK.search(text):
-        raise RuntimeError(f"{path} has no '<!-- generated: claims -->' block to rewrite")
-    path.write_text(
-        README_BLOCK.sub(lambda m: f"{m.group(1)}{readme_block(result)}\n{m.group(3)}", text), encoding="utf-8"
-    )
+def update_readme() -> None:
+    """Rewrite the README's claims block from the ``claims.json`` just written (``docs/generate.py`` renders it)."""
+    subprocess.run([sys.executable, str(ROOT / "docs" / "generate.py"), "--only", "claims"], check=True)
 
 
 if __name__ == "__main__":

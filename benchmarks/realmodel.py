@@ -42,7 +42,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -1226,18 +1225,10 @@ def learning_summary(runs: dict[str, dict], jobs: list[dict] | None = None) -> s
     return " ".join(lines)
 
 
-README_BLOCK = re.compile(
-    r"(<!-- generated: realmodel-learning -->\n)(.*?)(<!-- end generated: realmodel-learning -->)", re.S
-)
-
-
-def update_readme(text: str, path: Path = ROOT / "README.md") -> None:
-    """Rewrite the README's real-model learning block (between its ``<!-- generated: realmodel-learning -->``
-    markers) with ``text``."""
-    readme = path.read_text(encoding="utf-8")
-    if not README_BLOCK.search(readme):
-        raise RuntimeError(f"{path} has no '<!-- generated: realmodel-learning -->' block to rewrite")
-    path.write_text(README_BLOCK.sub(lambda m: f"{m.group(1)}{text}\n{m.group(3)}", readme), encoding="utf-8")
+def update_readme() -> None:
+    """Rewrite the README's real-model learning block from the run files (``docs/generate.py``, which renders every
+    generated block, keeps the one implementation)."""
+    subprocess.run([sys.executable, str(ROOT / "docs" / "generate.py"), "--only", "realmodel-learning"], check=True)
 
 
 def plot_learning(runs: dict[str, dict], path: Path, jobs: list[dict] | None = None) -> bool:
@@ -1313,7 +1304,7 @@ def main(argv: list[str] | None = None) -> None:
         state = save_state(state, *args.stages, run=run)  # the report shows every process's stages, not a stale copy
     harness.write_report(harness.RESULTS / "realmodel.md", render(state), echo=False)
     plot_learning(load_learning_runs(), harness.RESULTS / "realmodel_learning.png")
-    update_readme(learning_summary(load_learning_runs()))
+    update_readme()
     print(f"wrote {harness.RESULTS / 'realmodel.md'} and the README's real-model learning block")
 
 

@@ -172,11 +172,15 @@ BLOCKS = {
 }
 
 
-def render(text: str) -> str:
+def render(text: str, only: str | None = None) -> str:
+    """``text`` with every generated block (or those named ``only``) rewritten from the committed results."""
+
     def replace(match: re.Match) -> str:
         name = match.group(2)
         if name not in BLOCKS:
             raise KeyError(f"unknown generated block {name!r}; known: {sorted(BLOCKS)}")
+        if only is not None and name != only:
+            return match.group(0)
         return f"{match.group(1)}{BLOCKS[name]()}\n{match.group(4)}"
 
     return BLOCK.sub(replace, text)
@@ -185,11 +189,14 @@ def render(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale instead of rewriting it")
+    parser.add_argument(
+        "--only", choices=sorted(BLOCKS), help="the blocks of this name only (a benchmark that rewrote one result)"
+    )
     args = parser.parse_args(argv)
     stale = []
     for path in FILES:
         text = path.read_text(encoding="utf-8")
-        new = render(text)
+        new = render(text, args.only)
         if new != text:
             stale.append(str(path.relative_to(ROOT)))
             if not args.check:
