@@ -1123,6 +1123,20 @@ def render_learning(runs: dict[str, dict], jobs: list[dict] | None = None) -> li
     if not rows:
         lines.append("| (no run yet) | | | | | | | | | | | |")
     lines.append("")
+    failing = [row for row in rows if row["verdict"] in ("does not learn", "gets worse")]
+    if failing:
+        lines += [
+            "Not learning here, and what was tried (the row's options, the demo's recipe and 40 steps, seeds "
+            + ", ".join(map(str, LEARN_SEEDS))
+            + "; nothing was tuned after the runs): "
+            + "; ".join(
+                f"{row['label']} {row['verdict']} with {_options_text(row['runs'][0]['options'])}, gains "
+                + ", ".join(f"{g:+.3f}" for g in row["gains"])
+                for row in failing
+            )
+            + ".",
+            "",
+        ]
     if missing:
         lines += [
             f"Missing: {len(missing)} of {len(jobs)} planned runs have no file yet: "

@@ -141,6 +141,21 @@ def test_table_from_run_files(realmodel, tmp_path):
     assert not realmodel.plot_learning({}, tmp_path / "none.png", jobs) and not (tmp_path / "none.png").exists()
 
 
+def test_a_method_that_does_not_learn_is_named_with_what_was_tried(realmodel, tmp_path):
+    """kl_cov: gains +0.030 and -0.120 (mean -0.045, sd 0.106: zero within mean ± sd) is 'does not learn', named
+    under the table with its options and gains; grpo (+0.200, +0.220) learns and is not."""
+    jobs = [make_job(realmodel, m, s) for s in (42, 43) for m in ("kl_cov", "grpo")]
+    numbers = {("kl_cov", 42): 0.40, ("kl_cov", 43): 0.25, ("grpo", 42): 0.57, ("grpo", 43): 0.59}
+    for job in jobs:
+        after = numbers[(job["method"], job["seed"])]
+        realmodel.cache_path(tmp_path, job).write_text(json.dumps(make_run(realmodel, job, 0.37, after, 900.0)))
+    text = "\n".join(realmodel.render_learning(realmodel.load_learning_runs(tmp_path), jobs))
+    assert (
+        "Not learning here, and what was tried (the row's options, the demo's recipe and 40 steps, seeds 42, 43; "
+        "nothing was tuned after the runs): kl_cov does not learn with num_iterations=2, gains +0.030, -0.120."
+    ) in text
+
+
 def test_no_runs_says_all_are_missing(realmodel, tmp_path):
     jobs = [make_job(realmodel, "grpo", 42)]
     text = "\n".join(realmodel.render_learning(realmodel.load_learning_runs(tmp_path / "absent"), jobs))
