@@ -59,6 +59,8 @@ STATE = harness.RESULTS / "realmodel.json"
 RESULT = "RESULT "  # prefix of a child process's result line
 MODEL = "smollm2-135m-instruct"
 STAGES = ("tasks", "demo", "cost", "vllm", "learn")
+# The keys of realmodel.json each stage writes (a stage's own key, unless listed).
+STAGE_KEYS = {"tasks": ("tasks", "second_task_before")}
 
 # The demo's system prompt (examples/recipes/smollm2_reasoning_gym.yaml): a one-line worked example in the format
 # the extraction policy reads ("The answer is 7"); with the generic <answer>-tag prompt the model rambles.
@@ -210,9 +212,44 @@ def stage_tasks(state: dict) -> None:
         print(f"tasks: {label}: {task} {options}", flush=True)
         done[label] = {**child(["task", label], env={"OMP_NUM_THREADS": "1"}), "load_average": round(load, 2)}
         print(f"  pass@1 {done[label]['pass@1']:.3f}  pass@8 {done[label]['pass@8']:.3f}", flush=True)
-        save_state(state, "tasks")
+        save_state(state, *STAGE_KEYS["tasks"])
     for label in set(done) - set(TASKS):  # candidates no longer measured
         del done[label]
+    measure_second_task_before(state)
+
+
+def second_task_pass_at() -> dict:
+    return {"k": PASS_K, "problems": PASS_PROBLEMS, "temperature": recipe().get("temperature", 1.0)}
+
+
+def measure_second_task_before(state: dict) -> None:
+    """pass@k of the model before training on SECOND_TASK, by the same command and problems as each section 6 run's
+    pass@k after (PASS_PROBLEMS problems, not section 1's TASK_PROBLEMS: 16 problems resolve pass@8 only to 1/16)."""
+    data, pass_at = task_data(SECOND_TASK), second_task_pass_at()
+    setting = {"task": SECOND_TASK, "data": data, "pass_at": pass_at, "seed": SECOND_TASK_SEEDS[0]}
+    if state.get("second_task_before", {}).get("setting") == setting:
+        return
+    out = ROOT / "outputs" / "realmodel-task2-before"  # git-ignored
+    cmd = pass_at_command(MODEL, data, pass_at, SECOND_TASK_SEEDS[0], out)
+    print(f"tasks: {SECOND_TASK}: pass@{pass_at['k']} before training, {shlex.join(cmd)}", flush=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    load = harness.load_average()[0]
+    with harness.Timer() as timer:
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=3600)
+    evaluation = json.loads((out / "results.json").read_text())
+    (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
+    state["second_task_before"] = {
+        "setting": setting,
+        "command": shlex.join(cmd),
+        f"pass@{PASS_K}": summary[f"pass@{PASS_K}"],
+        "pass@1": summary["pass@1"],
+        "wall_s": round(timer.wall, 1),
+        "cpu_s": round(timer.children_cpu, 1),
+        "load_average": round(load, 2),
+    }
+    k = pass_at["k"]
+    print(f"  pass@1 {summary['pass@1']:.3f}  pass@{k} {summary[f'pass@{k}']:.3f}", flush=True)
+    save_state(state, *STAGE_KEYS["tasks"])
 
 
 # ------------------------------------------------------------------------------------------------- 2. demo
@@ -701,6 +738,19 @@ def run_until(cmd: list[str], env: dict, log: Path, stop_at: float | None) -> fl
     return cpu_s
 
 
+def pass_at_command(model: str, data: dict, pass_at: dict, seed: int, output_dir: Path) -> list[str]:
+    """``python -m grpo_family.eval``'s command for pass@k of ``model`` (a trained run's folder, or MODEL before
+    training) on the first ``pass_at["problems"]`` held-out problems of ``data``, at the recipe's completion length."""
+    values = recipe()
+    return [sys.executable, "-m", "grpo_family.eval", "--model", model, "--dataset", data["dataset_name"],
+            "--dataset_options", json.dumps(data["dataset_options"] or {}), "--limit", str(pass_at["problems"]),
+            "--system_prompt", data["system_prompt"] or "", "--reward", values["reward_funcs"][0],
+            "--mode", "train", "--num_samples", str(pass_at["k"]), "--k", "1", str(pass_at["k"]), "--temperature",
+            str(pass_at["temperature"]), "--top_p", "1.0", "--top_k", "0", "--max_new_tokens",
+            str(values["max_completion_length"]), "--seed", str(seed), "--no_math_verify", "--output_dir",
+            str(output_dir)]  # fmt: skip
+
+
 def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     """One learning run: the demo command with the job's method, seed and options (held-out greedy accuracy before
     and after, on the recipe's 100 problems), then pass@k of the trained adapter by ``python -m grpo_family.eval``;
@@ -738,13 +788,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
                  str(out), "--held_out_every", str(job["held_out_every"]), *options]  # fmt: skip
     checkpointing = ["--save_strategy", "steps", "--save_steps", str(LEARN_SAVE_EVERY), "--save_total_limit", "1"]
     pass_at = job["pass_at"]
-    eval_cmd = [sys.executable, "-m", "grpo_family.eval", "--model", str(out), "--dataset", data["dataset_name"],
-                "--dataset_options", json.dumps(data["dataset_options"] or {}), "--limit", str(pass_at["problems"]),
-                "--system_prompt", data["system_prompt"] or "", "--reward", values["reward_funcs"][0],
-                "--mode", "train", "--num_samples", str(pass_at["k"]), "--k", "1", str(pass_at["k"]), "--temperature",
-                str(pass_at["temperature"]), "--top_p", "1.0", "--top_k", "0", "--max_new_tokens",
-                str(values["max_completion_length"]), "--seed", str(job["seed"]), "--no_math_verify", "--output_dir",
-                str(out / "eval-pass")]  # fmt: skip
+    eval_cmd = pass_at_command(str(out), data, pass_at, job["seed"], out / "eval-pass")
     resume = ["--resume_from_checkpoint", "true"] if checkpoint else []
     print(f"learn: {run_label(job)} seed {job['seed']}: {shlex.join(train_cmd)}"
           + (f" (resuming {Path(checkpoint).name})" if checkpoint else ""), flush=True)  # fmt: skip
@@ -1160,11 +1204,18 @@ def render_second_task(state: dict, runs: dict[str, dict], jobs: list[dict] | No
     task, options, _ = TASKS[SECOND_TASK]
     low, high = SECOND_TASK_PASS
     asked = f"the range asked for, pass@8 from {low} to {high}"
+    precise = state.get("second_task_before")
     if entry is None:
         before = f"not measured yet ({asked})"
     else:
-        where = "within" if low <= entry["pass@8"] <= high else "outside"
-        before = f"pass@1 {entry['pass@1']:.3f}, pass@8 {entry['pass@8']:.3f} ({where} {asked})"
+        measured = precise or entry  # the finer measurement decides, where there is one
+        where = "within" if low <= measured["pass@8"] <= high else "outside"
+        before = f"pass@1 {entry['pass@1']:.3f}, pass@8 {entry['pass@8']:.3f} on section 1's {TASK_PROBLEMS} problems"
+        if precise:
+            problems = precise["setting"]["pass_at"]["problems"]
+            before += (f", and pass@1 {precise['pass@1']:.3f}, pass@8 {precise['pass@8']:.3f} on the first {problems}"
+                       " held-out problems by the command that scores each run below after training")  # fmt: skip
+        before += f" ({where} {asked})"
     k = PASS_K
     lines = [
         "## 6. A second task",
@@ -1305,7 +1356,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     state = load_state()
     for stage in args.redo:
-        state.pop(stage, None)
+        for key in STAGE_KEYS.get(stage, (stage,)):
+            state.pop(key, None)
     if not args.render:
         for stage in args.stages:
             if stage == "vllm":
@@ -1315,7 +1367,8 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 {"tasks": stage_tasks, "demo": stage_demo, "cost": stage_cost}[stage](state)
         run = {"date": str(date.today()), "machine": harness.machine_line(), "stages": args.stages}
-        state = save_state(state, *args.stages, run=run)  # the report shows every process's stages, not a stale copy
+        keys = [key for stage in args.stages for key in STAGE_KEYS.get(stage, (stage,))]
+        state = save_state(state, *keys, run=run)  # the report shows every process's stages, not a stale copy
     harness.write_report(harness.RESULTS / "realmodel.md", render(state), echo=False)
     plot_learning(load_learning_runs(), harness.RESULTS / "realmodel_learning.png")
     update_readme()
