@@ -486,7 +486,18 @@ def settings_lines(by_label: dict[str, list]) -> list[str]:
     for label, d in differing.items():
         if d:
             lines.append(f"- {label} differs from stock TRL in {'; '.join(d)}.")
+    lines += ["", OLD_COST_ENTRY]
     return lines
+
+
+# The table this stage replaced (2026-11-26, 2 repetitions, settings not recorded), in one sentence: issue 41 read its
+# 10% as TRL's default gradient checkpointing.
+OLD_COST_ENTRY = (
+    "The table before this one (2026-11-26, two repetitions, settings not recorded) put stock TRL 10% above grpo; "
+    "that was not TRL's default gradient checkpointing, which both ran without (stock TRL's backward took 7.8 CPU-s, "
+    "grpo's with checkpointing 12.0), but the spread of two repetitions under load (stock TRL's ran contended: 29.0 s "
+    "wall for 22.3 CPU-s)."
+)
 
 
 # ------------------------------------------------------------------------------------------------- 4. vLLM

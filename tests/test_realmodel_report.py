@@ -497,3 +497,20 @@ def test_the_second_task_is_measured_before_training_by_the_runs_own_pass_at_com
     assert cmd[:model_at] + cmd[model_at + 1 : out_at] == after[:model_at] + after[model_at + 1 : out_at]
     assert state["second_task_before"]["pass@8"] == 0.26
     assert realmodel.load_state()["second_task_before"] == state["second_task_before"]
+
+
+def test_the_cost_table_names_what_each_entry_differs_in_and_what_the_old_table_measured(realmodel):
+    """Recorded settings: entries with stock TRL's settings are listed as the same, any other is named with its
+    differences, and the sentence on the table this stage replaced follows. Without recorded settings (the old
+    table) the explanation is the old table's own."""
+    stock = {"gradient_checkpointing": False, "dtype": "torch.float32", "torch_threads": 1, "generation": "t=0.7"}
+    by_label = {"trl": [{"settings": stock}], "grpo": [{"settings": dict(stock)}],
+                "grpo, gradient checkpointing": [{"settings": {**stock, "gradient_checkpointing": True}}]}  # fmt: skip
+    lines = realmodel.settings_lines(by_label)
+    assert "Same as stock TRL: grpo." in lines[0]
+    assert (
+        lines[1] == "- grpo, gradient checkpointing differs from stock TRL in gradient_checkpointing: False vs True."
+    )
+    assert lines[-1] == realmodel.OLD_COST_ENTRY
+    (old,) = realmodel.settings_lines({"trl": [{}], "grpo": [{}]})
+    assert old.startswith("Settings as trained were not recorded by these runs")
