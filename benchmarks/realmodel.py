@@ -604,7 +604,7 @@ def learn_job(method: str, seed: int, arm: str | None = None, task: str | None =
     if arm is not None:
         job["arm"] = arm
     if task is not None:
-        job.update(setting="second task", task=task, data=task_data(task))
+        job.update(setting="second_task", task=task, data=task_data(task))
     return job
 
 
@@ -1261,6 +1261,20 @@ def render_second_task(state: dict, runs: dict[str, dict], jobs: list[dict] | No
             f"{run['train_cpu_s'] / 60:.1f} (+{run['eval_cpu_s'] / 60:.1f}) | {run['tokens'] or '-'} | "
             f"{run['load_average']['mean']:.1f} / {run['load_average']['max']:.1f} | {commit} |"
         )
+    done = [runs[name] for name in planned if name in runs]
+    if done:
+        demo = {row["label"]: row["gains"] for row in learning_rows(load_learning_runs())[0]}
+        lines += [
+            "",
+            "Gain here against the mean gain on the demo's task (section 5): "
+            + "; ".join(
+                f"{run['method']} {run['accuracy_after'] - run['accuracy_before']:+.3f} against "
+                + (f"{_mean(demo[run['method']]):+.3f}" if run["method"] in demo else "no section 5 run")
+                for run in done
+            )
+            + f". pass@{k} before training, on the same problems by the same command: "
+            + (f"{precise[f'pass@{k}']:.3f}." if precise else "not measured yet."),
+        ]
     return lines + [""]
 
 

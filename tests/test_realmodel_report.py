@@ -397,7 +397,7 @@ def test_a_second_task_run_trains_and_evaluates_on_that_task(realmodel, tmp_path
 
     calls = fake_commands(realmodel, monkeypatch, tmp_path, train)
     job = realmodel.learn_job("grpo", 42, task=realmodel.SECOND_TASK)
-    assert job["setting"] == "second task" and job["task"] == realmodel.SECOND_TASK
+    assert job["setting"] == "second_task" and job["task"] == realmodel.SECOND_TASK
     realmodel.train_and_evaluate(job, stop_at=None)
     train, evaluate = calls
 
