@@ -32,8 +32,8 @@ stopped; a stage's entries record the machine's load average and CPU time beside
    (nothing is written for it) and starts none after. The report's section 5 and ``realmodel_learning.png`` are
    rendered from the files, naming the planned runs still missing; ``benchmarks/claims.py`` reads the same files
    for its ``real model`` rows (D3S's and GPG's claims, paired by seed). After them the same stage trains section
-   6's runs: grpo and the best method on a second task (``SECOND_TASK``, one that section 1 measured with a pass@8
-   in ``SECOND_TASK_PASS``), written to ``realmodel_runs/second_task/``.
+   6's runs: grpo and the best method on a second task (``SECOND_TASK``; the tasks stage measures its pass@8 before
+   training, reported against ``SECOND_TASK_PASS``), written to ``realmodel_runs/second_task/``.
 """
 
 from __future__ import annotations
@@ -219,6 +219,7 @@ def stage_tasks(state: dict) -> None:
 
 
 def second_task_pass_at() -> dict:
+    """The pass@k setting of section 6's measurements: the learning runs' (``learn_job``'s ``pass_at``)."""
     return {"k": PASS_K, "problems": PASS_PROBLEMS, "temperature": recipe().get("temperature", 1.0)}
 
 
