@@ -1279,9 +1279,12 @@ def render_second_task(state: dict, runs: dict[str, dict], jobs: list[dict] | No
     return lines + [""]
 
 
-def learning_summary(runs: dict[str, dict], jobs: list[dict] | None = None) -> str:
+def learning_summary(
+    runs: dict[str, dict], jobs: list[dict] | None = None, second: dict[str, dict] | None = None
+) -> str:
     """The README's real-model learning block: the range of every method's mean held-out accuracy after training,
-    and which methods learn, do not learn or are pending, from section 5's rows (claim arms left out)."""
+    and which methods learn, do not learn or are pending, from section 5's rows (claim arms left out); with
+    ``second`` (section 6's run files), their gains on the second task."""
     jobs = learn_jobs() if jobs is None else jobs
     rows, missing, _ = learning_rows(runs, jobs)
     rows = [row for row in rows if not row["arm"]]
@@ -1314,6 +1317,21 @@ def learning_summary(runs: dict[str, dict], jobs: list[dict] | None = None) -> s
     for verdict, name in names.items():
         if verdict in groups:
             lines.append(f"{name}: {', '.join(groups[verdict])}.")
+    planned_second = [cache_path(SECOND_TASK_DIR, job).name for job in second_task_jobs()]
+    done_second = [second[name] for name in planned_second if name in (second or {})]
+    if done_second:
+        demo = {row["method"]: _mean(row["gains"]) for row in rows}
+        lines.append(
+            f"On a second task whose answer takes two steps (`{SECOND_TASK}`, section 6; one seed, so no verdict), "
+            "held-out greedy accuracy "
+            + ", ".join(
+                f"{run['method']} {run['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} "
+                f"({run['accuracy_after'] - run['accuracy_before']:+.3f}"
+                + (f"; {demo[run['method']]:+.3f} on the demo's task)" if run["method"] in demo else ")")
+                for run in done_second
+            )
+            + "."
+        )
     return " ".join(lines)
 
 

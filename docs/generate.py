@@ -118,9 +118,9 @@ def claims_block() -> str:
 def realmodel_learning_block() -> str:
     """README's real-model learning summary, from ``benchmarks/results/realmodel_runs/`` (``benchmarks/realmodel.py``
     writes the run files and this block)."""
-    from benchmarks.realmodel import learning_summary, load_learning_runs
+    from benchmarks.realmodel import SECOND_TASK_DIR, learning_summary, load_learning_runs
 
-    return learning_summary(load_learning_runs())
+    return learning_summary(load_learning_runs(), second=load_learning_runs(SECOND_TASK_DIR))
 
 
 def presets_block() -> str:

@@ -358,6 +358,16 @@ def test_summary_names_the_range_and_each_verdict(realmodel):
     assert "0.600 before, after 40 steps a mean of 0.600 (gpg) to 0.720 (grpo)." in text
     assert "Learns (mean gain minus the seeds' spread above 0): grpo +0.120 ± 0.028, d3s +0.110 ± 0.014." in text
     assert text.endswith("Pending (one seed so far): gpg +0.000.")
+    # section 6's runs: grpo 0.24 -> 0.28 (+0.040 against its +0.120 on the demo's task); a file of another plan is
+    # not quoted
+    second_job = realmodel.learn_job("grpo", realmodel.SECOND_TASK_SEEDS[0], task=realmodel.SECOND_TASK)
+    second = {realmodel.cache_path(realmodel.SECOND_TASK_DIR, second_job).name: make_run(realmodel, second_job, 0.24,
+              0.28, 600.0), "d3s-other.json": make_run(realmodel, second_job, 0.24, 0.9, 600.0)}  # fmt: skip
+    text = realmodel.learning_summary(runs, jobs, second=second)
+    assert text.endswith(
+        f"On a second task whose answer takes two steps (`{realmodel.SECOND_TASK}`, section 6; one seed, so no "
+        "verdict), held-out greedy accuracy grpo 0.240 -> 0.280 (+0.040; +0.120 on the demo's task)."
+    )
 
 
 def test_readme_quotes_the_committed_table(realmodel):
@@ -367,7 +377,8 @@ def test_readme_quotes_the_committed_table(realmodel):
         r"<!-- generated: realmodel-learning -->\n(.*?)<!-- end generated: realmodel-learning -->", readme, re.S
     )
     assert block is not None, "README.md lost its <!-- generated: realmodel-learning --> block"
-    assert block.group(1).strip() == realmodel.learning_summary(realmodel.load_learning_runs())
+    second = realmodel.load_learning_runs(realmodel.SECOND_TASK_DIR)
+    assert block.group(1).strip() == realmodel.learning_summary(realmodel.load_learning_runs(), second=second)
 
 
 def test_a_stage_written_beside_another_process_keeps_the_others_results(realmodel, tmp_path, monkeypatch):
