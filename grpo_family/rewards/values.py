@@ -345,10 +345,10 @@ def restated_result(sentence: str, computation: str) -> str | None:
     taken out, each number left is the result: ``8 + 8 = 16.`` then ``This is the result of 8 + 8, which is 16.``
     or ``This is 0.`` after ``0 - 0 = 0.``; so does a sentence that names, beside the result, the computation's
     operands in their order (``The answer is indeed 11, which is the addition of 2 and 9.`` after ``2 + 9 = 11``).
-    Such a sentence names no value the computation did not commit to, so it is no later answer. None when ``sentence`` holds a maths span, a number word or any other number (an operand
-    alone: ``3 is the answer to the question of 3 + 3.`` after ``3 + 5 = 8.``; ``This is 1 less than -2.`` after
-    ``5 - 6 = -1.``), when it holds neither (an empty anchor value), or when ``computation`` is no true
-    computation."""
+    Such a sentence names no value the computation did not commit to, so it is no later answer. None when
+    ``sentence`` holds a maths span, a number word or any other number (an operand alone: ``3 is the answer to the
+    question of 3 + 3.`` after ``3 + 5 = 8.``; ``This is 1 less than -2.`` after ``5 - 6 = -1.``), when it holds
+    neither (an empty anchor value), or when ``computation`` is no true computation."""
     result = sentence_result(computation)
     if result is None or len(sentence) > MAX_NUMBER_CHARS or maths_spans(sentence):
         return None
