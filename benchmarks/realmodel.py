@@ -237,8 +237,7 @@ def measure_second_task_before(state: dict) -> None:
     load = harness.load_average()[0]
     with harness.Timer() as timer:
         subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=3600)
-    evaluation = json.loads((out / "results.json").read_text())
-    (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
+    summary = pass_at_summary(out)
     state["second_task_before"] = {
         "setting": setting,
         "command": shlex.join(cmd),
@@ -764,6 +763,13 @@ def pass_at_command(model: str, data: dict, pass_at: dict, seed: int, output_dir
             str(output_dir)]  # fmt: skip
 
 
+def pass_at_summary(output_dir: Path) -> dict:
+    """The one benchmark's summary (``pass@1``, ``pass@k``, ...) that ``pass_at_command`` wrote to ``output_dir``."""
+    evaluation = json.loads((output_dir / "results.json").read_text())
+    (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
+    return summary
+
+
 def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     """One learning run: the demo command with the job's method, seed and options (held-out greedy accuracy before
     and after, on the recipe's 100 problems), then pass@k of the trained adapter by ``python -m grpo_family.eval``;
@@ -837,8 +843,7 @@ def train_and_evaluate(job: dict, stop_at: float | None) -> dict:
     results = json.loads((out / "results.json").read_text())
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     steps = [h for h in history if "reward" in h]
-    evaluation = json.loads((out / "eval-pass" / "results.json").read_text())
-    (summary,) = [b["summary"] for b in evaluation["benchmarks"].values()]
+    summary = pass_at_summary(out / "eval-pass")
     kept = [h[key] for h in steps for key in h if key.endswith("/kept_tokens")]
     segments = progress["segments"]
     train, evals = [x for x in segments if x["what"] == "train"], [x for x in segments if x["what"] == "eval"]
