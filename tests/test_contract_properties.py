@@ -468,7 +468,8 @@ def test_a_list_of_boxes_scores_only_as_the_whole_gold(data, gold, listed, form,
         "\\boxed{2} or \\boxed{3}",  # alternatives, not a list
         "\\boxed{2}\n\\boxed{3}",  # two lines: two answers
         "1, \\boxed{2}, \\boxed{3}",  # a value joined before the list
-        "\\boxed{2} apples and \\boxed{3}",  # text between the boxes
+        "\\boxed{2} apples or \\boxed{3}",  # words and "or" between the boxes: alternatives
+        "\\boxed{2} and 4 or \\boxed{3}",  # a value between the boxes
         "\\boxed{2}, \\boxed{3} <!-- 4 -->",  # hiding markup
     ],
 )
@@ -522,12 +523,12 @@ def test_a_span_beside_another_value_is_not_read_as_the_sentences_value(text):
 def test_the_words_around_a_span_in_prose_are_not_read():
     """No list of words decides a score: a negation in the sentence around the one span is not read, as one written
     before a box is not (docs/answer_extraction.md §4); the span is the commitment and a policy gains nothing by
-    negating it (the span alone earns the same). Strict mode reads the words and refuses the sentence. Plain text
-    without a span keeps no value ("The answer is not 18." breaks the contract: hand-graded cmath-063)."""
-    for text in ("The answer is not $18$.", "$18$ is not the answer."):
+    negating it (the span alone earns the same). Strict mode reads the words and refuses the sentence. A plain
+    number in a sentence of words is read the same way (hand-graded cmath-063 is graded 0 and scores 1)."""
+    for text in ("The answer is not $18$.", "$18$ is not the answer.", "The answer is not 18.", "18 is not it."):
         assert _score(MATH, [text], "18")[0] == [1.0] == _score(MATH, ["$18$"], "18")[0], text
+        assert _score(MATH, [text], "19")[0] == [0.0], text
         assert _score(MATH, [text], "18", "strict")[0] == [0.0], text
-    assert _score(MATH, ["The answer is not 18."], "18")[0] == [0.0]
 
 
 def test_a_gsm8k_line_ends_its_value_with_its_sentence():

@@ -167,6 +167,13 @@ READ_PAST_THE_GRADE = {
         "cqa-003 carith-001 carith-002 carith-003 carith-005".split(),
         "text after the final slot is not read",
     ),
+    # graded 0 (negated in words), scored by the one number of the committed sentence: its words are not read, as
+    # those around one maths span or one box are not ("The answer is not $18$." and "The answer isn't
+    # $\\boxed{18}$." scored 1 already), and the negation rule cost recall on real endings (issue 40)
+    **dict.fromkeys(
+        "cmath-062 cmath-063 cmath-064 cmath-065 cmath-066 carith-016".split(),
+        "the words of a committed sentence are not read",
+    ),
     # graded 0 (two answers), scored by the last one: a self-correction counts
     **dict.fromkeys("cmath-022 cmath-132 cqa-007 carith-007".split(), "the last slot is the committed answer"),
 }
@@ -185,7 +192,7 @@ BREAKS_IN_TRAINING_MODE = {
     **dict.fromkeys(["cmath-020"], "two slots joined by a separator in one sentence"),
     **dict.fromkeys(
         "carith-028 cchoice-002 cchoice-008 cchoice-010 cchoice-012 cchoice-019 cchoice-021 cchoice-022 "
-        "choice-016 cmath-039 cmath-123 cmath-185 cqa-037 cqa-038 math-048".split(),
+        "choice-016 cmath-039 cmath-123 cmath-185 cqa-037 cqa-038".split(),
         "the slot holds no one value of the reward's kind",
     ),
 }
@@ -422,6 +429,23 @@ RECALL_LAYOUTS = [
     ("arithmetic", "2 + 9 = 11\n\nThe answer is indeed 11, which is the addition of 2 and 9.", "11"),  # smollm2-s1-063
     ("arithmetic", "5 - 6 = -1. The answer is -1, the difference of 5 and 6.", "-1"),
     ("math_accuracy", "18. I hope it is correct.", "18"),
+    # a committed sentence of words states its one number (its words are not read, as around one span or box)
+    ("math_accuracy", "Therefore, the probability that Alice wins the game is 2/3. <|im_start|>user", "$2/3$"),
+    ("math_accuracy", "Therefore, the minimum error in the measurement of the position increases by 100%.", "$100%$"),
+    ("arithmetic", "So, you are left with only 7 in your answer.", "7"),  # smollm2-s1-003 (reasoning_gym there)
+    ("math_accuracy", "Soucis : 2,74 $ a..", "2.74"),  # mv-all-72: a decimal comma and a dollar sign after it
+    ("math_accuracy", "The cost is 2,74 €.", "2.74"),
+    ("math_accuracy", "I think it's 18.", "18"),  # hand-graded math-048
+    ("arithmetic", "7 + 1 = 8. This is 9.", "9"),  # the later sentence is the committed answer
+    # ... also after joined lines: a capitalised word after a number starts a sentence
+    (
+        "math_accuracy",
+        "P(A) = (1/2) * (4/3) P(A) = 2/3 Therefore, the probability that Alice wins the game is 2/3.",
+        "$2/3$",
+    ),  # mv-all-621
+    # boxes of a list for a gold of as many values, a label of words around the separator between them
+    ("math_accuracy", "$$\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}$$", "$$(3, 3), (1, 1)$$"),
+    ("math_accuracy", "(a) \\boxed{3}, (b) \\boxed{5}", "3, 5"),
     # maths spans that only name something are words beside the span that holds the value
     ("math_accuracy", "So, the ordered pair $(x, y)$ that solves the system is $(7, 6)$.", "$(7,6)$"),
     # a capitalised word after a maths span's close starts a sentence whose full stop was left out
@@ -483,8 +507,13 @@ RECALL_HOLES = [
     *[("arithmetic", "Final Answer: It is not 18, it is 21.", g) for g in ("18", "21")],
     ("math_accuracy", "Final Answer: The volume of $5 \\times 24$ is 120.", "120"),  # a span with a value: two values
     ("math_accuracy", "Final Answer: The largest one is 34.", "34"),  # a number word: two values
-    ("math_accuracy", "The answer is not 18.", "18"),  # no sentence of its own after the anchor: "not 18"
-    ("math_accuracy", "The answer isn't 18.", "18"),  # no anchor: a plain number in an unmarked sentence
+    *[("math_accuracy", "Therefore, the probability is 2/3, not 1/3.", g) for g in ("2/3", "1/3")],
+    *[("math_accuracy", "So, you are left with 7 apples and 2 pears.", g) for g in ("7", "2")],
+    ("math_accuracy", "So, you are left with 7 apples, or seven.", "7"),  # a number word is a second value
+    ("math_accuracy", "The volume of $5 \\times 24$ is 120.", "120"),  # a span with a value: two values
+    ("math_accuracy", "P(A) = 2/3 Therefore it is 1/3 Then", "2/3"),  # the last sentence states 1/3
+    *[("math_accuracy", "\\boxed{3} \\text{ for (a) or } \\boxed{5}", g) for g in ("3, 5", "3")],  # 5: the last
+    ("math_accuracy", "\\boxed{3} \\text{ for part 1 and } \\boxed{5}", "3, 5"),  # a digit in the label: a value
     *[("arithmetic", "Here is the solution: 3 * 6 = 18 or 19", g) for g in ("18", "19")],
     *[("arithmetic", "Therefore, 3 * 6 = 18, not 20.", g) for g in ("18", "20")],
     *[("arithmetic", "Therefore, 3 * 6 = 19.", g) for g in ("18", "19")],  # a false computation states nothing
@@ -493,7 +522,7 @@ RECALL_HOLES = [
     # a sentence after a computation that holds another number is the later answer, whatever the gold
     *[("arithmetic", "5 - 6 = -1. This is 1 less than -2.", g) for g in ("-1", "1", "-2")],  # smollm2 sample
     *[("arithmetic", "1 + 9 = 10. So, 1 + 10 equals 11, which is wrong.", g) for g in ("10", "11")],  # smollm2
-    *[("arithmetic", "7 + 1 = 8. This is 9.", g) for g in ("8", "9")],
+    ("arithmetic", "7 + 1 = 8. This is 9.", "8"),
     ("arithmetic", "7 + 1 = 8. This is -8.", "8"),  # a signed operand or result is another value
     *[("arithmetic", "7 + 1 = 8. This is 8, or nine.", g) for g in ("8", "9")],  # a number word is a value
     ("arithmetic", "7 + 1 = 9. This is 7 + 1.", "8"),  # a false computation is nothing to restate

@@ -113,7 +113,7 @@ def test_last_tag_content():
         (r"\boxed{5}", r"We get $x=5$, so the answer is $\boxed{5}$.", ("ok", 1.0)),
         (r"\boxed{1072}", "She sold 1,072 clips.\n#### 1,072", ("ok", 1.0)),
         # the model gave no answer slot, or a broken one: a contract violation, a wrong answer (0.0)
-        ("I computed 42 along the way but never answered", "42", ("contract_violations", 0.0)),
+        ("I computed 42 and 24 along the way but never answered", "42", ("contract_violations", 0.0)),
         (r"<think>\boxed{4}</think> and then nothing", "4", ("contract_violations", 0.0)),  # thinking is no answer
         (r"truncated \boxed{\frac{1}{2", "0.5", ("contract_violations", 0.0)),
         ("", "1", ("contract_violations", 0.0)),

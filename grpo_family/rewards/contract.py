@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .extract import _boxes, completion_text, list_gap
-from .values import maths_spans, restated_number, restated_result
+from .values import maths_spans, restated_result, sentence_number
 
 __all__ = [
     "ANSWER_SLOTS",
@@ -143,9 +143,8 @@ class SlotSpec:
     """Which anchor lines are answer slots for a reward: the nouns of ``the (final|correct) <noun> is``/``<noun>:``
     and whether GSM8K's ``#### 42`` counts. Boxes, ``<answer>`` tags and the bare slot count for every reward.
     ``values``: the reward's answers are numbers or maths (math, arithmetic, a reasoning-gym task with a numeric
-    gold), so in committed mode an unmarked answer is the last sentence that holds one (:func:`_last_valued`) and
-    an anchor followed by a sentence of its own commits to that sentence's one number
-    (:func:`~grpo_family.rewards.values.restated_number`)."""
+    gold), so in committed mode an unmarked answer is the last sentence that holds one (:func:`_last_valued`), and
+    a committed sentence of words states its one number (:func:`~grpo_family.rewards.values.sentence_number`)."""
 
     nouns: tuple[str, ...] = ("answer",)
     hashes: bool = False
@@ -506,6 +505,7 @@ def _last_line(region: str) -> tuple[int, int]:
 
 
 _CAPITALISED_AFTER = re.compile(r"[ \t]+([A-Z][a-z])")
+_CAPITALISED_AFTER_NUMBER = re.compile(r"(?<=\d)" + _CAPITALISED_AFTER.pattern)
 
 
 def _sentences(region: str) -> list[tuple[int, int]]:
@@ -516,9 +516,13 @@ def _sentences(region: str) -> list[tuple[int, int]]:
     inside = _Spans(spans)
     cuts = [(m.start(), m.end()) for m in re.finditer(r"\n", region) if not inside.covers(m.start())]
     cuts += [(m.start(), m.end()) for m in _SENTENCE_END.finditer(region) if not inside.covers(m.start())]
-    # A maths span closed and a capitalised word after it: a new sentence with its full stop left out, as when a
-    # solution's lines were joined ("$y = 8.8 - 2.8 = 6$ So, the ordered pair ... is $(7, 6)$.").
+    # A maths span closed, or a number, and a capitalised word after it: a new sentence with its full stop left out,
+    # as when a solution's lines were joined ("$y = 8.8 - 2.8 = 6$ So, the ordered pair ... is $(7, 6)$.", "P(A) =
+    # 2/3 Therefore, the probability ... is 2/3.").
     cuts += [(end, m.start(1)) for _, end in spans if (m := _CAPITALISED_AFTER.match(region, end))]
+    cuts += [
+        (m.start(), m.start(1)) for m in _CAPITALISED_AFTER_NUMBER.finditer(region) if not inside.covers(m.start())
+    ]
     out, start = [], 0
     for end, after in sorted(cuts):
         if end >= start:
@@ -591,7 +595,10 @@ def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
             # The committed sentence read as a text of its own: a marker only a line's start makes a slot ("We
             # check. #### 0", "Done. - Answer: 5") is one there, as it is when the sentence is written alone.
             return _read(valued, spec, mode, in_tag=False)
-        return _unmarked(region, in_tag, strict, valued)
+        reading = _unmarked(region, in_tag, strict, valued)
+        if valued and reading.value and (number := sentence_number(reading.value)) is not None:
+            return Reading(number, reading.kind)  # "Therefore, the probability ... is 2/3." commits to 2/3
+        return reading
     if strict:
         if len(slots) > 1:
             kinds = ", ".join(s.kind for s in slots)
@@ -611,7 +618,7 @@ def _read(region: str, spec: SlotSpec, mode: str, *, in_tag: bool) -> Reading:
         while value != (stripped := value.strip(" \t*_").rstrip(".!")):
             value = stripped
         if spec.values and not strict:  # "Final Answer: The largest $n$ is 34." commits to 34
-            value = restated_number(value) or _restating(region[: slot.start], value) or value
+            value = sentence_number(value) or _restating(region[: slot.start], value) or value
     if not value:
         return _broken("an empty answer slot")
     return Reading(value, slot.kind)
@@ -636,8 +643,12 @@ def read_answer(text: str | None, spec: SlotSpec = ANSWER_SLOTS, mode: str = "tr
 
 
 # Between two boxes of one list (after :func:`list_gap`): commas, semicolons or one "and"; "or" offers alternatives
-# and joins no list.
-_LIST_GAP = re.compile(r"(?i)[ \t]*(?:[,;][ \t]*(?:and\b[ \t]*)?|and\b[ \t]*)")
+# and joins no list. In committed mode a label of words may stand before and after the separator ("\\boxed{(3, 3)}
+# \\text{ for part (a) and } \\boxed{(1, 1)}"): it holds no digit, so no value, and no "or".
+_LIST_SEPARATOR = r"(?:[,;][ \t]*(?:and\b[ \t]*)?|and\b[ \t]*)"
+_LIST_GAP = re.compile(rf"(?i)[ \t]*{_LIST_SEPARATOR}")
+_LABEL_WORDS = r"(?:(?!or\b|and\b)(?:[A-Za-z]+|\([A-Za-z]{1,4}\))[ \t]*)*"
+_LABELLED_LIST_GAP = re.compile(rf"(?i)[ \t]*{_LABEL_WORDS}{_LIST_SEPARATOR}{_LABEL_WORDS}")
 
 
 def read_box_list(text: str | None, spec: SlotSpec = MATH_SLOTS, mode: str = "train") -> list[str] | None:
@@ -661,7 +672,7 @@ def read_box_list(text: str | None, spec: SlotSpec = MATH_SLOTS, mode: str = "tr
     run = [slots[-1]]
     for before in reversed(slots[:-1]):
         gap = list_gap(region[before.end : run[0].start])
-        if before.kind != "box" or "\n" in gap or not _LIST_GAP.fullmatch(gap):
+        if before.kind != "box" or "\n" in gap or not (_LIST_GAP if strict else _LABELLED_LIST_GAP).fullmatch(gap):
             break
         run.insert(0, before)
     if len(run) < 2:

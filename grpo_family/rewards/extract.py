@@ -116,15 +116,15 @@ def last_tag_content(text: str, tag: str = "answer") -> str | None:
     return content.strip() or None
 
 
-# What stands between two boxes without being text: maths delimiters and spacing; ``\\text{and}`` is the word.
+# What stands between two boxes without being text: maths delimiters and spacing; ``\\text{ and }`` is its words.
 _GAP_MARKUP = re.compile(
-    r"\$\$|(?<!\\)\$|\\[()\[\]]|\\[,;:! ]|\\q?quad(?![A-Za-z])|~|\\(?:text|textrm|mathrm|mbox)\s*\{\s*(and|or)\s*\}"
+    r"\$\$|(?<!\\)\$|\\[()\[\]]|\\[,;:! ]|\\q?quad(?![A-Za-z])|~|\\(?:text|textrm|mathrm|mbox)\s*\{([^{}]*)\}"
 )
 
 
 def list_gap(between: str) -> str:
-    """The text between two boxes as a reader sees it: maths delimiters and spacing commands dropped, a connector
-    word in ``\\text{}`` unwrapped (``\\) \\quad \\text{and} \\quad \\(`` -> ``and``)."""
+    """The text between two boxes as a reader sees it: maths delimiters and spacing commands dropped, the words in
+    ``\\text{}`` unwrapped (``\\) \\quad \\text{and} \\quad \\(`` -> ``and``)."""
     return _GAP_MARKUP.sub(lambda m: f" {m.group(1)} " if m.group(1) else " ", between)
 
 

@@ -66,7 +66,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, LatexNormal
 from .contract import MATH_SLOTS, AnswerReward, Reading, read_answer, read_box_list
 from .extract import completion_text, solution_gold
 from .timeout import BACKENDS, get_runner
-from .values import GoldShape, normalise_gold, read_math_value
+from .values import GoldShape, currency_signs_dropped, normalise_gold, read_math_value
 
 __all__ = [
     "MathAccuracyReward",
@@ -163,17 +163,8 @@ def too_expensive(answer: str) -> str:
     return ""
 
 
-def _money(expr: str) -> str:
-    r"""``\$`` is a dollar sign: dropped, so ``\$1,234.50`` reads as 1234.50. A lone unescaped ``$`` right before a
-    number (an odd count: no closing delimiter) is a dollar sign too."""
-    expr = expr.replace("\\$", "")
-    if expr.count("$") % 2 == 1:
-        expr = re.sub(r"\$(?=\s*\d)", "", expr, count=1)
-    return expr
-
-
 def _parse_bare(expr: str) -> list:
-    expr = _money(expr).strip()
+    expr = currency_signs_dropped(expr).strip()  # \$1,234.50 reads as 1234.50
     if not expr:
         return []
     text = expr if ("$" in expr or "\\(" in expr or "\\[" in expr) else f"${expr}$"

@@ -23,13 +23,14 @@ __all__ = [
     "UNITS",
     "GoldShape",
     "count_numbers",
+    "currency_signs_dropped",
     "integer_value",
     "list_separators",
     "normalise_gold",
     "number_from_words",
     "read_math_value",
     "read_number",
-    "restated_number",
+    "sentence_number",
     "sentence_result",
     "strip_wrappers",
     "unwrap_text_macros",
@@ -617,12 +618,17 @@ def _drop_units(text: str) -> str:
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![A-Za-z])")
 
 
-def _money_and_separators(text: str) -> str:
+def currency_signs_dropped(text: str) -> str:
+    """``text`` without its currency signs: ``\\$``, a lone ``$`` before a number or right after one (``2,74 $``;
+    paired ``$`` delimit maths), and ``€`` ``£`` ``¥`` before or after a number."""
     text = text.replace("\\$", " ")
-    if text.count("$") % 2 == 1:  # a lone $ before a number, or right after one ("2,74 $"), is a dollar sign
+    if text.count("$") % 2 == 1:
         text = re.sub(r"\$(?=\s*\d)|(?<=\d)\s*\$(?!\s*\d)", "", text, count=1)
-    text = re.sub(r"(?<=\d)\s*[€£¥]|[€£¥]\s*(?=\d)", "", text)  # the other currency signs, before or after
-    text = strip_wrappers(text)
+    return re.sub(r"(?<=\d)\s*[€£¥]|[€£¥]\s*(?=\d)", "", text)
+
+
+def _money_and_separators(text: str) -> str:
+    text = strip_wrappers(currency_signs_dropped(text))
     text = re.sub(r"(\d)\{,\}(\d{3})", r"\1\2", text)
     text = re.sub(r"(\d),\\!(\d{3})(?!\d)", r"\1\2", text)  # MATH's "10,\!000"
     text = _SI_GROUPED.sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
@@ -731,26 +737,27 @@ def _span_in_prose(text: str, spans: list[tuple[int, int]]) -> str:
 
 # A number in a sentence of words: sign, digits, decimal or grouping marks, a fraction bar, a percent sign.
 _PLAIN_NUMBER = re.compile(r"(?<![\w.,/-])[-−]?\d+(?:[.,/]\d+)*(?:\\?%)?(?!\w)")
-# A sentence of its own: a capitalised word opens it.
-_SENTENCE_OPENING = re.compile(r"[A-Z][a-z]")
 
 
-def restated_number(sentence: str) -> str | None:
-    """The one number of a sentence of its own that restates an answer (``The volume of $ABCDEFGH$ is 120``,
-    ``Jane started growing Sphere 3 hours ago``), or None.
+def sentence_number(sentence: str) -> str | None:
+    """The one number of a sentence of words (``Therefore, the probability that Alice wins the game is 2/3``,
+    ``So, you are left with only 7 in your answer``, ``The volume of $ABCDEFGH$ is 120``), or None.
 
-    Read after an anchor only (``Final Answer: The largest $n$ is 34.``): the anchor marks the sentence as the
-    answer, and a sentence holding exactly one number states that number. The words are not read. None when the
-    sentence does not open with a capitalised word (``The answer is not 18``: the anchor's value is ``not 18``, a
-    word in the value), holds a second number, a number word or a maths span with a value in it (only spans that
-    name something, :func:`_names_only`, may stand in it), or anything but words and punctuation besides."""
-    if len(sentence) > MAX_NUMBER_CHARS or not _SENTENCE_OPENING.match(sentence):
+    A value reward's committed sentence (docs/answer_extraction.md §4: an anchor's value, or the last sentence that
+    holds a value) states its one number, whatever its words say: the words are not read, as those around one
+    maths span or one box are not (``The answer is not 18`` states 18, as ``The answer is not $18$`` and ``The
+    answer isn't $\\boxed{18}$`` do; strict mode refuses all three). So the sentence earns what the number alone
+    earns, and no more. None when it holds a second number, a number word, a maths span with a value in it (spans
+    that only name something, :func:`_names_only`, may stand in it), or anything but words, punctuation and a
+    currency sign besides."""
+    if len(sentence) > MAX_NUMBER_CHARS:
         return None
+    sentence = currency_signs_dropped(sentence)
     spans = maths_spans(sentence)
     if any(not _names_only(sentence[a:b]) for a, b in spans):
         return None
     cuts = [0] + [i for span in spans for i in span] + [len(sentence)]
-    words = " ".join(sentence[a:b] for a, b in zip(cuts[::2], cuts[1::2])).replace("\\$", " ")
+    words = " ".join(sentence[a:b] for a, b in zip(cuts[::2], cuts[1::2]))
     number = _sole_value(list(_PLAIN_NUMBER.finditer(words)), words)
     return None if number is None else number.group(0)
 
