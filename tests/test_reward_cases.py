@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -586,6 +588,20 @@ def test_false_positive_classes_score_zero(reward, text, gold):
 def test_recall_rules_credit_the_one_value_real_endings_commit_to(reward, text, gold):
     assert _FUNCS[reward]([text], answer=[gold]) == [1.0], text
     assert _FUNCS[reward]([text], answer=[gold], mode="strict") == [0.0], text  # strict mode: none of these rules
+
+
+def test_a_hostile_label_between_two_boxes_is_read_in_linear_time():
+    """The label of words a list of boxes may hold between them (``for part (a) and``) is matched without
+    backtracking: a first version split a run of letters into words every way, 2^n tries for n letters (0.7 s at 22
+    letters, so years at 60). Each hostile gap below holds 3,000 letters; the reading must finish at all, in a child
+    process given a minute (it takes milliseconds)."""
+    code = (
+        "from grpo_family.rewards.contract import read_box_list, MATH_SLOTS\n"
+        "for gap in ('a' * 3000 + '!', 'ab ' * 1000 + '1', '(a) ' * 750 + 'or'):\n"
+        "    assert read_box_list('\\\\boxed{1} ' + gap + ' \\\\boxed{2}', MATH_SLOTS) is None, gap[-5:]\n"
+        "assert read_box_list('\\\\boxed{1} ' + 'ab ' * 1000 + 'and \\\\boxed{2}', MATH_SLOTS) == ['1', '2']\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 @pytest.mark.parametrize(

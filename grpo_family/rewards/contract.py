@@ -647,7 +647,7 @@ def read_answer(text: str | None, spec: SlotSpec = ANSWER_SLOTS, mode: str = "tr
 # \\text{ for part (a) and } \\boxed{(1, 1)}"): it holds no digit, so no value, and no "or".
 _LIST_SEPARATOR = r"(?:[,;][ \t]*(?:and\b[ \t]*)?|and\b[ \t]*)"
 _LIST_GAP = re.compile(rf"(?i)[ \t]*{_LIST_SEPARATOR}")
-_LABEL_WORDS = r"(?:(?!or\b|and\b)(?:[A-Za-z]+|\([A-Za-z]{1,4}\))[ \t]*)*"
+_LABEL_WORDS = r"(?:(?!or\b|and\b)(?:[A-Za-z]++|\([A-Za-z]{1,4}\))[ \t]*+)*+"
 _LABELLED_LIST_GAP = re.compile(rf"(?i)[ \t]*{_LABEL_WORDS}{_LIST_SEPARATOR}{_LABEL_WORDS}")
 
 
