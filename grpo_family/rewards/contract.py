@@ -645,10 +645,10 @@ def read_answer(text: str | None, spec: SlotSpec = ANSWER_SLOTS, mode: str = "tr
 # Between two boxes of one list (after :func:`list_gap`): commas, semicolons or one "and"; "or" offers alternatives
 # and joins no list. In committed mode a label of words may stand before and after the separator ("\\boxed{(3, 3)}
 # \\text{ for part (a) and } \\boxed{(1, 1)}"): it holds no digit, so no value, and no "or".
-_LIST_SEPARATOR = r"(?:[,;][ \t]*(?:and\b[ \t]*)?|and\b[ \t]*)"
-_LIST_GAP = re.compile(rf"(?i)[ \t]*{_LIST_SEPARATOR}")
+_BOX_LIST_SEPARATOR = r"(?:[,;][ \t]*(?:and\b[ \t]*)?|and\b[ \t]*)"
+_LIST_GAP = re.compile(rf"(?i)[ \t]*{_BOX_LIST_SEPARATOR}")
 _LABEL_WORDS = r"(?:(?!or\b|and\b)(?:[A-Za-z]++|\([A-Za-z]{1,4}\))[ \t]*+)*+"
-_LABELLED_LIST_GAP = re.compile(rf"(?i)[ \t]*{_LABEL_WORDS}{_LIST_SEPARATOR}{_LABEL_WORDS}")
+_LABELLED_LIST_GAP = re.compile(rf"(?i)[ \t]*{_LABEL_WORDS}{_BOX_LIST_SEPARATOR}{_LABEL_WORDS}")
 
 
 def read_box_list(text: str | None, spec: SlotSpec = MATH_SLOTS, mode: str = "train") -> list[str] | None:
